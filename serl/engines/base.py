@@ -1,0 +1,76 @@
+"""The two protocols that keep the training loop independent of hardware.
+
+A ``Generator`` turns prompt strings into groups of sampled completions and can
+take new weights; a ``Learner`` scores token sequences and updates the policy.
+Implementations: ``hf`` / ``vllm`` generators, ``torch`` / ``deepspeed`` learners.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator, Protocol
+
+import torch
+
+
+@dataclass
+class Sampling:
+    """Sampling settings for one ``generate`` call."""
+
+    max_new_tokens: int = 256
+    temperature: float = 1.0
+    top_p: float = 1.0
+    presence_penalty: float = 0.0  # ignored by engines that lack it
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0
+
+
+@dataclass
+class Completion:
+    """One sampled continuation of one prompt."""
+
+    text: str
+    token_ids: list[int]
+    prompt_ids: list[int]
+    finish_reason: str = "stop"  # "stop" | "length"
+    logprobs: list[float] | None = field(default=None, repr=False)
+
+
+class Generator(Protocol):
+    def generate(self, prompts: list[str], n: int, sampling: Sampling) -> list[list[Completion]]:
+        """Return, for each prompt (already chat-formatted text), ``n`` completions."""
+
+    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Serve these weights from now on (Hugging Face parameter names)."""
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class TrainBatch:
+    """Sequences to train on; per-token tensors have one entry per response token."""
+
+    prompt_ids: list[list[int]]
+    response_ids: list[list[int]]
+    advantages: list[torch.Tensor]
+    old_logprobs: list[torch.Tensor]
+    ref_logprobs: list[torch.Tensor] | None = None  # only for the KL-loss term
+
+
+class Learner(Protocol):
+    def logprobs(self, prompt_ids: list[list[int]], response_ids: list[list[int]],
+                 model: str = "policy") -> list[torch.Tensor]:
+        """Log-probs of each response token under ``model`` ("policy" or "ref")."""
+
+    def step(self, batch: TrainBatch) -> dict[str, float]:
+        """One optimisation step over the batch (micro-batched inside); returns metrics."""
+
+    def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """The policy's current weights, without copying them."""
+
+    def save(self, path: str) -> None: ...
+
+    def load(self, path: str) -> None: ...

