@@ -1,0 +1,11 @@
+"""Advantage estimators, KL estimators and policy losses: pure functions on tensors."""
+from serl.algos.advantages import (ADVANTAGE_ESTIMATORS, Estimator, canonical_estimator,
+                                   compute_advantages, masked_whiten, register_estimator)
+from serl.algos.kl import KL_ESTIMATORS, canonical_kl, kl_estimate
+from serl.algos.losses import LOSS_AGGREGATIONS, aggregate, dpo_loss, ppo_clip_loss
+
+__all__ = [
+    "ADVANTAGE_ESTIMATORS", "Estimator", "canonical_estimator", "compute_advantages",
+    "masked_whiten", "register_estimator", "KL_ESTIMATORS", "canonical_kl", "kl_estimate",
+    "LOSS_AGGREGATIONS", "aggregate", "dpo_loss", "ppo_clip_loss",
+]

@@ -1,0 +1,85 @@
+"""Policy losses as pure functions: PPO-clip (for Reinforce++/GRPO/RLOO) and DPO."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+LOSS_AGGREGATIONS = ("token_mean", "seq_mean")
+LOG_RATIO_CLAMP = 20.0  # e^20 ≈ 5e8: large enough never to matter, small enough not to overflow
+
+
+def aggregate(values: Tensor, mask: Tensor, agg: str = "token_mean",
+              num_tokens: float | None = None, num_seqs: float | None = None) -> Tensor:
+    """Reduce per-token ``values`` [B, T] to a scalar.
+
+    ``token_mean``: sum over every response token / number of tokens. ``seq_mean``: mean
+    over sequences of each sequence's token mean. ``num_tokens`` / ``num_seqs`` replace the
+    denominators when this micro-batch is one part of a larger step, so that the
+    micro-batch losses add up to the loss of the whole step.
+    """
+    mask = mask.to(values.dtype)
+    if agg == "token_mean":
+        denom = mask.sum() if num_tokens is None else values.new_tensor(float(num_tokens))
+        return (values * mask).sum() / denom.clamp(min=1.0)
+    if agg == "seq_mean":
+        per_seq = (values * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
+        denom = per_seq.new_tensor(float(values.shape[0] if num_seqs is None else num_seqs))
+        return per_seq.sum() / denom.clamp(min=1.0)
+    raise ValueError(f"unknown loss aggregation {agg!r}; expected one of {LOSS_AGGREGATIONS}")
+
+
+def ppo_clip_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor,
+                  eps_low: float = 0.2, eps_high: float = 0.2, agg: str = "token_mean",
+                  num_tokens: float | None = None, num_seqs: float | None = None
+                  ) -> tuple[Tensor, dict[str, float]]:
+    """Clipped surrogate loss −min(ρA, clip(ρ, 1−eps_low, 1+eps_high)A) (Schulman et al. 2017).
+
+    Separate low/high ε follow DAPO's "clip-higher". Metrics are over masked tokens of
+    this call: ``clip_frac`` (tokens whose clipped term won, hence carry no gradient),
+    ``approx_kl`` (k3 estimate of KL(old‖new)), ``ratio`` (mean ρ).
+    """
+    if not (logp.shape == old_logp.shape == advantages.shape == mask.shape):
+        raise ValueError("logp, old_logp, advantages and mask must share one shape, got "
+                         f"{tuple(logp.shape)}, {tuple(old_logp.shape)}, "
+                         f"{tuple(advantages.shape)}, {tuple(mask.shape)}")
+    log_ratio = (logp - old_logp).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    ratio = torch.exp(log_ratio)
+    surr = ratio * advantages
+    surr_clipped = ratio.clamp(1.0 - eps_low, 1.0 + eps_high) * advantages
+    per_token = -torch.minimum(surr, surr_clipped)
+    loss = aggregate(per_token, mask, agg, num_tokens, num_seqs)
+    with torch.no_grad():
+        m = mask.to(logp.dtype)
+        n = m.sum().clamp(min=1.0)
+        clipped = (surr_clipped < surr).to(logp.dtype)
+        metrics = {
+            "clip_frac": float((clipped * m).sum() / n),
+            "approx_kl": float(((torch.expm1(log_ratio) - log_ratio) * m).sum() / n),
+            "ratio": float((ratio * m).sum() / n),
+        }
+    return loss, metrics
+
+
+def dpo_loss(policy_chosen_logp: Tensor, policy_rejected_logp: Tensor,
+             ref_chosen_logp: Tensor, ref_rejected_logp: Tensor, beta: float = 0.1,
+             label_smoothing: float = 0.0) -> tuple[Tensor, dict[str, float]]:
+    """Sigmoid DPO loss on sequence log-probs [B] (Rafailov et al. 2023).
+
+    loss = −log σ(β·((π_c − ref_c) − (π_r − ref_r))), averaged over pairs;
+    ``label_smoothing`` > 0 gives conservative DPO (cDPO, Mitchell 2023).
+    """
+    margin = (policy_chosen_logp - ref_chosen_logp) - (policy_rejected_logp - ref_rejected_logp)
+    z = beta * margin
+    losses = -(1.0 - label_smoothing) * F.logsigmoid(z) - label_smoothing * F.logsigmoid(-z)
+    loss = losses.mean()
+    with torch.no_grad():
+        chosen = beta * (policy_chosen_logp - ref_chosen_logp)
+        rejected = beta * (policy_rejected_logp - ref_rejected_logp)
+        metrics = {
+            "reward_chosen": float(chosen.mean()),
+            "reward_rejected": float(rejected.mean()),
+            "reward_accuracy": float((chosen > rejected).float().mean()),
+            "reward_margin": float((chosen - rejected).mean()),
+        }
+    return loss, metrics

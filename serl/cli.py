@@ -1,0 +1,36 @@
+"""The `serl` command: train | instruct | eval | serve-reward | report."""
+from __future__ import annotations
+
+import importlib
+import sys
+
+COMMANDS = {
+    "train": ("serl.train", "main", "run a self-play RL training loop"),
+    "instruct": ("serl.instruct.cli", "cli_main", "generate new problems from a seed file"),
+    "eval": ("serl.eval.cli", "cli_main", "evaluate a model on math benchmarks or MMLU-Pro"),
+    "serve-reward": ("serl.rewards.server", "cli_main", "serve rewards over HTTP (OpenRLHF protocol)"),
+    "report": ("serl.report", "cli_main", "plots and a summary of a run directory"),
+}
+
+
+def usage() -> str:
+    lines = ["usage: serl COMMAND [options]   (serl COMMAND --help for its options)", "", "commands:"]
+    lines += [f"  {name:14s} {doc}" for name, (_, _, doc) in COMMANDS.items()]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        print(usage())
+        return 0 if argv else 2
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        print(f"serl: unknown command '{name}'\n{usage()}", file=sys.stderr)
+        return 2
+    module, func, _ = COMMANDS[name]
+    return int(getattr(importlib.import_module(module), func)(rest) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

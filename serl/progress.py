@@ -1,0 +1,125 @@
+"""Progress for the long stages of a step (rollout, reward, update).
+
+Three modes: "bar" (tqdm bars with throughput, the default on a terminal),
+"plain" (one log line per stage with its throughput: the default when stdout is
+not a terminal, e.g. CI or `ray job` logs, where redrawn bars turn into noise),
+and "quiet".
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from contextlib import contextmanager
+from typing import IO, Iterator, Mapping
+
+MODES = ("bar", "plain", "quiet")
+
+
+def progress_mode(mode: str | None = "auto", stream: IO | None = None) -> str:
+    """Resolve None/"auto" to "bar" on a TTY and "plain" otherwise; check the rest."""
+    if mode is None or mode == "auto":
+        out = stream if stream is not None else sys.stdout
+        isatty = getattr(out, "isatty", None)
+        return "bar" if isatty is not None and isatty() else "plain"
+    if mode not in MODES:
+        raise ValueError(f"progress mode {mode!r} is not one of auto, {', '.join(MODES)}")
+    return mode
+
+
+def _rate(n: float, seconds: float) -> str:
+    return f"{n / seconds:.1f}" if seconds > 0 else "inf"
+
+
+class Stage:
+    """Counts work done in one stage; the bar (if any) follows the count."""
+
+    def __init__(self, name: str, total: int | None, unit: str, mode: str, stream: IO | None) -> None:
+        self.name, self.total, self.unit, self.mode = name, total, unit, mode
+        self.n = 0
+        self.start = time.perf_counter()
+        self.seconds = 0.0
+        self._stream = stream
+        self._bar = None
+        if mode == "bar":
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=total, desc=name, unit=unit, leave=False, file=stream, dynamic_ncols=True)
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+        if self._bar is not None:
+            self._bar.update(n)
+
+    def _finish(self, failed: bool) -> None:
+        self.seconds = time.perf_counter() - self.start
+        if self._bar is not None:
+            self._bar.close()
+        if self.mode == "plain":
+            out = self._stream if self._stream is not None else sys.stdout
+            done = f"{self.n}/{self.total}" if self.total is not None else f"{self.n}"
+            status = " (failed)" if failed else ""
+            print(
+                f"[{self.name}] {done} {self.unit} in {self.seconds:.1f} s "
+                f"({_rate(self.n, self.seconds)} {self.unit}/s){status}",
+                file=out,
+                flush=True,
+            )
+
+
+@contextmanager
+def stage(name: str, total: int | None, unit: str = "it", mode: str = "auto", stream: IO | None = None) -> Iterator[Stage]:
+    """``with stage("rollout", total=n, unit="samples", mode=m) as s: ... s.update(k)``"""
+    s = Stage(name, total, unit, progress_mode(mode, stream), stream)
+    try:
+        yield s
+    except BaseException:
+        s._finish(failed=True)
+        raise
+    s._finish(failed=False)
+
+
+def _fmt(value: float | int | None) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "n/a"
+    if isinstance(value, int):
+        return str(value)
+    if value != 0 and abs(value) < 0.01:
+        return f"{value:.2e}"
+    return f"{value:.3f}"
+
+
+def step_summary(step: int, metrics: Mapping[str, float | int | None]) -> str:
+    """One line: reward mean, agreement, kept, loss, kl, seconds (those present)."""
+    parts = [f"step {step}"]
+    for key, label in (("reward/mean", "reward"), ("reward/agreement", "agree")):
+        if key in metrics:
+            parts.append(f"{label} {_fmt(metrics[key])}")
+    kept = metrics.get("pool/kept", metrics.get("filter/difficulty/kept"))
+    if kept is not None:
+        total = metrics.get("pool/generated")
+        kept_s = _fmt(kept) if not isinstance(kept, float) or not kept.is_integer() else str(int(kept))
+        if total is not None and isinstance(total, (int, float)) and math.isfinite(total):
+            kept_s += f"/{int(total)}"
+        parts.append(f"kept {kept_s}")
+    for key, label in (("loss/policy", "loss"), ("kl/mean", "kl")):
+        if key in metrics:
+            parts.append(f"{label} {_fmt(metrics[key])}")
+    if "time/step" in metrics and metrics["time/step"] is not None:
+        parts.append(f"{float(metrics['time/step']):.1f} s")
+    return " | ".join(parts)
+
+
+def print_step_summary(step: int, metrics: Mapping[str, float | int | None], mode: str = "auto", stream: IO | None = None) -> None:
+    """Print the step's one-line summary (nothing in quiet mode)."""
+    mode = progress_mode(mode, stream)
+    if mode == "quiet":
+        return
+    line = step_summary(step, metrics)
+    if mode == "bar":
+        from tqdm import tqdm
+
+        tqdm.write(line, file=stream)  # keeps any open bar intact
+    else:
+        print(line, file=stream if stream is not None else sys.stdout, flush=True)

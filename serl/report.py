@@ -1,0 +1,564 @@
+"""`serl report RUN_DIR`: plots and a summary of a run directory.
+
+Reads RUN_DIR/metrics.jsonl (written by serl.metrics), the run's config
+(config.yaml or config.json) and evaluation results (eval/*.json, results.json)
+when present, and writes RUN_DIR/report/: one PNG per group of metrics that the
+run logged, and summary.md. The report is built in a temporary folder and
+renamed into place, so a failure never leaves a half-written report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import math
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from serl.metrics import METRICS_FILE, META_KEYS
+
+REPORT_DIR = "report"
+# Upper bound on rows in summary tables: a summary should stay readable.
+MAX_TABLE_ROWS = 60
+
+
+class ReportError(Exception):
+    """Bad input for the report; the message names the file (and line) at fault."""
+
+
+# -- reading ----------------------------------------------------------------
+
+
+@dataclass
+class Series:
+    steps: list[int] = field(default_factory=list)
+    values: list[float] = field(default_factory=list)  # NaN where the logger wrote null
+
+    def finite(self) -> tuple[list[int], list[float]]:
+        pairs = [(s, v) for s, v in zip(self.steps, self.values) if math.isfinite(v)]
+        return [s for s, _ in pairs], [v for _, v in pairs]
+
+
+@dataclass
+class Run:
+    run_dir: Path
+    series: dict[str, Series]
+    steps: list[int]
+    wall_times: dict[int, float]
+    config: dict | None = None
+    config_path: Path | None = None
+    evals: list[tuple[str, dict]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def read_metrics(path: Path) -> tuple[dict[str, Series], dict[int, float], list[str]]:
+    """Parse a metrics.jsonl file; lines of the same step are merged (later wins)."""
+    if not path.is_file():
+        raise ReportError(f"{path}: metrics file not found (is this a serl run directory?)")
+    text = path.read_text(encoding="utf-8", errors="replace")
+    lines = text.split("\n")
+    torn_tail = text != "" and not text.endswith("\n")
+    rows: dict[int, dict[str, float]] = {}
+    wall: dict[int, float] = {}
+    notes: list[str] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            if torn_tail and number == len(lines):
+                # A crash mid-write leaves exactly this: a last line without its newline.
+                notes.append(f"{where}: incomplete last line ignored (the run stopped while writing it)")
+                break
+            raise ReportError(f"{where}: not valid JSON ({exc.msg})") from None
+        if not isinstance(record, dict):
+            raise ReportError(f"{where}: expected a JSON object, got {type(record).__name__}")
+        step = record.get("step")
+        if not isinstance(step, int) or isinstance(step, bool):
+            raise ReportError(f"{where}: field 'step' missing or not an integer")
+        row = rows.setdefault(step, {})
+        for key, value in record.items():
+            if key == "wall_time":
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    wall[step] = float(value)
+                continue
+            if key in META_KEYS:
+                continue
+            if value is None:
+                row[key] = math.nan
+            elif isinstance(value, (int, float)) and not isinstance(value, bool):
+                row[key] = float(value)
+            else:
+                raise ReportError(f"{where}: field {key!r} is not a number or null: {value!r}")
+    series: dict[str, Series] = {}
+    for step in sorted(rows):
+        for key, value in rows[step].items():
+            s = series.setdefault(key, Series())
+            s.steps.append(step)
+            s.values.append(value)
+    return series, wall, notes
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ReportError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+    except OSError as exc:
+        raise ReportError(f"{path}: cannot read ({exc.strerror})") from None
+
+
+def read_config(run_dir: Path) -> tuple[dict | None, Path | None]:
+    yaml_path, json_path = run_dir / "config.yaml", run_dir / "config.json"
+    if yaml_path.is_file():
+        import yaml
+
+        try:
+            data = yaml.safe_load(yaml_path.read_text(encoding="utf-8"))
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            line = f":{mark.line + 1}" if mark is not None else ""
+            raise ReportError(f"{yaml_path}{line}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
+        path = yaml_path
+    elif json_path.is_file():
+        data, path = _read_json(json_path), json_path
+    else:
+        return None, None
+    if data is not None and not isinstance(data, dict):
+        raise ReportError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
+    return data or {}, path
+
+
+def read_evals(run_dir: Path) -> list[tuple[str, dict]]:
+    paths = sorted((run_dir / "eval").glob("*.json")) if (run_dir / "eval").is_dir() else []
+    if (run_dir / "results.json").is_file():
+        paths.append(run_dir / "results.json")
+    out = []
+    for path in paths:
+        data = _read_json(path)
+        if not isinstance(data, dict):
+            raise ReportError(f"{path}: expected a JSON object, got {type(data).__name__}")
+        out.append((str(path.relative_to(run_dir)), data))
+    return out
+
+
+def load_run(run_dir: str | Path) -> Run:
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise ReportError(f"{run_dir}: run directory not found")
+    series, wall, notes = read_metrics(run_dir / METRICS_FILE)
+    if not series:
+        raise ReportError(f"{run_dir / METRICS_FILE}: no metrics logged yet")
+    steps = sorted({s for ser in series.values() for s in ser.steps})
+    config, config_path = read_config(run_dir)
+    return Run(run_dir, series, steps, wall, config, config_path, read_evals(run_dir), notes)
+
+
+# -- plotting ---------------------------------------------------------------
+
+
+def _smooth(values: list[float]) -> list[float] | None:
+    """Centered moving average for noisy per-step curves; None when too few points."""
+    n = len(values)
+    window = n // 20
+    if window < 2:
+        return None
+    half = window // 2
+    out = []
+    for i in range(n):
+        chunk = values[max(0, i - half): i + half + 1]
+        out.append(sum(chunk) / len(chunk))
+    return out
+
+
+def _draw(ax, series: Series, label: str, color: str | None = None, smooth: bool = True) -> int:
+    """Plot one series; returns the moving-average window used (0 when raw)."""
+    steps, values = series.finite()
+    if not steps:
+        return 0
+    averaged = _smooth(values) if smooth else None
+    if averaged is None:
+        marker = "o" if len(steps) <= 40 else None
+        ax.plot(steps, values, label=label, color=color, marker=marker, markersize=4, linewidth=1.8)
+        return 0
+    (raw,) = ax.plot(steps, values, color=color, alpha=0.25, linewidth=1)
+    ax.plot(steps, averaged, color=raw.get_color(), linewidth=2, label=label)
+    return len(values) // 20
+
+
+def _new_figure(panels: int, cols: int = 1, height: float = 3.4):
+    from matplotlib.figure import Figure
+
+    cols = max(1, min(cols, panels))
+    rows = math.ceil(panels / cols)
+    fig = Figure(figsize=(7.5 * cols if cols > 1 else 10, height * rows + 0.6), layout="constrained")
+    axes = fig.subplots(rows, cols, squeeze=False).ravel().tolist()
+    for ax in axes[panels:]:
+        ax.set_visible(False)
+    return fig, axes[:panels]
+
+
+def _style(ax, title: str, ylabel: str, window: int = 0) -> None:
+    ax.set_title(title, fontsize=12)
+    ax.set_xlabel("training step")
+    ax.set_ylabel(ylabel)
+    ax.grid(True, alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        # Say what the bold line is when it is an average over the faint per-step one.
+        note = f"bold: {window}-step moving average" if window else None
+        ax.legend(fontsize=9, loc="best", title=note, title_fontsize=8)
+
+
+def _panels_plot(title: str, panels: list[tuple[str, str, list[tuple[str, Series]]]], cols: int = 1,
+                 smooth: bool = True):
+    """panels: (panel title, y label, [(legend label, series)][, smooth]); empty panels are left out."""
+    panels = [p for p in panels if any(s.finite()[0] for _, s in p[2])]
+    if not panels:
+        return None
+    fig, axes = _new_figure(len(panels), cols)
+    for ax, (ptitle, ylabel, lines, *flag) in zip(axes, panels):
+        smooth_this = smooth and (flag[0] if flag else True)
+        window = max([_draw(ax, ser, label, smooth=smooth_this) for label, ser in lines] or [0])
+        _style(ax, ptitle, ylabel, window)
+    fig.suptitle(title, fontsize=14, fontweight="bold")
+    return fig
+
+
+def _short(key: str) -> str:
+    return key.split("/", 1)[1] if "/" in key else key
+
+
+def plot_reward(run: Run, claimed: set[str]):
+    s = run.series
+    fractions = [k for k in ("reward/mean", "reward/agreement", "reward/no_answer_frac") if k in s]
+    labels = {"reward/mean": "mean reward", "reward/agreement": "agreement with majority",
+              "reward/no_answer_frac": "no extractable answer"}
+    panels = [("Self-reward (fraction of responses)", "fraction", [(labels[k], s[k]) for k in fractions])]
+    if "reward/clusters" in s:
+        panels.append(("Distinct answers per prompt", "answer clusters", [("clusters", s["reward/clusters"])]))
+    claimed.update(fractions + ["reward/clusters"])
+    fig = _panels_plot("Reward and agreement", panels)
+    if fig is not None and fractions:
+        fig.axes[0].set_ylim(-0.03, 1.03)
+    return fig
+
+
+def plot_filters(run: Run, claimed: set[str]):
+    by_filter: dict[str, list[str]] = {}
+    for key in run.series:
+        parts = key.split("/")
+        if parts[0] == "filter" and len(parts) == 3:
+            by_filter.setdefault(parts[1], []).append(key)
+    # Difficulty last: it runs after rollout, the text filters before it.
+    names = sorted(by_filter, key=lambda n: (n == "difficulty", n))
+    panels = []
+    for name in names:
+        keys = sorted(by_filter[name], key=lambda k: (k.split("/")[2] not in ("passed", "kept"), k))
+        claimed.update(keys)
+        title = f"{name} filter" + (" (after rollout)" if name == "difficulty" else "")
+        panels.append((title, "problems per step", [(k.split("/")[2].replace("_", " "), run.series[k]) for k in keys]))
+    return _panels_plot("Kept and filtered problems, per filter", panels, cols=2 if len(panels) > 2 else 1)
+
+
+def plot_pool(run: Run, claimed: set[str]):
+    s = run.series
+    panels = []
+    if "pool/size" in s:
+        # A running total: averaging would only blur it.
+        panels.append(("Prompt pool size", "problems in pool", [("pool size", s["pool/size"])], False))
+    flow = [(k.split("/")[1], s[k]) for k in ("pool/generated", "pool/kept") if k in s]
+    if flow:
+        panels.append(("Generated and kept per step", "problems per step", flow))
+    claimed.update(("pool/size", "pool/generated", "pool/kept"))
+    fig = _panels_plot("Prompt pool", panels)
+    return fig
+
+
+def _namespace_plot(title: str, ns: str, ylabel: str, run: Run, claimed: set[str], one_panel: bool):
+    keys = sorted((k for k in run.series if k.startswith(ns + "/") and k not in claimed),
+                  key=lambda k: (k != f"{ns}/policy" and k != f"{ns}/mean", k))
+    if not keys:
+        return None
+    claimed.update(keys)
+    if one_panel:
+        panels = [(title, ylabel, [(_short(k), run.series[k]) for k in keys])]
+    else:  # separate panels: the keys have different scales (e.g. policy loss vs KL loss)
+        panels = [(k, ylabel, [(_short(k), run.series[k])]) for k in keys]
+    return _panels_plot(title, panels, cols=2 if len(panels) > 2 else 1)
+
+
+def plot_kl(run, claimed):
+    return _namespace_plot("KL divergence to the reference policy", "kl", "KL (nats/token)", run, claimed, True)
+
+
+def plot_entropy(run, claimed):
+    if "actor/entropy" not in run.series:
+        return None
+    claimed.add("actor/entropy")
+    return _panels_plot("Policy entropy", [("Mean token entropy of sampled responses", "entropy (nats)",
+                                           [("entropy", run.series["actor/entropy"])])])
+
+
+def plot_loss(run, claimed):
+    return _namespace_plot("Training loss", "loss", "loss", run, claimed, False)
+
+
+def plot_length(run, claimed):
+    return _namespace_plot("Response length", "response", "tokens", run, claimed, True)
+
+
+STAGES = ("instruct", "generate", "reward", "filter", "learner", "sync")
+
+
+def plot_time(run: Run, claimed: set[str]):
+    s = run.series
+    stages = [k for k in (f"time/{x}" for x in STAGES) if k in s]
+    stages += sorted(k for k in s if k.startswith("time/") and k not in stages and k != "time/step")
+    if not stages and "time/step" not in s:
+        return None
+    claimed.update(stages + ["time/step"])
+    fig, (ax,) = _new_figure(1, height=4.2)
+    steps = run.steps
+    if stages:
+        ys = []
+        for key in stages:
+            got = dict(zip(s[key].steps, s[key].values))
+            ys.append([got.get(st, 0.0) if math.isfinite(got.get(st, 0.0)) else 0.0 for st in steps])
+        total = sum(sum(y) for y in ys) or 1.0
+        labels = [f"{_short(k)}: {sum(y) / len(y):.1f} s ({100 * sum(y) / total:.0f}%)" for k, y in zip(stages, ys)]
+        ax.stackplot(steps, ys, labels=labels, alpha=0.85)
+    if "time/step" in s:
+        st, vals = s["time/step"].finite()
+        mean = sum(vals) / len(vals) if vals else math.nan
+        ax.plot(st, vals, color="black", linewidth=1.5, linestyle="--", label=f"whole step: {mean:.1f} s")
+    _style(ax, "Seconds per step, by stage (stacked; legend: mean per step)", "seconds")
+    ax.set_ylim(bottom=0)
+    handles, labels = ax.get_legend_handles_labels()
+    # Legend outside the plot: stacked areas fill the axes.
+    ax.legend(handles[::-1], labels[::-1], fontsize=9, loc="upper left", bbox_to_anchor=(1.01, 1))
+    fig.suptitle("Time per stage", fontsize=14, fontweight="bold")
+    return fig
+
+
+def plot_eval(run: Run, claimed: set[str]):
+    benches: dict[str, list[str]] = {}
+    for key in run.series:
+        parts = key.split("/")
+        if parts[0] == "eval":
+            bench = parts[1] if len(parts) > 2 else "eval"
+            benches.setdefault(bench, []).append(key)
+    panels = []
+    for bench in sorted(benches):
+        keys = sorted(benches[bench])
+        claimed.update(keys)
+        panels.append((bench, "score", [(k.split("/")[-1], run.series[k]) for k in keys]))
+    # Evaluations are sparse and each point matters: no smoothing.
+    return _panels_plot("Evaluation", panels, cols=2 if len(panels) > 2 else 1, smooth=False)
+
+
+# (file stem, builder); each builder claims the keys it drew so leftovers get a generic plot.
+PLOTS: list[tuple[str, Callable]] = [
+    ("reward", plot_reward),
+    ("filters", plot_filters),
+    ("pool", plot_pool),
+    ("kl", plot_kl),
+    ("entropy", plot_entropy),
+    ("loss", plot_loss),
+    ("response_length", plot_length),
+    ("time", plot_time),
+    ("eval", plot_eval),
+]
+MAX_PANELS = 12
+
+
+def plot_leftovers(run: Run, claimed: set[str]) -> list[tuple[str, Any]]:
+    """Keys no specific plot drew: one figure per namespace, a panel per key."""
+    by_ns: dict[str, list[str]] = {}
+    for key in run.series:
+        if key not in claimed:
+            by_ns.setdefault(key.split("/")[0] if "/" in key else "misc", []).append(key)
+    out = []
+    for ns in sorted(by_ns):
+        keys = sorted(by_ns[ns])
+        for part, start in enumerate(range(0, len(keys), MAX_PANELS)):
+            chunk = keys[start:start + MAX_PANELS]
+            panels = [(k, "value", [(_short(k), run.series[k])]) for k in chunk]
+            fig = _panels_plot(f"Other '{ns}' metrics", panels, cols=2 if len(panels) > 1 else 1)
+            if fig is not None:
+                out.append((f"other_{ns}" + (f"_{part + 1}" if len(keys) > MAX_PANELS else ""), fig))
+    return out
+
+
+# -- summary ----------------------------------------------------------------
+
+# (key, direction): +1 higher is better, -1 lower is better, 0 no "best".
+MAIN_METRICS = [
+    ("reward/mean", +1), ("reward/agreement", +1), ("reward/no_answer_frac", -1),
+    ("filter/difficulty/kept", +1), ("pool/size", 0), ("pool/kept", 0),
+    ("kl/mean", 0), ("actor/entropy", 0), ("loss/policy", 0),
+    ("response/length_mean", 0), ("time/step", -1),
+]
+
+
+def _num(v: float) -> str:
+    if not math.isfinite(v):
+        return "n/a"
+    if v == int(v) and abs(v) < 1e9:
+        return str(int(v))
+    if abs(v) < 0.01 or abs(v) >= 1e5:
+        return f"{v:.3e}"
+    return f"{v:.4f}"
+
+
+def _flatten(data: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    if isinstance(data, dict):
+        out = []
+        for k, v in data.items():
+            out += _flatten(v, f"{prefix}/{k}" if prefix else str(k))
+        return out
+    if isinstance(data, list):
+        return [(prefix, f"[list of {len(data)}]")]
+    return [(prefix, data)]
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return _num(value)
+    text = str(value).replace("|", "\\|").replace("\n", " ")
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def summary_markdown(run: Run, plots: list[str]) -> str:
+    out = [f"# Run report: {run.run_dir.resolve().name}", ""]
+    out.append(f"Generated {_dt.datetime.now().strftime('%Y-%m-%d %H:%M')} from `{METRICS_FILE}`.")
+    out.append("")
+    out.append("## Run")
+    out.append(f"- steps logged: {len(run.steps)} (step {run.steps[0]} to {run.steps[-1]})")
+    if len(run.wall_times) >= 2:
+        t = sorted(run.wall_times.values())
+        out.append(f"- wall time between first and last logged step: {(t[-1] - t[0]) / 3600:.2f} h")
+    out.append(f"- metrics: {len(run.series)} keys")
+    for note in run.notes:
+        out.append(f"- note: {note}")
+    out.append("")
+
+    out.append("## Main metrics")
+    rows = []
+    main_keys = [(k, d) for k, d in MAIN_METRICS if k in run.series]
+    main_keys += [(k, +1) for k in sorted(run.series) if k.startswith("eval/")]
+    for key, direction in main_keys:
+        steps, values = run.series[key].finite()
+        if not steps:
+            rows.append(f"| {key} | n/a | | | |")
+            continue
+        last = f"{_num(values[-1])} (step {steps[-1]})"
+        if direction:
+            best_i = max(range(len(values)), key=lambda i: direction * values[i])
+            best = f"{_num(values[best_i])} (step {steps[best_i]})"
+            kind = "highest" if direction > 0 else "lowest"
+        else:
+            best, kind = "", ""
+        rows.append(f"| {key} | {last} | {best} | {kind} | {_num(min(values))} / {_num(max(values))} |")
+    if rows:
+        out += ["| metric | last | best | best is | min / max |", "|---|---|---|---|---|", *rows]
+    else:
+        out.append("None of the main metrics were logged.")
+    out.append("")
+
+    if run.evals:
+        out.append("## Evaluation results")
+        for name, data in run.evals:
+            out.append(f"### {name}")
+            items = _flatten(data)
+            out += ["| field | value |", "|---|---|"]
+            out += [f"| {k} | {_cell(v)} |" for k, v in items[:MAX_TABLE_ROWS]]
+            if len(items) > MAX_TABLE_ROWS:
+                out.append(f"\n({len(items) - MAX_TABLE_ROWS} more fields in {name})")
+            out.append("")
+
+    out.append("## Plots")
+    out += [f"- [{p}]({p})" for p in plots] or ["No plots: none of the logged keys has a finite value."]
+    out.append("")
+    for p in plots:
+        out += [f"![{p}]({p})", ""]
+
+    out.append("## Config")
+    if run.config is None:
+        out.append("No config.yaml or config.json in the run directory.")
+    else:
+        import yaml
+
+        out += [f"From `{run.config_path.name}`:", "", "```yaml",
+                yaml.safe_dump(run.config, sort_keys=False, default_flow_style=False).rstrip(), "```"]
+    out.append("")
+    return "\n".join(out)
+
+
+# -- writing ----------------------------------------------------------------
+
+
+def write_report(run_dir: str | Path) -> list[Path]:
+    """Write RUN_DIR/report/ (plots + summary.md); returns the files written."""
+    run = load_run(run_dir)
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise ReportError("serl report needs matplotlib; install it with pip install 'serl[logging]'") from None
+
+    final = run.run_dir / REPORT_DIR
+    tmp = Path(tempfile.mkdtemp(prefix=".report-", dir=run.run_dir))
+    try:
+        claimed: set[str] = set()
+        figures = [(stem, build(run, claimed)) for stem, build in PLOTS]
+        figures += plot_leftovers(run, claimed)
+        names = []
+        for stem, fig in figures:
+            if fig is None:
+                continue
+            fig.savefig(tmp / f"{stem}.png", dpi=110)
+            names.append(f"{stem}.png")
+        (tmp / "summary.md").write_text(summary_markdown(run, names), encoding="utf-8")
+        # Swap in the finished report; the old one is removed only after.
+        old = None
+        if final.exists():
+            old = Path(tempfile.mkdtemp(prefix=".report-old-", dir=run.run_dir))
+            final.rename(old / REPORT_DIR)
+        tmp.rename(final)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return [final / n for n in names] + [final / "summary.md"]
+
+
+def cli_main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="serl report",
+        description="Write plots and a summary (RUN_DIR/report/) from a run's metrics.jsonl.",
+    )
+    parser.add_argument("run_dir", help="run directory holding metrics.jsonl (and config.yaml, eval/*.json if any)")
+    args = parser.parse_args(argv)
+    try:
+        paths = write_report(args.run_dir)
+    except ReportError as exc:
+        print(f"serl report: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"serl report: error: {exc}", file=sys.stderr)
+        return 1
+    print(f"wrote {len(paths)} files to {paths[0].parent}")
+    for p in paths:
+        print(f"  {p.name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(cli_main())

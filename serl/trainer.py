@@ -1,0 +1,248 @@
+"""The SeRL step loop. ``Trainer.step`` reads as the algorithm: grow the pool, roll
+out, reward, filter (refilling until the batch is full), learn, sync, log. The work
+lives in the modules it calls.
+"""
+from __future__ import annotations
+
+import logging
+import random
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from serl.algos import compute_advantages, kl_estimate
+from serl.config import TrainConfig
+from serl.engines.base import Completion, Sampling, TrainBatch
+from serl.instruct import DifficultyFilter, InstructConfig, PoolItem, PromptPool, SelfInstruct
+from serl.rewards import EquivalenceChecker, GroupScore, score_groups
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Rollout:
+    """One prompt with its sampled group and the group's reward."""
+
+    item: PoolItem
+    group: list[Completion]
+    score: GroupScore
+
+
+def make_generator(cfg: TrainConfig, model_path: str, tokenizer):
+    from serl.engines.vllm_generator import VLLMGenerator, vllm_available
+
+    use_vllm = cfg.generator == "vllm" or (cfg.generator == "auto" and vllm_available())
+    if use_vllm:
+        return VLLMGenerator(model_path, seed=cfg.seed,
+                             max_model_len=cfg.prompt_max_len + cfg.generate_max_len)
+    from serl.engines.hf_generator import HFGenerator
+
+    return HFGenerator(model_path, tokenizer, seed=cfg.seed)
+
+
+def make_learner(cfg: TrainConfig, model_path: str, tokenizer):
+    from serl.engines.torch_learner import LearnerConfig, TorchLearner
+
+    lc = LearnerConfig(
+        lr=cfg.actor_learning_rate, warmup_ratio=cfg.lr_warmup_ratio, min_lr_ratio=cfg.min_lr_ratio,
+        total_steps=cfg.steps, micro_batch_size=cfg.micro_train_batch_size,
+        max_grad_norm=cfg.max_norm, bf16=cfg.bf16, grad_checkpointing=cfg.gradient_checkpointing,
+        eps_clip_low=cfg.eps_clip, eps_clip_high=cfg.eps_clip, use_kl_loss=cfg.use_kl_loss,
+        kl_loss_coef=cfg.init_kl_coef if cfg.use_kl_loss else 0.0, kl_estimator=cfg.kl_estimator,
+        seed=cfg.seed)
+    need_ref = cfg.init_kl_coef > 0
+    return TorchLearner(model_path, lc, need_ref=need_ref, tokenizer=tokenizer)
+
+
+class Trainer:
+    def __init__(self, cfg: TrainConfig, run_dir: Path, seeds, model_path: str, tokenizer,
+                 generator, learner, logger, progress: str = "plain"):
+        self.cfg, self.run_dir, self.tok = cfg, run_dir, tokenizer
+        self.generator, self.learner, self.logger, self.progress = generator, learner, logger, progress
+        self.rng = random.Random(cfg.seed)
+        self.pool = PromptPool.create(run_dir, seeds)
+        self.checker = EquivalenceChecker(timeout=cfg.verify_timeout)
+        self.difficulty = DifficultyFilter(*cfg.reward_difficulty_bounds)
+        icfg = InstructConfig(n_shots=cfg.few_shot_generation,
+                              prompts_per_call=cfg.few_shot_generation_batch_size)
+        self.instruct = SelfInstruct(generator, tokenizer, self.pool, icfg)
+        self.seed_order: list[PoolItem] = []
+        self.times: dict[str, float] = {}
+
+    # ---- the loop -------------------------------------------------------------------
+    def step(self, step: int) -> dict[str, float]:
+        self.times = {}
+        metrics: dict[str, float] = {}
+        with self.timed("step"):
+            rollouts, rounds = [], 0
+            while len(rollouts) < self.cfg.rollout_batch_size and rounds < self.cfg.max_refill_rounds:
+                rounds += 1
+                items = self.next_prompts(step, metrics)                    # 1. grow the pool
+                groups = self.rollout(items)                                # 2. roll out
+                scores = self.reward(items, groups, metrics)                # 3. self-reward
+                rollouts += self.filter(step, items, groups, scores)        # 4. difficulty filter
+            rollouts = rollouts[: self.cfg.rollout_batch_size]
+            metrics["filter/rounds"] = rounds
+            if rollouts:
+                batch = self.make_batch(rollouts, metrics)                  # 5. advantages
+                with self.timed("learner"):
+                    metrics.update(self.learner.step(batch))                #    and update
+                with self.timed("sync"):
+                    self.generator.load_weights(self.learner.named_weights())  # 6. weight sync
+            else:
+                log.warning("step %d: no prompt passed the difficulty filter in %d rounds; "
+                            "no update this step", step, rounds)
+            self.pool.flush(step)
+        metrics["train/batch_prompts"] = len(rollouts)
+        metrics = finalize_metrics(metrics)
+        metrics.update(self.difficulty.metrics() if hasattr(self.difficulty, "metrics") else {})
+        metrics.update(self.pool.stats())
+        metrics.update({f"time/{k}": v for k, v in self.times.items()})
+        self.logger.log(step, metrics)
+        return metrics
+
+    # ---- stages ---------------------------------------------------------------------
+    def next_prompts(self, step: int, metrics: dict) -> list[PoolItem]:
+        need = self.cfg.rollout_batch_size
+        if self.cfg.enable_self_evolution:
+            with self.timed("instruct"):
+                items, m = self.instruct.propose(self.cfg.instructions_num_per_iteration, step, self.rng)
+            _accumulate(metrics, m)
+            return items
+        if len(self.seed_order) < need:  # an epoch over the seeds, reshuffled each time
+            order = self.pool.seeds()
+            self.rng.shuffle(order)
+            self.seed_order += order
+        items, self.seed_order = self.seed_order[:need], self.seed_order[need:]
+        return items
+
+    def chat_prompt(self, text: str) -> str:
+        content = f"{text}\n{self.cfg.system_prompt}" if self.cfg.system_prompt else text
+        return self.tok.apply_chat_template([{"role": "user", "content": content}],
+                                            add_generation_prompt=True, tokenize=False)
+
+    def rollout(self, items: list[PoolItem]) -> list[list[Completion]]:
+        if not items:
+            return []
+        sampling = Sampling(max_new_tokens=self.cfg.generate_max_len, temperature=self.cfg.temperature,
+                            top_p=self.cfg.top_p)
+        with self.timed("generate"):
+            return self.generator.generate([self.chat_prompt(i.text) for i in items],
+                                           self.cfg.n_samples_per_prompt, sampling)
+
+    def reward(self, items, groups, metrics: dict) -> list[GroupScore]:
+        if not items:
+            return []
+        labels = [i.label for i in items] if self.cfg.reward_mode != "majority" else None
+        with self.timed("reward"):
+            scores = score_groups([[c.text for c in g] for g in groups], labels, self.checker,
+                                  mode=self.cfg.reward_mode, fallback=self.cfg.answer_fallback)
+        n = sum(len(s.rewards) for s in scores)
+        _accumulate(metrics, {
+            "reward/sum": sum(sum(s.rewards) for s in scores), "reward/count": n,
+            "reward/agreement_sum": sum(s.agreement for s in scores), "reward/groups": len(scores),
+            "reward/clusters_sum": sum(s.n_clusters for s in scores),
+            "reward/no_answer": sum(s.n_no_answer for s in scores),
+            "reward/ties": sum(int(s.tie) for s in scores),
+            "response/length_sum": sum(len(c.token_ids) for g in groups for c in g),
+            "response/truncated": sum(c.finish_reason == "length" for g in groups for c in g),
+        })
+        return scores
+
+    def filter(self, step, items, groups, scores) -> list[Rollout]:
+        kept = []
+        with self.timed("filter"):
+            for item, group, score in zip(items, groups, scores):
+                ok, why = self.difficulty.check(score.agreement)
+                self.pool.record_rollout(item.id, step, score.agreement, score.label, ok, why)
+                if ok:
+                    kept.append(Rollout(item, group, score))
+        return kept
+
+    def make_batch(self, rollouts: list[Rollout], metrics: dict) -> TrainBatch:
+        """Log-probs, KL and advantages for the kept groups (whitening sees only these)."""
+        prompt_ids, response_ids, rewards, group_ids = [], [], [], []
+        for g, r in enumerate(rollouts):
+            for c, rew in zip(r.group, r.score.rewards):
+                if not c.token_ids:
+                    continue
+                prompt_ids.append(list(c.prompt_ids))
+                response_ids.append(list(c.token_ids))
+                rewards.append(rew)
+                group_ids.append(g)
+        with self.timed("logprobs"):
+            old = self.learner.logprobs(prompt_ids, response_ids, model="policy")
+            ref = self.learner.logprobs(prompt_ids, response_ids, model="ref") \
+                if self.cfg.init_kl_coef > 0 else None
+        lens = [len(r) for r in response_ids]
+        mask = torch.zeros(len(lens), max(lens))
+        for i, n in enumerate(lens):
+            mask[i, :n] = 1
+        kl = None
+        if ref is not None:
+            kl = kl_estimate(_pad(old, mask), _pad(ref, mask), kind="k1") * mask
+            metrics["kl/mean"] = float((kl.sum(1) / mask.sum(1)).mean())
+        adv = compute_advantages(
+            self.cfg.advantage_estimator, torch.tensor(rewards, dtype=torch.float32),
+            torch.tensor(group_ids), mask, kl=None if self.cfg.use_kl_loss else kl,
+            kl_coef=self.cfg.init_kl_coef, gamma=self.cfg.gamma)
+        metrics["train/sequences"] = len(lens)
+        metrics["train/reward_mean"] = float(np.mean(rewards))
+        return TrainBatch(prompt_ids=prompt_ids, response_ids=response_ids,
+                          advantages=[adv[i, :n] for i, n in enumerate(lens)], old_logprobs=old,
+                          ref_logprobs=ref if self.cfg.use_kl_loss else None)
+
+    @contextmanager
+    def timed(self, name: str):
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.times[name] = self.times.get(name, 0.0) + time.perf_counter() - t0
+
+    def close(self) -> None:
+        self.checker.close()
+        self.pool.flush()
+
+
+def _pad(seqs: list[torch.Tensor], mask: torch.Tensor) -> torch.Tensor:
+    out = torch.zeros_like(mask)
+    for i, s in enumerate(seqs):
+        out[i, : len(s)] = s.float()
+    return out
+
+
+def _accumulate(into: dict, more: dict) -> None:
+    for k, v in more.items():
+        into[k] = into.get(k, 0) + v
+
+
+def finalize_metrics(m: dict) -> dict:
+    """Turn the per-round sums into the means that are logged."""
+    out = dict(m)
+    n, g = out.pop("reward/count", 0), out.pop("reward/groups", 0)
+    if n:
+        out["reward/mean"] = out.pop("reward/sum") / n
+        out["reward/no_answer_frac"] = out.pop("reward/no_answer") / n
+        out["response/length_mean"] = out.pop("response/length_sum") / n
+        out["response/truncated_frac"] = out.pop("response/truncated") / n
+    if g:
+        out["reward/agreement"] = out.pop("reward/agreement_sum") / g
+        out["reward/clusters"] = out.pop("reward/clusters_sum") / g
+        out["reward/groups"] = g
+    return out
+
+
+def evaluate_heldout(trainer: Trainer, problems) -> float:
+    """Greedy accuracy against labels on a small held-out set (the quickstart's yardstick)."""
+    if not problems:
+        return float("nan")
+    sampling = Sampling(max_new_tokens=trainer.cfg.generate_max_len, temperature=0.0)
+    groups = trainer.generator.generate([trainer.chat_prompt(p.text) for p in problems], 1, sampling)
+    scores = score_groups([[g[0].text] for g in groups], [p.label for p in problems],
+                          trainer.checker, mode="rule", fallback=trainer.cfg.answer_fallback)
+    return sum(s.rewards[0] for s in scores) / len(scores)

@@ -1,0 +1,116 @@
+import math
+
+import pytest
+import torch
+
+from serl.algos import dpo_loss, ppo_clip_loss
+
+
+def _one_token(ratio, adv, eps_low=0.2, eps_high=0.2):
+    logp = torch.tensor([[math.log(ratio)]], requires_grad=True)
+    old = torch.zeros(1, 1)
+    loss, metrics = ppo_clip_loss(logp, old, torch.tensor([[adv]]), torch.ones(1, 1),
+                                  eps_low, eps_high)
+    loss.backward()
+    return loss.item(), logp.grad.item(), metrics
+
+
+@pytest.mark.parametrize("ratio,adv,loss,grad,clipped", [
+    (1.1, 1.0, -1.1, -1.1, 0.0),    # inside the range: -ρA, d/dlogp = -ρA
+    (1.5, 1.0, -1.2, 0.0, 1.0),     # above 1+ε with A>0: clipped, no gradient
+    (0.5, -1.0, 0.8, 0.0, 1.0),     # below 1-ε with A<0: clipped, no gradient
+    (1.5, -1.0, 1.5, 1.5, 0.0),     # above 1+ε with A<0: unclipped side wins
+    (0.5, 1.0, -0.5, -0.5, 0.0),    # below 1-ε with A>0: unclipped side wins
+    (0.9, -2.0, 1.8, 1.8, 0.0),     # inside, negative advantage
+])
+def test_ppo_clip_one_token(ratio, adv, loss, grad, clipped):
+    got_loss, got_grad, m = _one_token(ratio, adv)
+    assert got_loss == pytest.approx(loss, abs=1e-6)
+    assert got_grad == pytest.approx(grad, abs=1e-6)
+    assert m["clip_frac"] == clipped
+    assert m["ratio"] == pytest.approx(ratio, rel=1e-6)
+
+
+def test_ppo_clip_higher():
+    # ρ=1.25, A=1: outside a symmetric 0.2 range, inside eps_high=0.28
+    assert _one_token(1.25, 1.0, 0.2, 0.28)[0] == pytest.approx(-1.25)
+    assert _one_token(1.25, 1.0, 0.2, 0.2)[0] == pytest.approx(-1.2)
+    # the low side uses eps_low: ρ=0.75, A=-1 -> clipped at 0.8 only if eps_low=0.2
+    assert _one_token(0.75, -1.0, 0.2, 0.28)[0] == pytest.approx(0.8)
+    assert _one_token(0.75, -1.0, 0.3, 0.2)[0] == pytest.approx(0.75)
+
+
+def test_clipped_tokens_carry_no_gradient_in_a_batch():
+    ratio = torch.tensor([[1.5, 1.1, 0.5, 1.0]])
+    adv = torch.tensor([[1.0, 1.0, -1.0, 2.0]])
+    mask = torch.tensor([[1, 1, 1, 0]])
+    logp = ratio.log().requires_grad_()
+    loss, m = ppo_clip_loss(logp, torch.zeros(1, 4), adv, mask)
+    loss.backward()
+    # token mean over 3 tokens: d/dlogp = -ρA/3 where unclipped; 0 clipped and masked
+    assert torch.allclose(logp.grad, torch.tensor([[0.0, -1.1 / 3, 0.0, 0.0]]), atol=1e-6)
+    assert loss.item() == pytest.approx((-1.2 - 1.1 + 0.8) / 3, abs=1e-6)
+    assert m["clip_frac"] == pytest.approx(2 / 3)
+
+
+def test_aggregation_token_vs_seq_mean():
+    # ratio 1 so the per-token loss is -A: row0 [2], row1 [1, 1, 1]
+    adv = -torch.tensor([[2.0, 9.0, 9.0], [1.0, 1.0, 1.0]])
+    mask = torch.tensor([[1, 0, 0], [1, 1, 1]])
+    z = torch.zeros(2, 3)
+    tok, _ = ppo_clip_loss(z, z, adv, mask, agg="token_mean")
+    seq, _ = ppo_clip_loss(z, z, adv, mask, agg="seq_mean")
+    assert tok.item() == pytest.approx(5 / 4)      # (2 + 3) / 4 tokens
+    assert seq.item() == pytest.approx(3 / 2)      # (2/1 + 3/3) / 2 sequences
+
+
+@pytest.mark.parametrize("agg", ["token_mean", "seq_mean"])
+def test_micro_batches_add_up_to_the_step(agg):
+    g = torch.Generator().manual_seed(0)
+    logp = torch.randn(4, 5, generator=g) * 0.1
+    old = torch.randn(4, 5, generator=g) * 0.1
+    adv = torch.randn(4, 5, generator=g)
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 0, 0, 0, 0], [1, 1, 0, 0, 0]])
+    whole, _ = ppo_clip_loss(logp, old, adv, mask, agg=agg)
+    n_tok, n_seq = float(mask.sum()), 4.0
+    parts = sum(ppo_clip_loss(logp[s], old[s], adv[s], mask[s], agg=agg,
+                              num_tokens=n_tok, num_seqs=n_seq)[0]
+                for s in (slice(0, 1), slice(1, 4)))
+    assert parts.item() == pytest.approx(whole.item(), rel=1e-6)
+
+
+def test_ppo_bad_agg_and_shapes():
+    z = torch.zeros(1, 2)
+    with pytest.raises(ValueError, match="unknown loss aggregation"):
+        ppo_clip_loss(z, z, z, z, agg="sum")
+    with pytest.raises(ValueError, match="share one shape"):
+        ppo_clip_loss(z, torch.zeros(1, 3), z, z)
+
+
+def test_ppo_huge_log_ratio_stays_finite():
+    loss, m = ppo_clip_loss(torch.tensor([[500.0]]), torch.zeros(1, 1), torch.tensor([[-1.0]]),
+                            torch.ones(1, 1))
+    assert math.isfinite(loss.item()) and math.isfinite(m["approx_kl"])
+
+
+def test_dpo_by_hand():
+    # margins: (−1+1.5) − (−2+1.5) = 1 and −1; β=0.1 -> log(1+e^{∓0.1})
+    pc = torch.tensor([-1.0, -2.0], requires_grad=True)
+    pr = torch.tensor([-2.0, -1.0])
+    ref = torch.tensor([-1.5, -1.5])
+    loss, m = dpo_loss(pc, pr, ref, ref, beta=0.1)
+    expected = (math.log1p(math.exp(-0.1)) + math.log1p(math.exp(0.1))) / 2
+    assert loss.item() == pytest.approx(expected, rel=1e-6)
+    assert m["reward_accuracy"] == 0.5
+    assert m["reward_chosen"] == pytest.approx((0.05 - 0.05) / 2)
+    loss.backward()
+    # d/dpc_i = -β σ(-z_i) / 2
+    sig = lambda x: 1 / (1 + math.exp(-x))
+    assert pc.grad.tolist() == pytest.approx([-0.1 * sig(-0.1) / 2, -0.1 * sig(0.1) / 2])
+
+
+def test_dpo_label_smoothing():
+    z = torch.zeros(1)
+    loss, _ = dpo_loss(z + 1, z, z, z, beta=1.0, label_smoothing=0.25)
+    expected = 0.75 * math.log1p(math.exp(-1)) + 0.25 * math.log1p(math.exp(1))
+    assert loss.item() == pytest.approx(expected, rel=1e-6)
