@@ -131,6 +131,21 @@ class MetricsLogger:
         config: dict | None = None,
         resume: bool = False,
     ) -> None:
+        # Missing optional packages are reported before anything is written.
+        self.tensorboard_dir = tensorboard_dir
+        self._tb = None
+        if tensorboard_dir is not None:
+            try:
+                import tensorboard  # noqa: F401  (torch's writer needs it)
+                from torch.utils.tensorboard import SummaryWriter  # noqa: F401
+            except ImportError:
+                _need("tensorboard", "TensorBoard logging (tensorboard_dir)")
+        if use_wandb:
+            try:
+                import wandb  # noqa: F401
+            except ImportError:
+                _need("wandb", "Weights & Biases logging (use_wandb)")
+
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.run_dir / METRICS_FILE
@@ -147,26 +162,18 @@ class MetricsLogger:
         self._file = open(self.path, "a", encoding="utf-8")
         self._closed = False
 
-        self.tensorboard_dir = tensorboard_dir
-        self._tb = None
-        if tensorboard_dir is not None:
-            try:
-                import tensorboard  # noqa: F401  (torch's writer needs it)
-                from torch.utils.tensorboard import SummaryWriter  # noqa: F401
-            except ImportError:
-                _need("tensorboard", "TensorBoard logging (tensorboard_dir)")
-
         self._wandb_run = None
         if use_wandb:
-            self._wandb_run = self._start_wandb(wandb_project, wandb_run_name, config)
+            try:
+                self._wandb_run = self._start_wandb(wandb_project, wandb_run_name, config)
+            except BaseException:
+                self._file.close()
+                raise
 
     # -- sinks -------------------------------------------------------------
 
     def _start_wandb(self, project: str, name: str | None, config: dict | None):
-        try:
-            import wandb
-        except ImportError:
-            _need("wandb", "Weights & Biases logging (use_wandb)")
+        import wandb
         # The run id is kept in the run dir so a resumed run continues the same W&B run.
         id_file = self.run_dir / WANDB_ID_FILE
         run_id = id_file.read_text().strip() if (self.resume and id_file.exists()) else None

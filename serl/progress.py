@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from typing import IO, Iterator, Mapping
 
 MODES = ("bar", "plain", "quiet")
+_clock = time.perf_counter  # a name tests can replace
 
 
 def progress_mode(mode: str | None = "auto", stream: IO | None = None) -> str:
@@ -28,6 +29,10 @@ def progress_mode(mode: str | None = "auto", stream: IO | None = None) -> str:
     return mode
 
 
+def _secs(seconds: float) -> str:
+    return f"{seconds:.2f}" if seconds < 10 else f"{seconds:.1f}"
+
+
 def _rate(n: float, seconds: float) -> str:
     return f"{n / seconds:.1f}" if seconds > 0 else "inf"
 
@@ -38,7 +43,7 @@ class Stage:
     def __init__(self, name: str, total: int | None, unit: str, mode: str, stream: IO | None) -> None:
         self.name, self.total, self.unit, self.mode = name, total, unit, mode
         self.n = 0
-        self.start = time.perf_counter()
+        self.start = _clock()
         self.seconds = 0.0
         self._stream = stream
         self._bar = None
@@ -53,7 +58,7 @@ class Stage:
             self._bar.update(n)
 
     def _finish(self, failed: bool) -> None:
-        self.seconds = time.perf_counter() - self.start
+        self.seconds = _clock() - self.start
         if self._bar is not None:
             self._bar.close()
         if self.mode == "plain":
@@ -61,7 +66,7 @@ class Stage:
             done = f"{self.n}/{self.total}" if self.total is not None else f"{self.n}"
             status = " (failed)" if failed else ""
             print(
-                f"[{self.name}] {done} {self.unit} in {self.seconds:.1f} s "
+                f"[{self.name}] {done} {self.unit} in {_secs(self.seconds)} s "
                 f"({_rate(self.n, self.seconds)} {self.unit}/s){status}",
                 file=out,
                 flush=True,

@@ -164,18 +164,16 @@ def load_run(run_dir: str | Path) -> Run:
 # -- plotting ---------------------------------------------------------------
 
 
-def _smooth(values: list[float]) -> list[float] | None:
+def _smooth(values: list[float]) -> tuple[list[float], int] | None:
     """Centered moving average for noisy per-step curves; None when too few points."""
-    n = len(values)
-    window = n // 20
-    if window < 2:
+    half = len(values) // 40  # window of about 5% of the run, at least 3 points
+    if half < 1:
         return None
-    half = window // 2
     out = []
-    for i in range(n):
+    for i in range(len(values)):
         chunk = values[max(0, i - half): i + half + 1]
         out.append(sum(chunk) / len(chunk))
-    return out
+    return out, 2 * half + 1
 
 
 def _draw(ax, series: Series, label: str, color: str | None = None, smooth: bool = True) -> int:
@@ -183,14 +181,15 @@ def _draw(ax, series: Series, label: str, color: str | None = None, smooth: bool
     steps, values = series.finite()
     if not steps:
         return 0
-    averaged = _smooth(values) if smooth else None
-    if averaged is None:
+    smoothed = _smooth(values) if smooth else None
+    if smoothed is None:
         marker = "o" if len(steps) <= 40 else None
         ax.plot(steps, values, label=label, color=color, marker=marker, markersize=4, linewidth=1.8)
         return 0
+    averaged, window = smoothed
     (raw,) = ax.plot(steps, values, color=color, alpha=0.25, linewidth=1)
     ax.plot(steps, averaged, color=raw.get_color(), linewidth=2, label=label)
-    return len(values) // 20
+    return window
 
 
 def _new_figure(panels: int, cols: int = 1, height: float = 3.4):
@@ -206,8 +205,11 @@ def _new_figure(panels: int, cols: int = 1, height: float = 3.4):
 
 
 def _style(ax, title: str, ylabel: str, window: int = 0) -> None:
+    from matplotlib.ticker import MaxNLocator
+
     ax.set_title(title, fontsize=12)
     ax.set_xlabel("training step")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel(ylabel)
     ax.grid(True, alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
@@ -227,7 +229,10 @@ def _panels_plot(title: str, panels: list[tuple[str, str, list[tuple[str, Series
         smooth_this = smooth and (flag[0] if flag else True)
         window = max([_draw(ax, ser, label, smooth=smooth_this) for label, ser in lines] or [0])
         _style(ax, ptitle, ylabel, window)
-    fig.suptitle(title, fontsize=14, fontweight="bold")
+    if len(panels) == 1:  # one panel: its own title says it all
+        axes[0].set_title(panels[0][0], fontsize=14, fontweight="bold")
+    else:
+        fig.suptitle(title, fontsize=14, fontweight="bold")
     return fig
 
 
@@ -264,7 +269,10 @@ def plot_filters(run: Run, claimed: set[str]):
         claimed.update(keys)
         title = f"{name} filter" + (" (after rollout)" if name == "difficulty" else "")
         panels.append((title, "problems per step", [(k.split("/")[2].replace("_", " "), run.series[k]) for k in keys]))
-    return _panels_plot("Kept and filtered problems, per filter", panels, cols=2 if len(panels) > 2 else 1)
+    fig = _panels_plot("Kept and filtered problems, per filter", panels, cols=2 if len(panels) > 2 else 1)
+    for ax in fig.axes if fig is not None else []:
+        ax.set_ylim(bottom=0)  # counts: a zero baseline keeps proportions honest
+    return fig
 
 
 def plot_pool(run: Run, claimed: set[str]):
@@ -339,11 +347,11 @@ def plot_time(run: Run, claimed: set[str]):
         mean = sum(vals) / len(vals) if vals else math.nan
         ax.plot(st, vals, color="black", linewidth=1.5, linestyle="--", label=f"whole step: {mean:.1f} s")
     _style(ax, "Seconds per step, by stage (stacked; legend: mean per step)", "seconds")
+    ax.title.set(fontsize=14, fontweight="bold")
     ax.set_ylim(bottom=0)
     handles, labels = ax.get_legend_handles_labels()
     # Legend outside the plot: stacked areas fill the axes.
     ax.legend(handles[::-1], labels[::-1], fontsize=9, loc="upper left", bbox_to_anchor=(1.01, 1))
-    fig.suptitle("Time per stage", fontsize=14, fontweight="bold")
     return fig
 
 
@@ -389,7 +397,7 @@ def plot_leftovers(run: Run, claimed: set[str]) -> list[tuple[str, Any]]:
         keys = sorted(by_ns[ns])
         for part, start in enumerate(range(0, len(keys), MAX_PANELS)):
             chunk = keys[start:start + MAX_PANELS]
-            panels = [(k, "value", [(_short(k), run.series[k])]) for k in chunk]
+            panels = [(k, _short(k).replace("_", " "), [(_short(k), run.series[k])]) for k in chunk]
             fig = _panels_plot(f"Other '{ns}' metrics", panels, cols=2 if len(panels) > 1 else 1)
             if fig is not None:
                 out.append((f"other_{ns}" + (f"_{part + 1}" if len(keys) > MAX_PANELS else ""), fig))
@@ -412,9 +420,15 @@ def _num(v: float) -> str:
         return "n/a"
     if v == int(v) and abs(v) < 1e9:
         return str(int(v))
-    if abs(v) < 0.01 or abs(v) >= 1e5:
-        return f"{v:.3e}"
-    return f"{v:.4f}"
+    return f"{v:.4g}"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.2f} h"
 
 
 def _flatten(data: Any, prefix: str = "") -> list[tuple[str, Any]]:
@@ -443,7 +457,7 @@ def summary_markdown(run: Run, plots: list[str]) -> str:
     out.append(f"- steps logged: {len(run.steps)} (step {run.steps[0]} to {run.steps[-1]})")
     if len(run.wall_times) >= 2:
         t = sorted(run.wall_times.values())
-        out.append(f"- wall time between first and last logged step: {(t[-1] - t[0]) / 3600:.2f} h")
+        out.append(f"- wall time between first and last logged step: {_duration(t[-1] - t[0])}")
     out.append(f"- metrics: {len(run.series)} keys")
     for note in run.notes:
         out.append(f"- note: {note}")
@@ -504,6 +518,22 @@ def summary_markdown(run: Run, plots: list[str]) -> str:
 # -- writing ----------------------------------------------------------------
 
 
+def _swap_in(new: Path, final: Path) -> None:
+    """Put the finished report at `final`; the old one goes only once the new one is there."""
+    old = None
+    if final.exists():
+        old = Path(tempfile.mkdtemp(prefix=".report-old-", dir=final.parent)) / final.name
+        final.rename(old)
+    try:
+        new.rename(final)
+    except BaseException:
+        if old is not None:
+            old.rename(final)
+        raise
+    if old is not None:
+        shutil.rmtree(old.parent, ignore_errors=True)
+
+
 def write_report(run_dir: str | Path) -> list[Path]:
     """Write RUN_DIR/report/ (plots + summary.md); returns the files written."""
     run = load_run(run_dir)
@@ -516,23 +546,19 @@ def write_report(run_dir: str | Path) -> list[Path]:
     tmp = Path(tempfile.mkdtemp(prefix=".report-", dir=run.run_dir))
     try:
         claimed: set[str] = set()
-        figures = [(stem, build(run, claimed)) for stem, build in PLOTS]
-        figures += plot_leftovers(run, claimed)
         names = []
-        for stem, fig in figures:
-            if fig is None:
-                continue
-            fig.savefig(tmp / f"{stem}.png", dpi=110)
-            names.append(f"{stem}.png")
+
+        def save(stem: str, fig) -> None:
+            if fig is not None:
+                fig.savefig(tmp / f"{stem}.png", dpi=110)
+                names.append(f"{stem}.png")
+
+        for stem, build in PLOTS:
+            save(stem, build(run, claimed))
+        for stem, fig in plot_leftovers(run, claimed):
+            save(stem, fig)
         (tmp / "summary.md").write_text(summary_markdown(run, names), encoding="utf-8")
-        # Swap in the finished report; the old one is removed only after.
-        old = None
-        if final.exists():
-            old = Path(tempfile.mkdtemp(prefix=".report-old-", dir=run.run_dir))
-            final.rename(old / REPORT_DIR)
-        tmp.rename(final)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        _swap_in(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

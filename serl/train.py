@@ -39,11 +39,11 @@ def prepare(cfg: TrainConfig):
 
 
 def run(cfg: TrainConfig) -> Path:
+    seeds, model_path, eval_set, run_dir = prepare(cfg)  # fail fast, before heavy imports
+
     from serl.metrics import MetricsLogger
     from serl.progress import print_step_summary, progress_mode
     from serl.trainer import Trainer, evaluate_heldout, make_generator, make_learner
-
-    seeds, model_path, eval_set, run_dir = prepare(cfg)
     mode = progress_mode(cfg.progress)
     t_start = time.time()
     tok = load_tokenizer(model_path)

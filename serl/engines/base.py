@@ -22,6 +22,7 @@ class Sampling:
     presence_penalty: float = 0.0  # ignored by engines that lack it
     stop: tuple[str, ...] = ()
     seed: int | None = None
+    logprobs: bool = False  # also return each sampled token's log-prob, where the engine can
 
     @property
     def greedy(self) -> bool:

@@ -59,6 +59,7 @@ class VLLMGenerator:
             max_tokens=sampling.max_new_tokens,
             presence_penalty=sampling.presence_penalty,
             stop=list(sampling.stop) or None,
+            logprobs=0 if sampling.logprobs else None,
             seed=(self.seed * 1_000_003 + self.calls) if sampling.seed is None else sampling.seed,
         )
         from vllm.inputs import TokensPrompt
@@ -69,12 +70,22 @@ class VLLMGenerator:
         result = []
         for e, o in zip(enc, outs):
             group = [Completion(text=c.text, token_ids=list(c.token_ids), prompt_ids=e,
-                                finish_reason="length" if c.finish_reason == "length" else "stop")
+                                finish_reason="length" if c.finish_reason == "length" else "stop",
+                                logprobs=_sampled_logprobs(c) if sampling.logprobs else None)
                      for c in o.outputs]
             if greedy and n > 1:
                 group = group * n
             result.append(group)
         return result
+
+    def sleep(self) -> None:
+        """Free GPU memory between rollouts (GPU only; a no-op on the CPU backend)."""
+        if not self.on_cpu:
+            self.llm.sleep(level=1)
+
+    def wake_up(self) -> None:
+        if not self.on_cpu:
+            self.llm.wake_up()
 
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         from safetensors.torch import save_file
@@ -99,3 +110,9 @@ class VLLMGenerator:
         llm, self.llm = getattr(self, "llm", None), None
         if llm is not None:
             del llm
+
+
+def _sampled_logprobs(c) -> list[float] | None:
+    if c.logprobs is None:
+        return None
+    return [float(step[tok].logprob) for tok, step in zip(c.token_ids, c.logprobs)]

@@ -22,6 +22,7 @@ that timed out twice or whose parse timed out: compared by the cheap rules only)
 from __future__ import annotations
 
 import logging
+import math
 import signal
 import time
 from collections import OrderedDict
@@ -34,6 +35,47 @@ from serl.rewards.normalize import cheap_compare
 
 PARSE, VERIFY = 1.0, 2.0
 _LATEX_ONLY = [LatexExtractionConfig()]
+
+
+_MAX_NODES = 2000
+_MAX_EXPONENT = 10**5
+
+
+def _magnitude(e) -> float:
+    """Rough upper bound on log10|e| for a number-only tree; inf when unbounded."""
+    import math
+
+    import sympy
+
+    if e.is_Integer or e.is_Rational:
+        return math.log10(abs(int(e.p)) + 1) if e.is_Integer else 1.0
+    if isinstance(e, sympy.Pow) and e.args[0].is_number and e.args[1].is_number:
+        base, exp = _magnitude(e.args[0]), _magnitude(e.args[1])
+        if exp > 6:
+            return math.inf
+        return base * (10**exp)
+    return 0.0
+
+
+def too_big(values) -> bool:
+    """Parsed answers that would make sympy compute astronomically large numbers
+    (``9^{9^{9^9}}``, ``100000!``) or that have a huge tree: such answers are
+    compared by the cheap rules only (cheaper than waiting for a timeout)."""
+    import sympy
+
+    for v in values:
+        if not isinstance(v, sympy.Basic):
+            continue
+        for n, node in enumerate(sympy.preorder_traversal(v)):
+            if n > _MAX_NODES:
+                return True
+            if isinstance(node, sympy.Pow) and node.args[0].is_number and node.args[1].is_number:
+                if _magnitude(node.args[1]) > math.log10(_MAX_EXPONENT) and _magnitude(node.args[0]) > 0.31:
+                    return True
+            if isinstance(node, sympy.factorial) and node.args[0].is_number:
+                if _magnitude(node.args[0]) > 4:
+                    return True
+    return False
 
 
 class _SoftTimeout(BaseException):
@@ -51,7 +93,7 @@ class Worker:
         self.soft = soft_timeout
         self.max_chars = max_chars
         self.cache: OrderedDict[str, object] = OrderedDict()
-        self.counters = {"verify_calls": 0, "parse_calls": 0, "soft_timeouts": 0, "skipped_long": 0}
+        self.counters = {"verify_calls": 0, "parse_calls": 0, "soft_timeouts": 0, "skipped_long": 0, "too_big": 0}
 
     # -- timed units --------------------------------------------------------
     def _unit(self, kind: float, i: int, j: int, fn):
@@ -82,6 +124,9 @@ class Worker:
             lambda: parse("\\boxed{" + s + "}", extraction_config=_LATEX_ONLY, parsing_timeout=None),
         )
         value = value if ok else None
+        if value is not None and too_big(value):
+            self.counters["too_big"] += 1
+            value = None
         self.cache[s] = value
         if len(self.cache) > 4096:
             self.cache.popitem(last=False)
@@ -155,6 +200,18 @@ def cluster(job: dict, equal) -> dict:
             False if i == label else equal(job, label, i) for i in range(len(job["strings"]))
         ]
     return out
+
+
+def _warm_up() -> None:
+    """Run each parser path once at import: in the forkserver this happens once
+    and every forked worker inherits the loaded grammar and warm caches."""
+    logging.getLogger("math_verify").setLevel(logging.CRITICAL)
+    for a, b in (("\\frac{\\sqrt{2}}{2}", "\\sqrt{2}/2"), ("[0,1)", "(0,1]"), ("x^2+1", "\\pi")):
+        verify(parse("\\boxed{" + a + "}", _LATEX_ONLY, parsing_timeout=None),
+               parse("\\boxed{" + b + "}", _LATEX_ONLY, parsing_timeout=None), timeout_seconds=None)
+
+
+_warm_up()
 
 
 def worker_main(conn, progress, soft_timeout, max_chars, max_memory_mb) -> None:

@@ -1,0 +1,154 @@
+"""Throughput and MFU of a full TorchLearner update on SmolLM2-135M (fp32 and bf16).
+
+A full update = forward + backward over every micro-batch of the batch, gradient
+clipping and the AdamW step. MFU = 6·params·tokens / time / peak, where the peak is the
+best dense matmul rate this script measures on this machine in the same run, for the
+same dtype. Tokens are prompt + response tokens, no padding.
+
+    /tmp/venv1/bin/python bench/learner.py            # table + a JSON line in bench/results.jsonl
+    /tmp/venv1/bin/python bench/learner.py --help
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from serl.engines.base import TrainBatch  # noqa: E402
+from serl.engines.torch_learner import LearnerConfig, TorchLearner  # noqa: E402
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def machine_name() -> str:
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
+        for line in out.splitlines():
+            if line.startswith("Model name:"):
+                return line.split(":", 1)[1].strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return platform.processor() or platform.machine()
+
+
+def matmul_peak(dtype: torch.dtype, seconds: float) -> float:
+    """Best FLOP/s of square matmuls (sizes 1024..4096) within about ``seconds``."""
+    best = 0.0
+    for n in (1024, 2048, 3072, 4096):
+        a = torch.randn(n, n).to(dtype)
+        b = torch.randn(n, n).to(dtype)
+        a @ b  # warm-up: pick kernels, touch memory
+        reps, t0 = 0, time.perf_counter()
+        while True:
+            t = time.perf_counter()
+            a @ b
+            best = max(best, 2 * n ** 3 / (time.perf_counter() - t))
+            reps += 1
+            if time.perf_counter() - t0 > seconds / 4 and reps >= 2:
+                break
+    return best
+
+
+def make_batch(learner: TorchLearner, n: int, prompt_len: int, response_len: int, vocab: int,
+               seed: int) -> TrainBatch:
+    g = torch.Generator().manual_seed(seed)
+    # lengths vary ±25 % like real rollouts, so length sorting has something to do
+    prompts, responses = [], []
+    for _ in range(n):
+        p = int(prompt_len * (0.75 + 0.5 * torch.rand(1, generator=g)))
+        r = int(response_len * (0.75 + 0.5 * torch.rand(1, generator=g)))
+        prompts.append(torch.randint(3, vocab, (p,), generator=g).tolist())
+        responses.append(torch.randint(3, vocab, (r,), generator=g).tolist())
+    old = learner.logprobs(prompts, responses)
+    adv = [torch.randn(len(r), generator=g) for r in responses]
+    return TrainBatch(prompts, responses, adv, old)
+
+
+def bench_update(model_path: str, bf16: bool, args) -> dict:
+    cfg = LearnerConfig(lr=1e-6, warmup_ratio=0.0, total_steps=1000,
+                        micro_batch_size=args.micro_batch, bf16=bf16)
+    learner = TorchLearner(model_path, cfg, need_ref=False)
+    params = sum(p.numel() for p in learner.policy.parameters())  # tied head counted once
+    batch = make_batch(learner, args.batch, args.prompt_len, args.response_len,
+                       learner.policy.config.vocab_size, args.seed)
+    tokens = sum(len(p) + len(r) for p, r in zip(batch.prompt_ids, batch.response_ids))
+    learner.step(batch)  # warm-up: Adam state allocation, kernel selection
+    times = []
+    for _ in range(args.steps):
+        t = time.perf_counter()
+        m = learner.step(batch)
+        times.append(time.perf_counter() - t)
+        if m["actor/skipped"]:
+            raise RuntimeError("the benchmark update was skipped (non-finite)")
+    best = min(times)
+    return {"params": params, "tokens": tokens, "step_s": best,
+            "step_s_all": [round(x, 3) for x in times], "tokens_per_s": tokens / best,
+            "flops_per_s": 6 * params * tokens / best}
+
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="smollm2", help="model spec for serl.models.resolve_model")
+    ap.add_argument("--dtypes", default="fp32,bf16", help="comma list of fp32 and/or bf16")
+    ap.add_argument("--batch", type=int, default=8, help="sequences per update")
+    ap.add_argument("--prompt-len", type=int, default=128, help="mean prompt length (tokens)")
+    ap.add_argument("--response-len", type=int, default=256, help="mean response length (tokens)")
+    ap.add_argument("--micro-batch", type=int, default=4, help="sequences per forward/backward")
+    ap.add_argument("--steps", type=int, default=2, help="timed updates per dtype (best is kept)")
+    ap.add_argument("--peak-seconds", type=float, default=4.0, help="time spent measuring each matmul peak")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the synthetic batch")
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results.jsonl"), help="JSONL file to append to")
+    ap.add_argument("--note", default="machine shared with other engineers during the run",
+                    help="free text stored with the result")
+    args = ap.parse_args(argv)
+    bad = [d for d in args.dtypes.split(",") if d not in DTYPES]
+    if bad or min(args.batch, args.prompt_len, args.response_len, args.micro_batch, args.steps) < 1:
+        ap.exit(2, f"bench/learner.py: bad --dtypes {bad} or a size below 1\n")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    from serl.models import resolve_model
+
+    path = resolve_model(args.model)
+    rows = []
+    for name in args.dtypes.split(","):
+        peak = matmul_peak(DTYPES[name], args.peak_seconds)
+        r = bench_update(path, name == "bf16", args)
+        r.update(dtype=name, peak_flops_per_s=peak, mfu=r["flops_per_s"] / peak)
+        rows.append(r)
+    print(f"{'dtype':<6}{'tokens':>8}{'step s':>9}{'tokens/s':>10}{'GFLOP/s':>10}"
+          f"{'peak GFLOP/s':>14}{'MFU':>7}")
+    for r in rows:
+        print(f"{r['dtype']:<6}{r['tokens']:>8}{r['step_s']:>9.2f}{r['tokens_per_s']:>10.1f}"
+              f"{r['flops_per_s'] / 1e9:>10.1f}{r['peak_flops_per_s'] / 1e9:>14.1f}"
+              f"{100 * r['mfu']:>6.1f}%")
+    record = {
+        "bench": "learner", "date": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "machine": machine_name(), "threads": torch.get_num_threads(),
+        "load_avg_1m": os.getloadavg()[0], "torch": torch.__version__, "model": args.model,
+        "batch": args.batch, "prompt_len": args.prompt_len, "response_len": args.response_len,
+        "micro_batch": args.micro_batch, "note": args.note,
+        "results": [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()}
+                    for r in rows],
+    }
+    with open(args.out, "a") as f:
+        f.write(json.dumps(record) + "\n")
+    print(f"appended to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,58 @@
+"""Accuracy arithmetic shared by the math and MMLU-Pro evaluations."""
+from __future__ import annotations
+
+import sys
+import time
+from collections import defaultdict
+
+from serl.engines.base import Completion, Sampling
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from n samples with c correct (Chen et al. 2021, "Evaluating
+    Large Language Models Trained on Code", eq. 1): 1 - C(n-c, k) / C(n, k).
+    With k == n it is 1 when any sample is correct."""
+    if k > n:
+        raise ValueError(f"pass@{k} needs at least {k} samples, got {n}")
+    if n - c < k:
+        return 1.0
+    prob_all_wrong = 1.0
+    for i in range(n - c + 1, n + 1):
+        prob_all_wrong *= 1.0 - k / i
+    return 1.0 - prob_all_wrong
+
+
+def mean(values) -> float:
+    values = list(values)
+    return sum(values) / len(values) if values else float("nan")
+
+
+def breakdown(keys: list[str | None], columns: dict[str, list[float]]) -> dict[str, dict]:
+    """Per key (level, subject, category): n and the mean of each column."""
+    rows: dict[str, list[int]] = defaultdict(list)
+    for i, key in enumerate(keys):
+        if key is not None:
+            rows[key].append(i)
+    out = {}
+    for key in sorted(rows, key=str):
+        idx = rows[key]
+        out[key] = {"n": len(idx)} | {name: mean(col[i] for i in idx) for name, col in columns.items()}
+    return out
+
+
+def generate_in_chunks(generator, prompts: list[str], n: int, sampling: Sampling,
+                       label: str, chunk: int = 64, log=sys.stderr) -> list[list[Completion]]:
+    """``generator.generate`` over chunks of prompts, with one progress line per chunk
+    (a long vLLM call is otherwise silent for many minutes)."""
+    out: list[list[Completion]] = []
+    start = time.perf_counter()
+    tokens = 0
+    for i in range(0, len(prompts), max(1, chunk)):
+        groups = generator.generate(prompts[i:i + chunk], n, sampling)
+        out.extend(groups)
+        tokens += sum(len(c.token_ids) for g in groups for c in (g[:1] if sampling.greedy else g))
+        if log is not None:
+            secs = time.perf_counter() - start
+            print(f"[eval] {label}: {len(out)}/{len(prompts)} prompts, {tokens} tokens, "
+                  f"{secs:.0f} s ({tokens / max(secs, 1e-9):.0f} tok/s)", file=log, flush=True)
+    return out

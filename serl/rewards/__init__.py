@@ -1,0 +1,23 @@
+"""Rewards: answer extraction, math equivalence, majority vote, rule reward.
+
+The HTTP server for OpenRLHF's remote reward protocol is in
+:mod:`serl.rewards.server`; the security notes on parsing model output are in
+:mod:`serl.rewards.safety`.
+"""
+from serl.rewards.equivalence import EquivalenceChecker
+from serl.rewards.extract import extract_answer, normalize_label
+from serl.rewards.normalize import normalize
+from serl.rewards.vote import GroupScore, maj_at_k, majority_vote, rule_reward, score_groups, summarize
+
+__all__ = [
+    "EquivalenceChecker",
+    "GroupScore",
+    "extract_answer",
+    "maj_at_k",
+    "majority_vote",
+    "normalize",
+    "normalize_label",
+    "rule_reward",
+    "score_groups",
+    "summarize",
+]

@@ -1,0 +1,325 @@
+"""Mathematical equivalence of answers, checked in a pool of worker processes.
+
+Why processes: math-verify's own timeouts use ``signal.alarm``, which only works
+in a main thread, and a check can hang inside C code that no signal interrupts.
+So every check runs in a worker process (its main thread), and the parent
+enforces a hard per-check timeout by killing and replacing a worker whose
+current check runs too long.  A timed-out check counts as "not equal" and in
+``stats["timeouts"]``; the job is sent again with that check marked bad, so the
+rest of its work is still done.
+
+Order of work for one pair: the cheap rules of :mod:`serl.rewards.normalize`
+(in the parent for ``equal``/``equal_many``, and again in the worker), then
+math-verify ``parse`` (cached per worker) and ``verify(gold=a, target=b)``.
+
+Whole groups are shipped to a worker as one job (see :mod:`serl.rewards.vote`),
+so the pool runs one group per worker in parallel and the per-job overhead is
+one pipe round trip.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import threading
+import time
+from collections import deque
+from multiprocessing.connection import wait
+
+from serl.rewards.normalize import cheap_compare
+
+_STAT_KEYS = (
+    "calls", "string_matches", "verify_calls", "parse_calls", "timeouts", "soft_timeouts",
+    "hard_timeouts", "restarts", "crashes", "skipped_long", "too_big", "blocked", "jobs",
+)
+
+
+def _worker_entry(*args) -> None:
+    """Process target; imports math-verify only in the worker (the forkserver
+    has it preloaded), never in the parent."""
+    from serl.rewards._worker import worker_main
+
+    worker_main(*args)
+
+
+class _Slot:
+    """One worker process and its pipe and progress array."""
+
+    def __init__(self, ctx, args):
+        self.ctx, self.args = ctx, args
+        self.progress = ctx.Array("d", 4, lock=False)
+        self.start()
+
+    def start(self):
+        for k in range(4):
+            self.progress[k] = 0.0
+        self.conn, child = self.ctx.Pipe(duplex=True)
+        self.proc = self.ctx.Process(
+            target=_worker_entry, args=(child, self.progress, *self.args), daemon=True
+        )
+        self.proc.start()
+        child.close()
+        self.job: int | None = None
+
+    def kill(self):
+        if self.proc.is_alive():
+            self.proc.kill()
+        self.proc.join(5)
+        self.conn.close()
+
+    def stop(self):
+        try:
+            self.conn.send(None)
+        except (OSError, ValueError):
+            pass
+        self.proc.join(1)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join(1)
+        self.conn.close()
+
+
+class EquivalenceChecker:
+    """Pool of math-verify workers with a hard per-check timeout.
+
+    ``timeout``: seconds one parse or verify may take before the worker is
+    killed (the check counts as "not equal").  ``workers``: processes.
+    ``soft_timeout``: also stop pure-Python hangs with ``SIGALRM`` inside the
+    worker at 0.8 x timeout (cheaper than a restart); False = hard kills only.
+    ``max_answer_chars``: longer answers are compared by the cheap rules only.
+    ``max_memory_mb``: address-space limit of each worker.
+    ``start_method``: ``forkserver`` (default; safe when the parent has threads,
+    and restarts are fast because the server preloads math-verify) or ``spawn``.
+
+    Thread-safe: calls from several threads are served one batch at a time.
+    Pickling keeps only the settings; the copy starts its own pool on first use.
+    """
+
+    def __init__(
+        self,
+        timeout: float = 3.0,
+        workers: int = 2,
+        *,
+        soft_timeout: bool = True,
+        max_answer_chars: int = 2000,
+        max_memory_mb: int | None = 4096,
+        start_method: str = "forkserver",
+    ):
+        if timeout <= 0:
+            raise ValueError(f"timeout must be > 0, got {timeout}")
+        if workers < 1:
+            raise ValueError(f"workers must be >= 1, got {workers}")
+        self.timeout = float(timeout)
+        self.workers = int(workers)
+        self.soft_timeout = bool(soft_timeout)
+        self.max_answer_chars = int(max_answer_chars)
+        self.max_memory_mb = max_memory_mb
+        self.start_method = start_method
+        self.stats: dict[str, int] = {k: 0 for k in _STAT_KEYS}
+        self._slots: list[_Slot] = []
+        self._lock = threading.Lock()
+        self._closed = False
+
+    # -- lifecycle ----------------------------------------------------------
+    def _ensure_started(self) -> None:
+        if self._closed:
+            raise RuntimeError("EquivalenceChecker is closed")
+        if self._slots:
+            return
+        ctx = mp.get_context(self.start_method)
+        if self.start_method == "forkserver":
+            ctx.set_forkserver_preload(["serl.rewards._worker"])
+        soft = 0.8 * self.timeout if self.soft_timeout else None
+        args = (soft, self.max_answer_chars, self.max_memory_mb)
+        self._slots = [_Slot(ctx, args) for _ in range(self.workers)]
+
+    def close(self) -> None:
+        with self._lock:
+            for slot in self._slots:
+                slot.stop()
+            self._slots = []
+            self._closed = True
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            if self._slots:
+                for slot in self._slots:
+                    slot.kill()
+        except Exception:
+            pass
+
+    def __getstate__(self):
+        state = {k: v for k, v in self.__dict__.items() if k not in ("_slots", "_lock")}
+        state["stats"] = {k: 0 for k in _STAT_KEYS}
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._slots = []
+        self._lock = threading.Lock()
+
+    def healthy(self) -> bool:
+        """True when every worker answers a trivial check within the timeout."""
+        # a pair the cheap rules cannot decide, so each worker runs math-verify
+        job = {"kind": "pairs", "strings": ["\\sqrt{4}", "2"], "pairs": [(0, 1)]}
+        res = self.run_jobs([dict(job) for _ in range(self.workers)])
+        return all(r == [True] for r in res)
+
+    # -- public checks ------------------------------------------------------
+    def equal(self, a: str, b: str) -> bool:
+        """``a`` and ``b`` are the same mathematical answer (``a`` is the gold)."""
+        return self.equal_many([(a, b)])[0]
+
+    def equal_many(self, pairs: list[tuple[str, str]]) -> list[bool]:
+        """Batched :meth:`equal`: cheap rules here, the rest split over the pool."""
+        if self._closed:
+            raise RuntimeError("EquivalenceChecker is closed")
+        out: list[bool | None] = []
+        todo: list[int] = []
+        for k, (a, b) in enumerate(pairs):
+            if a is None or b is None:
+                out.append(False)
+                continue
+            cheap = cheap_compare(a, b)
+            if cheap:
+                self.stats["string_matches"] += 1
+            out.append(cheap)
+            if cheap is None:
+                todo.append(k)
+        self.stats["calls"] += len(pairs)
+        if todo:
+            n_jobs = min(len(todo), self.workers * 4)
+            jobs = []
+            for part in range(n_jobs):
+                idx = todo[part::n_jobs]
+                strings: list[str] = []
+                where: dict[str, int] = {}
+                job_pairs = []
+                for k in idx:
+                    ij = []
+                    for s in pairs[k]:
+                        if s not in where:
+                            where[s] = len(strings)
+                            strings.append(s)
+                        ij.append(where[s])
+                    job_pairs.append(tuple(ij))
+                jobs.append((idx, {"kind": "pairs", "strings": strings, "pairs": job_pairs}))
+            results = self.run_jobs([j for _, j in jobs])
+            for (idx, _), res in zip(jobs, results):
+                for k, r in zip(idx, res):
+                    out[k] = bool(r)
+        return [bool(x) for x in out]
+
+    # -- the dispatcher -----------------------------------------------------
+    def run_jobs(self, jobs: list[dict]) -> list:
+        """Run worker jobs (see :mod:`serl.rewards._worker`) over the pool.
+
+        Returns one result per job.  A job whose worker is killed for a
+        timeout is re-sent with the offending check marked bad; a job that hits
+        a worker error gets ``None`` for its result.
+        """
+        if not jobs:
+            return []
+        with self._lock:
+            self._ensure_started()
+            for job in jobs:
+                job.setdefault("toxic", set())
+                job.setdefault("bad_pairs", set())
+                job.setdefault("strikes", {})
+            self.stats["jobs"] += len(jobs)
+            return self._dispatch(jobs)
+
+    def _dispatch(self, jobs: list[dict]) -> list:
+        results: list = [None] * len(jobs)
+        pending = deque(range(len(jobs)))
+        busy: dict[int, _Slot] = {}  # job index -> slot
+        while pending or busy:
+            for slot in self._slots:
+                if slot.job is None and pending:
+                    j = pending.popleft()
+                    try:
+                        slot.conn.send((j, jobs[j]))
+                    except (OSError, ValueError):
+                        pending.appendleft(j)
+                        self._replace(slot, crashed=True)
+                        continue
+                    slot.job = j
+                    busy[j] = slot
+            conns = {slot.conn: slot for slot in busy.values()}
+            for conn in wait(list(conns), timeout=self._next_wakeup(busy)):
+                slot = conns[conn]
+                j = slot.job
+                try:
+                    task_id, result, error, counters = conn.recv()
+                except (EOFError, OSError):
+                    self._on_stuck(slot, jobs[j], crashed=True)
+                    busy.pop(j)
+                    if jobs[j].get("_crashes", 0) <= 2:
+                        pending.appendleft(j)
+                    continue
+                for k, v in counters.items():
+                    if k == "soft_timeouts":
+                        self.stats["timeouts"] += v
+                    self.stats[k] = self.stats.get(k, 0) + v
+                results[task_id] = result
+                if error:
+                    self.stats["crashes"] += 1
+                slot.job = None
+                busy.pop(j)
+            now = time.monotonic()
+            for j, slot in list(busy.items()):
+                started = slot.progress[0]
+                if started > 0 and now - started > self.timeout:
+                    self._on_stuck(slot, jobs[j], crashed=False, seen_start=started)
+                    busy.pop(j)
+                    pending.appendleft(j)
+        return results
+
+    def _next_wakeup(self, busy: dict) -> float:
+        """Seconds until the earliest running check would pass its deadline."""
+        wake = 0.05
+        now = time.monotonic()
+        for slot in busy.values():
+            started = slot.progress[0]
+            if started > 0:
+                wake = min(wake, max(0.0, started + self.timeout - now) + 0.001)
+        return wake
+
+    def _on_stuck(self, slot: _Slot, job: dict, crashed: bool, seen_start: float = 0.0) -> None:
+        """Kill the worker, mark the check it was on as bad, start a new one."""
+        slot.kill()
+        started, kind, i, j = (slot.progress[k] for k in range(4))
+        # Only blame the check if the worker was still on the same one we timed.
+        if started > 0 and (crashed or started == seen_start):
+            i, j = int(i), int(j)
+            if kind == 1.0:  # parse
+                job["toxic"].add(i)
+            else:
+                job["bad_pairs"].add((i, j))
+                for k in (i, j):
+                    job["strikes"][k] = job["strikes"].get(k, 0) + 1
+                    if job["strikes"][k] >= 2:
+                        job["toxic"].add(k)
+            if crashed:
+                self.stats["crashes"] += 1
+            else:
+                self.stats["timeouts"] += 1
+                self.stats["hard_timeouts"] += 1
+        elif crashed:
+            self.stats["crashes"] += 1
+            # A crash outside any check: poison nothing; after 3 the job is
+            # given up (result None) so a bad job cannot loop forever.
+            job["_crashes"] = job.get("_crashes", 0) + 1
+        self._replace(slot, crashed=False, already_killed=True)
+
+    def _replace(self, slot: _Slot, crashed: bool, already_killed: bool = False) -> None:
+        if not already_killed:
+            slot.kill()
+            if crashed:
+                self.stats["crashes"] += 1
+        slot.start()
+        self.stats["restarts"] += 1

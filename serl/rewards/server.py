@@ -1,0 +1,309 @@
+"""``serl serve-reward``: OpenRLHF's remote reward protocol over HTTP.
+
+Request (POST ``/get_reward``, or ``/``)::
+
+    {"query": [prompt+response, ...], "prompts": [prompt, ...], "labels": [label|null, ...]}
+
+Reply::
+
+    {"rewards": [float, ...], "scores": [float, ...],
+     "extra_logs": {"agreement": [...], "n_clusters": [...], "tie": [...],
+                    "no_answer": [...], "group_n": [...], "partial_group": [...],
+                    "rule": [...]}}
+
+One entry per sample everywhere.  The response text is the query with the
+prompt removed (answers are never taken from the prompt): the query must start
+with the prompt, else the text after the prompt's first occurrence is used,
+else the text after the longest common prefix.
+
+Grouping for the majority vote (samples are grouped by prompt text):
+
+* ``--group_size 0`` (default): per request.  The samples of one request that
+  share a prompt form one group and are voted at once.  Use it when a client
+  sends whole groups (e.g. the serl trainer, or OpenRLHF with one server call
+  per batch).
+* ``--group_size N``: samples of a prompt are collected across requests until N
+  have arrived, then the group is voted and every waiting request gets its
+  rewards.  This is what OpenRLHF 0.11 needs (it sends one sample per request,
+  ``n_samples_per_prompt`` of them per prompt): run with
+  ``--group_size <n_samples_per_prompt>``.  A group still incomplete after
+  ``--group_wait`` seconds is voted with what it has (``partial_group`` = 1).
+
+With ``--mode auto`` a sample that has a label gets the rule reward at once (no
+grouping needed); ``--mode rule`` requires labels.
+
+The server binds 127.0.0.1 unless ``--host`` says otherwise, refuses bodies over
+``--max_request_mb``, answers malformed requests with 4xx and a message, and runs
+every math-verify check in the checker's process pool (never in the handler
+threads).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from serl.rewards.equivalence import EquivalenceChecker
+from serl.rewards.extract import FALLBACKS, normalize_label
+from serl.rewards.vote import MODES, score_groups
+
+
+class BadRequest(ValueError):
+    def __init__(self, message: str, status: int = 400):
+        super().__init__(message)
+        self.status = status
+
+
+def response_text(query: str, prompt: str) -> str:
+    """The part of ``query`` the model wrote (see module doc)."""
+    if query.startswith(prompt):
+        return query[len(prompt):]
+    k = query.find(prompt) if prompt else -1
+    if k >= 0:
+        return query[k + len(prompt):]
+    n = 0
+    for a, b in zip(query, prompt):
+        if a != b:
+            break
+        n += 1
+    return query[n:]
+
+
+def parse_request(body: bytes) -> tuple[list[str], list[str], list[str | None]]:
+    """Validate a request body; raises BadRequest naming the field at fault."""
+    try:
+        data = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise BadRequest(f"body is not valid JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise BadRequest("body must be a JSON object with 'query', 'prompts', 'labels'")
+    queries = data.get("query", data.get("queries"))
+    if not isinstance(queries, list):
+        raise BadRequest("field 'query' must be a list of strings")
+    n = len(queries)
+    prompts = data.get("prompts")
+    if prompts is None:
+        raise BadRequest("field 'prompts' is required (answers are never read from the prompt)")
+    if not isinstance(prompts, list) or len(prompts) != n:
+        raise BadRequest(f"field 'prompts' must be a list of {n} strings")
+    labels = data.get("labels")
+    if labels is None:
+        labels = [None] * n
+    if not isinstance(labels, list) or len(labels) != n:
+        raise BadRequest(f"field 'labels' must be a list of {n} entries (null for none)")
+    for name, seq in (("query", queries), ("prompts", prompts)):
+        for i, v in enumerate(seq):
+            if not isinstance(v, str):
+                raise BadRequest(f"field '{name}'[{i}] must be a string, got {type(v).__name__}")
+    for i, v in enumerate(labels):
+        if v is not None and not isinstance(v, (str, int, float)):
+            raise BadRequest(f"field 'labels'[{i}] must be a string, number or null")
+    return queries, prompts, [None if v is None else str(v) for v in labels]
+
+
+class _Sample:
+    __slots__ = ("text", "prompt", "label", "done", "result")
+
+    def __init__(self, text, prompt, label):
+        self.text, self.prompt, self.label = text, prompt, label
+        self.done = threading.Event()
+        self.result: dict | None = None
+
+
+class RewardService:
+    """Scoring and grouping behind the HTTP handler (usable without HTTP)."""
+
+    def __init__(self, checker, mode="majority", fallback="number", group_size=0, group_wait=60.0):
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}")
+        self.checker, self.mode, self.fallback = checker, mode, fallback
+        self.group_size, self.group_wait = int(group_size), float(group_wait)
+        self._buckets: dict[str, list[_Sample]] = {}
+        self._lock = threading.Lock()
+        self.counts = {"requests": 0, "samples": 0, "groups": 0, "partial_groups": 0, "ties": 0}
+
+    def _score(self, groups: list[list[_Sample]], partial: bool = False) -> None:
+        labels = [g[0].label for g in groups]  # rule groups are single samples
+        mode = "majority" if self.mode == "majority" else "auto"
+        try:
+            scores = score_groups([[s.text for s in g] for g in groups], labels, self.checker, mode, self.fallback)
+        except BaseException:
+            for g in groups:  # wake every waiting request; they report the failure
+                for s in g:
+                    s.done.set()
+            raise
+        with self._lock:
+            self.counts["groups"] += len(groups)
+            self.counts["ties"] += sum(gs.tie for gs in scores)
+            self.counts["partial_groups"] += len(groups) if partial else 0
+        for g, gs in zip(groups, scores):
+            for k, s in enumerate(g):
+                s.result = {
+                    "reward": gs.rewards[k], "agreement": gs.agreement, "n_clusters": gs.n_clusters,
+                    "tie": int(gs.tie), "no_answer": int(gs.answers[k] is None), "group_n": len(g),
+                    "partial_group": int(partial), "rule": int(gs.source == "rule"),
+                }
+                s.done.set()
+
+    def handle(self, queries, prompts, labels) -> dict:
+        samples = []
+        for q, p, lab in zip(queries, prompts, labels):
+            lab = normalize_label(lab) if self.mode != "majority" else None
+            if self.mode == "rule" and lab is None:
+                raise BadRequest(f"--mode rule needs a label for every sample (sample {len(samples)} has none)")
+            samples.append(_Sample(response_text(q, p), p, lab))
+        with self._lock:
+            self.counts["requests"] += 1
+            self.counts["samples"] += len(samples)
+        ready: list[list[_Sample]] = [[s] for s in samples if s.label is not None]
+        voting = [s for s in samples if s.label is None]
+        if self.group_size <= 0:
+            by_prompt: dict[str, list[_Sample]] = {}
+            for s in voting:
+                by_prompt.setdefault(s.prompt, []).append(s)
+            ready.extend(by_prompt.values())
+        else:
+            with self._lock:
+                for s in voting:
+                    bucket = self._buckets.setdefault(s.prompt, [])
+                    bucket.append(s)
+                    if len(bucket) >= self.group_size:
+                        ready.append(self._buckets.pop(s.prompt))
+        if ready:
+            self._score(ready)
+        deadline = time.monotonic() + self.group_wait
+        for s in samples:
+            if not s.done.wait(max(0.0, deadline - time.monotonic())):
+                self._flush(s)
+                s.done.wait(self.group_wait)
+            if s.result is None:
+                raise BadRequest("scoring failed for a group this request belongs to", 500)
+        logs_keys = ("agreement", "n_clusters", "tie", "no_answer", "group_n", "partial_group", "rule")
+        rewards = [s.result["reward"] for s in samples]
+        return {
+            "rewards": rewards,
+            "scores": list(rewards),
+            "extra_logs": {k: [s.result[k] for s in samples] for k in logs_keys},
+        }
+
+    def _flush(self, sample: _Sample) -> None:
+        """Vote now on the incomplete group that holds ``sample``."""
+        with self._lock:
+            bucket = self._buckets.get(sample.prompt)
+            if bucket is None or sample not in bucket:
+                return  # someone else completed or flushed it
+            self._buckets.pop(sample.prompt)
+        self._score([bucket], partial=True)
+
+
+def _make_handler(service: RewardService, max_bytes: int):
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "serl-reward/1"
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, fmt, *args):  # quiet by default
+            pass
+
+        def _send(self, status: int, payload: dict) -> None:
+            body = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self):
+            if self.path.rstrip("/") in ("/health", ""):
+                self._send(200, {"ok": True, "counts": service.counts, "checker": service.checker.stats})
+            else:
+                self._send(404, {"error": f"no such path {self.path!r}; POST /get_reward"})
+
+        def do_POST(self):
+            if self.path.rstrip("/") not in ("", "/get_reward"):
+                self._send(404, {"error": f"no such path {self.path!r}; POST /get_reward"})
+                return
+            length = self.headers.get("Content-Length")
+            if length is None or not length.isdigit():
+                self.close_connection = True
+                self._send(411, {"error": "Content-Length header required"})
+                return
+            if int(length) > max_bytes:
+                self.close_connection = True
+                self._send(413, {"error": f"body of {length} bytes exceeds the limit of {max_bytes}"})
+                return
+            body = self.rfile.read(int(length))
+            try:
+                queries, prompts, labels = parse_request(body)
+                payload = service.handle(queries, prompts, labels)
+            except BadRequest as e:
+                self._send(e.status, {"error": str(e)})
+                return
+            except Exception as e:  # never let one request kill the server
+                self._send(500, {"error": f"{type(e).__name__}: {e}"[:500]})
+                return
+            self._send(200, payload)
+
+    return Handler
+
+
+def make_server(service: RewardService, host="127.0.0.1", port=0, max_request_mb=8.0) -> ThreadingHTTPServer:
+    """A ready (not yet serving) server; ``server.server_address`` has the port."""
+    server = ThreadingHTTPServer((host, port), _make_handler(service, int(max_request_mb * 2**20)))
+    server.daemon_threads = True
+    return server
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="serl serve-reward", description=__doc__.split("\n\n")[0])
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=5000, help="port (0 = pick a free one)")
+    p.add_argument("--mode", choices=MODES, default="majority",
+                   help="majority: vote, ignore labels; rule: compare with labels; auto: rule where labelled")
+    p.add_argument("--fallback", choices=FALLBACKS, default="number",
+                   help="answer when a response has no \\boxed{}: none, last number, or choice letter A-J")
+    p.add_argument("--group_size", type=int, default=0,
+                   help="0: vote per request; N: collect N samples of a prompt across requests, then vote")
+    p.add_argument("--group_wait", type=float, default=60.0,
+                   help="seconds to wait for a group to fill before voting on what arrived")
+    p.add_argument("--timeout", type=float, default=3.0, help="hard time limit of one equivalence check (s)")
+    p.add_argument("--workers", type=int, default=2, help="math-verify worker processes")
+    p.add_argument("--max_request_mb", type=float, default=8.0, help="largest request body accepted (MiB)")
+    return p
+
+
+def cli_main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    for name in ("timeout", "group_wait", "max_request_mb"):
+        if getattr(args, name) <= 0:
+            print(f"serl serve-reward: error: --{name} must be > 0", file=sys.stderr)
+            return 2
+    if args.workers < 1 or args.group_size < 0 or not (0 <= args.port < 65536):
+        print("serl serve-reward: error: --workers >= 1, --group_size >= 0, 0 <= --port < 65536", file=sys.stderr)
+        return 2
+    checker = EquivalenceChecker(timeout=args.timeout, workers=args.workers)
+    service = RewardService(checker, args.mode, args.fallback, args.group_size, args.group_wait)
+    try:
+        server = make_server(service, args.host, args.port, args.max_request_mb)
+    except OSError as e:
+        print(f"serl serve-reward: error: cannot bind {args.host}:{args.port}: {e}", file=sys.stderr)
+        checker.close()
+        return 2
+    host, port = server.server_address[:2]
+    print(f"serl serve-reward: POST http://{host}:{port}/get_reward (mode={args.mode}, "
+          f"group_size={args.group_size})", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+        checker.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(cli_main())

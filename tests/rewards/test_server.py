@@ -1,0 +1,158 @@
+"""serve-reward over real HTTP on 127.0.0.1, with the exact OpenRLHF JSON."""
+import asyncio
+import json
+import threading
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from serl.rewards.server import RewardService, cli_main, make_server, response_text
+
+PROMPT = "<|im_start|>user\nTom has 17 apples and gives away 5. How many are left?<|im_end|>\n<|im_start|>assistant\n"
+
+
+@pytest.fixture
+def serve(checker):
+    servers = []
+
+    def start(**kw):
+        service = RewardService(checker, **kw)
+        server = make_server(service, "127.0.0.1", 0, max_request_mb=kw.pop("max_mb", 1.0))
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        host, port = server.server_address[:2]
+        return f"http://{host}:{port}/get_reward", service
+
+    yield start
+    for s in servers:
+        s.shutdown()
+        s.server_close()
+
+
+def post(url, payload, raw=None):
+    body = raw if raw is not None else json.dumps(payload).encode()
+    req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def request(responses, labels=None, prompt=PROMPT):
+    return {"query": [prompt + r for r in responses], "prompts": [prompt] * len(responses),
+            "labels": labels if labels is not None else [None] * len(responses)}
+
+
+def test_binds_localhost_by_default(serve):
+    url, _ = serve()
+    assert url.startswith("http://127.0.0.1:")
+
+
+def test_whole_group_in_one_request(serve):
+    url, _ = serve()
+    status, out = post(url, request(["so \\boxed{12}", "\\boxed{12.0}", "I get 13", "dunno"]))
+    assert status == 200
+    # the prompt's 17 and 5 are never answers: "dunno" has none
+    assert out["rewards"] == [1.0, 1.0, 0.0, 0.0] and out["scores"] == out["rewards"]
+    assert out["extra_logs"]["no_answer"] == [0, 0, 0, 1]
+    assert out["extra_logs"]["agreement"] == [0.5] * 4
+
+
+def test_groups_collected_across_single_sample_requests(serve):
+    url, service = serve(group_size=4, group_wait=30)
+    answers = ["\\boxed{12}", "\\boxed{13}", "\\boxed{12}", "\\boxed{\\frac{24}{2}}"]
+    with ThreadPoolExecutor(4) as ex:
+        outs = list(ex.map(lambda a: post(url, request([a])), answers))
+    assert [o[1]["rewards"] for o in outs] == [[1.0], [0.0], [1.0], [1.0]]
+    assert all(o[1]["extra_logs"]["group_n"] == [4] for o in outs)
+    assert service.counts["groups"] == 1 and service.counts["partial_groups"] == 0
+
+
+def test_incomplete_group_is_voted_after_the_wait(serve):
+    url, service = serve(group_size=8, group_wait=0.5)
+    status, out = post(url, request(["\\boxed{3}", "\\boxed{3}", "\\boxed{4}"]))
+    assert status == 200 and out["rewards"] == [1.0, 1.0, 0.0]
+    assert out["extra_logs"]["partial_group"] == [1, 1, 1] and service.counts["partial_groups"] == 1
+
+
+def test_auto_mode_uses_labels_where_present(serve):
+    url, _ = serve(mode="auto")
+    payload = request(["\\boxed{4}", "\\boxed{3}"], labels=["#### 4", "#### 4"])
+    payload["query"] += [PROMPT + "\\boxed{9}", PROMPT + "\\boxed{9}"]
+    payload["prompts"] += [PROMPT, PROMPT]
+    payload["labels"] += [None, None]
+    status, out = post(url, payload)
+    assert out["rewards"] == [1.0, 0.0, 1.0, 1.0]
+    assert out["extra_logs"]["rule"] == [1, 1, 0, 0]
+
+
+@pytest.mark.parametrize(
+    "raw, status, fragment",
+    [
+        (b"{not json", 400, "JSON"),
+        (b"[1, 2]", 400, "object"),
+        (json.dumps({"query": "x", "prompts": []}).encode(), 400, "'query'"),
+        (json.dumps({"query": ["a"]}).encode(), 400, "'prompts'"),
+        (json.dumps({"query": ["a", "b"], "prompts": ["a"]}).encode(), 400, "'prompts'"),
+        (json.dumps({"query": [1], "prompts": ["a"]}).encode(), 400, "'query'[0]"),
+        (json.dumps({"query": ["a"], "prompts": ["a"], "labels": [[1]]}).encode(), 400, "'labels'[0]"),
+        (b"\xff\xfe", 400, "JSON"),
+    ],
+)
+def test_malformed_requests_get_4xx(serve, raw, status, fragment):
+    url, _ = serve()
+    code, out = post(url, None, raw=raw)
+    assert code == status and fragment in out["error"]
+    assert post(url, request(["\\boxed{1}", "\\boxed{1}"]))[1]["rewards"] == [1.0, 1.0]  # still serving
+
+
+def test_rule_mode_without_label_is_400(serve):
+    url, _ = serve(mode="rule")
+    code, out = post(url, request(["\\boxed{1}"]))
+    assert code == 400 and "label" in out["error"]
+
+
+def test_oversized_body_is_413(serve):
+    url, _ = serve()
+    code, out = post(url, None, raw=b" " * (1024 * 1024 + 10))
+    assert code == 413 and "limit" in out["error"]
+
+
+def test_unknown_path_is_404(serve):
+    url, _ = serve()
+    code, out = post(url.replace("/get_reward", "/nope"), request(["1"]))
+    assert code == 404
+
+
+@pytest.mark.parametrize("q, p, expected", [
+    ("PROMPT answer", "PROMPT ", "answer"),
+    ("xx PROMPT answer", "PROMPT", " answer"),
+    ("PROMPx answer", "PROMPT", "x answer"),
+])
+def test_response_text(q, p, expected):
+    assert response_text(q, p) == expected
+
+
+@pytest.mark.parametrize("argv", [["--timeout", "0"], ["--workers", "0"], ["--group_size", "-1"], ["--port", "70000"]])
+def test_cli_bad_arguments_exit_2(argv):
+    assert cli_main(argv) == 2
+
+
+def test_openrlhf_client_against_our_server(serve):
+    """OpenRLHF 0.11's own HTTP reward client (one sample per request)."""
+    agent = pytest.importorskip("openrlhf.utils.agent", reason="openrlhf not installed (pip install --no-deps openrlhf)")
+    url, _ = serve(group_size=2, group_wait=30)
+    executor = agent.SingleTurnAgentExecutor(remote_rm_url=url)
+
+    async def two_samples():
+        return await asyncio.gather(
+            executor._fetch_rewards_via_http([PROMPT + "\\boxed{12}"], [PROMPT], [None]),
+            executor._fetch_rewards_via_http([PROMPT + "so 12"], [PROMPT], [None]),
+        )
+
+    first, second = asyncio.run(two_samples())
+    assert first[0]["rewards"] == [1.0] and second[0]["rewards"] == [1.0]
+    assert first[0]["extra_logs"]["group_n"] == [2]

@@ -1,0 +1,65 @@
+import subprocess
+import sys
+
+import pytest
+
+from serl.config import ConfigError, TrainConfig, build_parser, load_yaml, parse_args
+
+
+def test_defaults_validate():
+    TrainConfig().validate()
+
+
+def test_yaml_then_flags_override(tmp_path):
+    y = tmp_path / "c.yaml"
+    y.write_text("steps: 7\npretrain: foo\nreward_difficulty_bounds: [0.1, 0.9]\n")
+    cfg, _ = parse_args(["--config", str(y), "--steps", "9"])
+    assert cfg.steps == 9 and cfg.model == "foo" and cfg.reward_difficulty_bounds == [0.1, 0.9]
+
+
+@pytest.mark.parametrize("yaml_text,needle", [
+    ("stepz: 3\n", "unknown option 'stepz'"),
+    ("steps: many\n", "option 'steps': expected int"),
+    ("bf16: maybe\n", "option 'bf16': expected bool"),
+    ("- a\n- b\n", "expected a mapping"),
+])
+def test_yaml_errors_name_file_and_field(tmp_path, yaml_text, needle):
+    y = tmp_path / "c.yaml"
+    y.write_text(yaml_text)
+    with pytest.raises(ConfigError) as e:
+        load_yaml(str(y))
+    assert str(y) in str(e.value) and needle in str(e.value)
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--reward_difficulty_bounds", "0.9", "0.1"], "reward_difficulty_bounds"),
+    (["--n_samples_per_prompt", "0"], "n_samples_per_prompt"),
+    (["--generator", "tpu"], "--generator"),
+])
+def test_bad_values_name_the_field(argv, needle, capsys):
+    with pytest.raises((ConfigError, SystemExit)) as e:
+        parse_args(argv)
+    text = str(e.value) + capsys.readouterr().err
+    assert needle in text
+
+
+def test_serl_flag_names_accepted():
+    cfg, _ = parse_args(["--pretrain", "m", "--save_path", "out", "--seed_data", "s.jsonl",
+                         "--enable_self_evolution", "--actor_learning_rate", "1e-6"])
+    assert (cfg.model, cfg.run_dir, cfg.prompt_data, cfg.enable_self_evolution) == ("m", "out", "s.jsonl", True)
+    assert cfg.actor_learning_rate == 1e-6
+
+
+def test_every_field_has_help():
+    text = build_parser().format_help()
+    import dataclasses
+
+    for f in dataclasses.fields(TrainConfig):
+        assert f.metadata.get("help"), f.name
+        assert f"--{f.name}" in text
+
+
+def test_unknown_flag_exits_2():
+    r = subprocess.run([sys.executable, "-m", "serl.cli", "train", "--no_such_flag", "1"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "no_such_flag" in r.stderr
