@@ -3,7 +3,7 @@
 A full update = forward + backward over every micro-batch of the batch, gradient
 clipping and the AdamW step. MFU = 6·params·tokens / time / peak, where the peak is the
 best dense matmul rate this script measures on this machine in the same run, for the
-same dtype. Tokens are prompt + response tokens, no padding.
+same dtype (the higher of a reading before and one after the updates). Tokens are prompt + response tokens, no padding.
 
     /tmp/venv1/bin/python bench/learner.py            # table + a JSON line in bench/results.jsonl
     /tmp/venv1/bin/python bench/learner.py --help
@@ -107,6 +107,8 @@ def parse_args(argv):
     ap.add_argument("--micro-batch", type=int, default=4, help="sequences per forward/backward")
     ap.add_argument("--steps", type=int, default=2, help="timed updates per dtype (best is kept)")
     ap.add_argument("--peak-seconds", type=float, default=4.0, help="time spent measuring each matmul peak")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="torch threads for the peak and the updates (0: torch's default)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the synthetic batch")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results.jsonl"), help="JSONL file to append to")
     ap.add_argument("--note", default="machine shared with other engineers during the run",
@@ -120,14 +122,21 @@ def parse_args(argv):
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
     from serl.models import resolve_model
 
     path = resolve_model(args.model)
     rows = []
     for name in args.dtypes.split(","):
-        peak = matmul_peak(DTYPES[name], args.peak_seconds)
+        # the peak is taken before and after the updates and the higher one kept: on a
+        # shared machine one reading can land in a busy spell and flatter the MFU
+        before = matmul_peak(DTYPES[name], args.peak_seconds)
         r = bench_update(path, name == "bf16", args)
-        r.update(dtype=name, peak_flops_per_s=peak, mfu=r["flops_per_s"] / peak)
+        after = matmul_peak(DTYPES[name], args.peak_seconds)
+        peak = max(before, after)
+        r.update(dtype=name, peak_flops_per_s=peak, peak_readings=[before, after],
+                 mfu=r["flops_per_s"] / peak)
         rows.append(r)
     print(f"{'dtype':<6}{'tokens':>8}{'step s':>9}{'tokens/s':>10}{'GFLOP/s':>10}"
           f"{'peak GFLOP/s':>14}{'MFU':>7}")

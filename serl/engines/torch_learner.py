@@ -240,6 +240,8 @@ class TorchLearner:
     def step(self, batch: TrainBatch) -> dict[str, float]:
         """``ppo_epochs`` optimizer steps over the batch; metrics averaged over them."""
         cfg = self.cfg
+        if not batch.response_ids or not any(batch.response_ids):
+            raise ValueError("TrainBatch has no response tokens to train on")
         mbs = _micro_batches(batch.prompt_ids, batch.response_ids, cfg.micro_batch_size, self.pad_id)
         ref_lp = batch.ref_logprobs
         if cfg.use_kl_loss and ref_lp is None:

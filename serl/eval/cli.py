@@ -133,6 +133,7 @@ def write_atomic(path: Path, text: str) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; results are meant to be read
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

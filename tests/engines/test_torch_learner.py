@@ -176,6 +176,8 @@ def test_bad_batch_names_the_field(tiny_path):
         learner.step(batch)
     with pytest.raises(ValueError, match="sequence 0: empty prompt"):
         learner.logprobs([[]], [[1]])
+    with pytest.raises(ValueError, match="no response tokens"):
+        learner.step(TrainBatch([], [], [], []))
     with pytest.raises(ValueError, match="loss_agg"):
         LearnerConfig(loss_agg="sum")
 
@@ -206,12 +208,9 @@ def test_save_load_resumes_exactly(tiny_path, tmp_path):
 
 # ------------------------------------------------------------------ SmolLM2
 @pytest.fixture(scope="module")
-def smol():
-    from serl.models import load_tokenizer, resolve_model
-
-    path = resolve_model("smollm2")
-    tok = load_tokenizer(path)
-    learner = TorchLearner(path, LearnerConfig(lr=2e-5, warmup_ratio=0.0, total_steps=10,
+def smol(smol_path, smol_tokenizer):
+    tok = smol_tokenizer
+    learner = TorchLearner(smol_path, LearnerConfig(lr=2e-5, warmup_ratio=0.0, total_steps=10,
                                                micro_batch_size=2), need_ref=False, tokenizer=tok)
     prompts = [tok.encode("2+3="), tok.encode("Name a colour:")]
     responses = [tok.encode(" 5"), tok.encode(" blue, like the sky")]

@@ -1,0 +1,70 @@
+from pathlib import Path
+
+import pytest
+
+from serl.engines.base import Completion
+from serl.rewards import EquivalenceChecker
+
+DATA = Path("/work/shared/data")
+MATH_DIR = DATA / "serl_math_benchmarks"
+MMLU_DIR = DATA / "mmlu_pro"
+
+
+@pytest.fixture(scope="session")
+def checker():
+    """One real math-verify pool for the eval tests."""
+    ch = EquivalenceChecker(timeout=2.0, workers=1)
+    yield ch
+    ch.close()
+
+
+class ScriptedGenerator:
+    """A Generator whose answers are written in the test, so every metric can be
+    worked out by hand. ``greedy[prompt]`` is the greedy text, ``samples[prompt]``
+    the list of sampled texts (cycled if shorter than n)."""
+
+    def __init__(self, greedy: dict[str, str], samples: dict[str, list[str]]):
+        self.greedy, self.samples = greedy, samples
+        self.calls = []
+
+    def generate(self, prompts, n, sampling):
+        self.calls.append((list(prompts), n, sampling))
+        out = []
+        for p in prompts:
+            texts = [self.greedy[p]] * n if sampling.greedy else \
+                [self.samples[p][j % len(self.samples[p])] for j in range(n)]
+            out.append([Completion(text=t, token_ids=[1] * len(t.split()), prompt_ids=[0]) for t in texts])
+        return out
+
+    def load_weights(self, named_tensors):
+        pass
+
+    def close(self):
+        pass
+
+
+def _need(path: Path) -> Path:
+    if not path.exists():
+        pytest.skip(f"shared data not found: {path}")
+    return path
+
+
+@pytest.fixture
+def math_dir() -> Path:
+    return _need(MATH_DIR)
+
+
+@pytest.fixture
+def mmlu_dir() -> Path:
+    return _need(MMLU_DIR)
+
+
+@pytest.fixture
+def gsm8k_raw() -> Path:
+    """The original GSM8K test file (answers in the ``#### N`` form)."""
+    return _need(DATA / "gsm8k" / "test.jsonl")
+
+
+@pytest.fixture
+def scripted():
+    return ScriptedGenerator

@@ -1,0 +1,94 @@
+"""MMLU-Pro: extraction, stratified picking, shot budget, group weighting (by hand)."""
+import pytest
+
+from serl.eval.data import MMLUQuestion, load_mmlu_pro
+from serl.eval.mmlu_pro import build_prompt, evaluate_mmlu_pro, extract_choice, group_of, stratified
+
+
+@pytest.mark.parametrize("text,letter", [
+    ("so the answer is (C).", "C"),
+    ("the answer is (C). No wait, the answer is (D).", "D"),   # last statement wins
+    ("the answer is C", "C"),
+    ("the answer is (A) ... Answer: B", "A"),                  # "answer is" outranks "Answer:"
+    ("Answer: (G)", "G"),
+    ("I would pick E here", "E"),                              # last standalone letter (I, then E)
+    ("options B or maybe F.", "F"),
+    ("no capital letters here", None),
+    ("ABC is a triangle", None),                               # letters inside words do not count
+    ("", None),
+])
+def test_extract_choice(text, letter):
+    assert extract_choice(text) == letter
+
+
+def q(qid, cat, answer="A", n_opts=4):
+    return MMLUQuestion(qid, f"question {qid}?", [f"opt{i}" for i in range(n_opts)], answer, cat)
+
+
+def test_stratified_spreads_and_tops_up():
+    pool = [q(0, "a")] + [q(10 + i, "b") for i in range(10)] + [q(30 + i, "c") for i in range(10)]
+    picked = stratified(pool, 9)
+    # 3 each wanted; "a" has 1, so its 2 spare go to "b" then "c"
+    assert [x.category for x in picked] == ["a"] + ["b"] * 4 + ["c"] * 4
+    # evenly spaced inside a category: (2i+1)*10 // 8 for i < 4
+    assert [x.question_id for x in picked if x.category == "b"] == [11, 13, 16, 18]
+    assert stratified(pool, 9) == picked  # deterministic
+
+
+def test_stratified_real_280(mmlu_dir):
+    test = load_mmlu_pro(mmlu_dir / "test.jsonl")
+    picked = stratified(test, 280)
+    counts = {}
+    for x in picked:
+        counts[x.category] = counts.get(x.category, 0) + 1
+    assert len(counts) == 14 and set(counts.values()) == {20}
+    assert len({x.question_id for x in picked}) == 280
+
+
+@pytest.mark.parametrize("category,group", [
+    ("math", "STEM"), ("computer science", "STEM"), ("law", "Humanities"),
+    ("health", "Social"), ("other", "Other")])
+def test_groups(category, group):
+    assert group_of(category) == group
+
+
+def test_shots_dropped_to_fit_budget(mmlu_dir, smol_tokenizer):
+    val = load_mmlu_pro(mmlu_dir / "validation.jsonl")
+    shots = [x for x in val if x.category == "math"]
+    target = q(1, "math")
+    full, used, n_full = build_prompt(target, shots, smol_tokenizer, "raw")
+    assert used == 5 and full.count("Question:") == 6
+    assert full.endswith("Answer: Let's think step by step.")
+    assert "Answer: Let's think step by step." in full.split("Question:")[1]  # shot's "A:" rewritten
+    _, used2, n2 = build_prompt(target, shots, smol_tokenizer, "raw", max_prompt_tokens=n_full - 1)
+    assert used2 < 5 and n2 <= n_full - 1
+    chat, _, _ = build_prompt(target, shots[:1], smol_tokenizer, "chat")
+    assert chat.rstrip().endswith("<|im_start|>assistant")
+
+
+def test_accuracy_weighted_by_counts(scripted, checker, smol_tokenizer):
+    qs = [q(1, "math", "A"), q(2, "math", "B"), q(3, "physics", "C"), q(4, "law", "D"), q(5, "law", "A")]
+    texts = ["the answer is (A)", "the answer is (C)", "Answer: C", "hmm", "the answer is (A)"]
+    built = [build_prompt(x, [], smol_tokenizer, "chat")[0] for x in qs]
+    samples = [["(A)", "(B)", "(A)"], ["(B)", "(C)", "(C)"], ["C", "C", "D"], ["x", "y", "z"], ["(B)", "(A)", "(B)"]]
+    gen = scripted(dict(zip(built, texts)), dict(zip(built, samples)))
+    out = evaluate_mmlu_pro(gen, smol_tokenizer, qs, [], k=3, checker=checker, prompt_style="chat")
+    e = out["benchmarks"]["mmlu_pro"]
+    assert e["pass@1"] == pytest.approx(3 / 5)
+    # STEM: math 1/2 and physics 1/1 -> 2/3 over questions (not the 0.75 mean of categories)
+    assert e["by_group"]["STEM"]["pass@1"] == pytest.approx(2 / 3)
+    assert e["by_group"]["Humanities"] == {"n": 2, "pass@1": 0.5, "maj@3": 0.0, "pass@3": 0.5,
+                                           "mean@3": pytest.approx(1 / 6)}
+    assert e["by_category"]["math"]["maj@3"] == 0.5  # A right; C (2 of 3) wrong
+    assert e["maj@3"] == pytest.approx(2 / 5)        # q1 A, q3 C
+    assert out["metrics"]["eval/mmlu_pro/pass@3"] == pytest.approx(4 / 5)
+    assert "Social" not in e["by_group"]
+
+
+def test_prompt_over_budget_counts_wrong(scripted, checker, smol_tokenizer):
+    gen = scripted({}, {})
+    out = evaluate_mmlu_pro(gen, smol_tokenizer, [q(1, "math")], [], k=0, checker=checker,
+                            max_prompt_tokens=5)
+    e = out["benchmarks"]["mmlu_pro"]
+    assert (e["pass@1"], e["skipped_prompt_too_long"]) == (0.0, 1)
+    assert out["records"][0]["finish_reason"] == "prompt_too_long" and gen.calls == []
