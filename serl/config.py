@@ -50,6 +50,12 @@ class TrainConfig:
     few_shot_generation: int = _f(8, "examples per few-shot instruction prompt")
     few_shot_generation_batch_size: int = _f(8, "few-shot prompts per generate call")
     reward_difficulty_bounds: list = _f([0.2, 0.8], "keep prompts whose agreement lies in [low, high]")
+    instruction_max_len: int = _f(256, "max new tokens of one few-shot generation (several problems)")
+    instruction_max_attempts: int = _f(4, "generate calls per round before self-instruction gives up short")
+    instruction_temperature: float = _f(0.8, "sampling temperature for problem generation")
+    instruction_top_p: float = _f(0.95, "nucleus sampling for problem generation")
+    replay_window: int = _f(1, "steps a kept generated problem stays trainable (1 = SeRL: its own step)")
+    rouge_threshold: float = _f(0.7, "reject a new problem whose ROUGE-L F1 with a known one exceeds this")
     # --- reward
     reward_mode: str = _f("majority", "majority vote (no labels), rule (labels) or auto (label if any)",
                           choices=("majority", "rule", "auto"))
@@ -88,7 +94,29 @@ class TrainConfig:
     wandb_project: str = _f("serl", "W&B project")
     wandb_run_name: str = _f("", "W&B run name (default: the run directory's name)")
     use_tensorboard: str = _f("", "TensorBoard log directory (empty = off)", aliases=("tensorboard_dir",))
+    save_steps: int = _f(1, "write a checkpoint every N steps (and at the end); 0 = only at the end")
+    max_ckpt_num: int = _f(2, "keep the newest N checkpoints")
     save_model: bool = _f(True, "save the final policy in Hugging Face layout under RUN_DIR/model")
+    # --- distributed and SeRL compatibility (engines, Ray)
+    learner: str = _f("torch", "learner engine: torch (one process) or deepspeed (ZeRO)",
+                      choices=("torch", "deepspeed"))
+    zero_stage: int = _f(2, "DeepSpeed ZeRO stage for the deepspeed learner", choices=(1, 2, 3))
+    adam_offload: bool = _f(False, "deepspeed: keep Adam states on the CPU (ZeRO optimizer offload)")
+    param_offload: bool = _f(False, "deepspeed: keep parameters on the CPU (ZeRO-3 parameter offload)")
+    ckpt_path: str = _f("", "directory for DeepSpeed checkpoints (default: RUN_DIR/ckpt)")
+    ray: bool = _f(False, "run generator, learner group and reference model as Ray actors")
+    ray_address: str = _f("", "Ray cluster to join ('' = the job's cluster or a new local one)")
+    actor_num_nodes: int = _f(1, "Ray: nodes for the policy learner group")
+    actor_num_gpus_per_node: int = _f(1, "Ray: learner ranks per node (one GPU each, or one CPU slot)")
+    ref_num_nodes: int = _f(1, "Ray: nodes for the reference model")
+    ref_num_gpus_per_node: int = _f(1, "Ray: reference-model workers per node")
+    reward_num_nodes: int = _f(1, "Ray: nodes for the reward workers (SeRL flag; rewards need no GPU)")
+    reward_num_gpus_per_node: int = _f(1, "Ray: reward workers per node")
+    vllm_num_engines: int = _f(1, "Ray: generation engines (rollouts are split between them)")
+    vllm_tensor_parallel_size: int = _f(1, "GPUs per vLLM engine (tensor parallel)")
+    vllm_gpu_memory_utilization: float = _f(0.85, "share of GPU memory a vLLM engine may take")
+    vllm_enable_sleep: bool = _f(False, "free vLLM GPU memory between rollouts (GPU only)")
+    colocate_all_models: bool = _f(False, "Ray: learner, reference and engines share the same GPUs")
 
     def validate(self) -> None:
         lo_hi = self.reward_difficulty_bounds

@@ -1,6 +1,13 @@
-"""`serl train`: validate inputs, build the parts, run the loop, save, summarise."""
+"""`serl train`: validate inputs, build the parts, run the loop, checkpoint, summarise.
+
+``--resume RUN_DIR`` continues a run from its newest complete checkpoint: the same
+pool, RNG states, data order and learning-rate position, so that (with the
+transformers generator) the steps after it are the steps an uninterrupted run makes.
+"""
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import math
 import sys
@@ -8,7 +15,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from serl.config import ConfigError, TrainConfig, dump, parse_args
+from serl.config import ConfigError, TrainConfig, dump, load_yaml, parse_args
 from serl.data.seeds import DataError, read_seeds
 from serl.models import ModelError, load_tokenizer, resolve_model
 
@@ -16,6 +23,12 @@ log = logging.getLogger("serl")
 
 # Exceptions that mean "the user's input is wrong": one message, exit code 2.
 USER_ERRORS = (ConfigError, DataError, ModelError)
+
+# Changing one of these on resume would make it a different run.
+RUN_DEFINING = ("model", "prompt_data", "input_key", "label_key", "max_samples", "seed",
+                "advantage_estimator", "reward_mode", "n_samples_per_prompt", "rollout_batch_size",
+                "enable_self_evolution", "reward_difficulty_bounds", "init_kl_coef", "use_kl_loss",
+                "gamma", "actor_learning_rate", "replay_window", "generator")
 
 
 def _new_run_dir(cfg: TrainConfig) -> Path:
@@ -28,46 +41,93 @@ def _new_run_dir(cfg: TrainConfig) -> Path:
     return Path("runs") / datetime.now().strftime("serl-%Y%m%d-%H%M%S")
 
 
-def prepare(cfg: TrainConfig):
+def prepare(cfg: TrainConfig, run_dir: Path | None = None):
     """Everything that can fail on bad input, before anything is written."""
     seeds = read_seeds(cfg.prompt_data, cfg.input_key, cfg.label_key or None,
                        limit=cfg.max_samples or None)
     model_path = resolve_model(cfg.model)
     eval_set = read_seeds(cfg.eval_data, cfg.input_key, cfg.label_key or None,
                           limit=cfg.eval_samples or None) if cfg.eval_data else []
-    return seeds, model_path, eval_set, _new_run_dir(cfg)
+    return seeds, model_path, eval_set, run_dir or _new_run_dir(cfg)
 
 
-def run(cfg: TrainConfig) -> Path:
-    seeds, model_path, eval_set, run_dir = prepare(cfg)  # fail fast, before heavy imports
+def resume_config(run_dir: Path, argv: list[str]) -> TrainConfig:
+    """The saved config, with flags given now applied; refuses run-defining changes."""
+    saved_file = run_dir / "config.yaml"
+    if not saved_file.is_file():
+        raise ConfigError(f"--resume {run_dir}: no config.yaml there (not a serl run directory)")
+    saved = TrainConfig(**load_yaml(str(saved_file)))
+    cfg, _ = parse_args(["--config", str(saved_file), *argv])
+    cfg.run_dir = str(run_dir)
+    changed = {f.name: (getattr(saved, f.name), getattr(cfg, f.name))
+               for f in dataclasses.fields(cfg) if getattr(saved, f.name) != getattr(cfg, f.name)}
+    bad = {k: v for k, v in changed.items() if k in RUN_DEFINING}
+    if bad:
+        k, (was, now) = next(iter(bad.items()))
+        raise ConfigError(f"--resume: option '{k}' was {was!r} in {saved_file}, now {now!r}; "
+                          f"that makes it a different run (start a new run directory instead)")
+    if changed:
+        with open(run_dir / "config_changes.jsonl", "a") as f:
+            f.write(json.dumps({"time": datetime.now().isoformat(timespec="seconds"),
+                                "changes": {k: {"was": a, "now": b} for k, (a, b) in changed.items()}},
+                               default=str) + "\n")
+        dump(cfg, saved_file)
+        log.info("resume with changed options: %s", ", ".join(changed))
+    return cfg
 
+
+def run(cfg: TrainConfig, resume_dir: Path | None = None) -> Path:
+    seeds, model_path, eval_set, run_dir = prepare(cfg, resume_dir)  # fail fast, before heavy imports
+
+    from serl.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint
+    from serl.instruct import PromptPool
+    from serl.instruct.pool import POOL_FILE
     from serl.metrics import MetricsLogger
     from serl.progress import print_step_summary, progress_mode
     from serl.trainer import Trainer, evaluate_heldout, make_generator, make_learner
+
     mode = progress_mode(cfg.progress)
     t_start = time.time()
+    ckpt = latest_checkpoint(run_dir) if resume_dir else None
     tok = load_tokenizer(model_path)
     log.info("model %s, %d seed problems, run directory %s", model_path, len(seeds), run_dir)
     generator = make_generator(cfg, model_path, tok)
     learner = make_learner(cfg, model_path, tok)
     run_dir.mkdir(parents=True, exist_ok=True)  # only now: bad input never leaves a directory
-    dump(cfg, run_dir / "config.yaml")
+    resuming = resume_dir is not None
+    if not resume_dir:
+        dump(cfg, run_dir / "config.yaml")
     logger = MetricsLogger(run_dir, tensorboard_dir=cfg.use_tensorboard or None,
                            use_wandb=cfg.use_wandb, wandb_project=cfg.wandb_project,
-                           wandb_run_name=cfg.wandb_run_name or run_dir.name, config=cfg.to_dict())
-    trainer = Trainer(cfg, run_dir, seeds, model_path, tok, generator, learner, logger, mode)
+                           wandb_run_name=cfg.wandb_run_name or run_dir.name, config=cfg.to_dict(),
+                           resume=resuming)
+    pool, start = None, 1
+    if resume_dir and (run_dir / POOL_FILE).exists():
+        done = int(ckpt.name.split("_")[1]) if ckpt else 0
+        pool = PromptPool.load(run_dir, until_step=done)
+        if resuming:
+            logger.truncate_after(done)
+        start = done + 1
+    trainer = Trainer(cfg, run_dir, seeds, model_path, tok, generator, learner, logger, mode, pool=pool)
+    if ckpt is not None:
+        learner.load(str(ckpt / "policy"))
+        generator.load_weights(learner.named_weights())
+        trainer.load_state_dict(load_trainer_state(ckpt))
+        log.info("resumed from %s: continuing at step %d", ckpt, start)
     before = after = math.nan
+    history = []
     try:
-        if eval_set:
+        if eval_set and start == 1:
             before = evaluate_heldout(trainer, eval_set)
             logger.log(0, {"eval/heldout_acc": before})
             log.info("held-out accuracy before training: %.3f (%d problems)", before, len(eval_set))
-        history = []
-        for step in range(1, cfg.steps + 1):
+        for step in range(start, cfg.steps + 1):
             m = trainer.step(step)
             history.append(m)
             print_step_summary(step, m, mode)
-        if eval_set:
+            if step == cfg.steps or (cfg.save_steps and step % cfg.save_steps == 0):
+                save_checkpoint(run_dir, step, learner, trainer.state_dict(), keep=cfg.max_ckpt_num)
+        if eval_set and start <= cfg.steps:
             after = evaluate_heldout(trainer, eval_set)
             logger.log(cfg.steps, {"eval/heldout_acc": after})
         if cfg.save_model:
@@ -96,7 +156,7 @@ def _summarise(run_dir: Path, history: list[dict], before: float, after: float, 
     for key in ("reward/mean", "reward/agreement", "train/batch_prompts", "pool/size"):
         fl = first_last(key)
         if fl:
-            print(f"  {key:22s} step 1: {fl[0]:.3f}  ->  last step: {fl[1]:.3f}")
+            print(f"  {key:22s} first step: {fl[0]:.3f}  ->  last step: {fl[1]:.3f}")
     if before == before:
         verdict = "improved" if after > before else ("unchanged" if after == before else "got worse")
         print(f"  held-out accuracy      before: {before:.3f}  ->  after: {after:.3f} ({verdict})")
@@ -106,9 +166,19 @@ def _summarise(run_dir: Path, history: list[dict], before: float, after: float, 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        cfg, ns = parse_args(argv)
-        run(cfg)
+        if "--resume" in argv or any(a.startswith("--resume=") for a in argv):
+            i = next(i for i, a in enumerate(argv) if a == "--resume" or a.startswith("--resume="))
+            value = argv[i].split("=", 1)[1] if "=" in argv[i] else (argv[i + 1] if i + 1 < len(argv) else "")
+            rest = argv[:i] + argv[i + (1 if "=" in argv[i] else 2):]
+            run_dir = Path(value)
+            if not value or not run_dir.is_dir():
+                raise ConfigError(f"--resume: run directory not found: {value!r}")
+            run(resume_config(run_dir, rest), resume_dir=run_dir)
+        else:
+            cfg, _ = parse_args(argv)
+            run(cfg)
     except USER_ERRORS as e:
         print(f"serl train: error: {e}", file=sys.stderr)
         return 2

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from serl.checkpoint import fault_point
 from serl.algos import compute_advantages, kl_estimate
 from serl.config import TrainConfig
 from serl.engines.base import Completion, Sampling, TrainBatch
@@ -60,22 +61,28 @@ def make_learner(cfg: TrainConfig, model_path: str, tokenizer):
 
 class Trainer:
     def __init__(self, cfg: TrainConfig, run_dir: Path, seeds, model_path: str, tokenizer,
-                 generator, learner, logger, progress: str = "plain"):
+                 generator, learner, logger, progress: str = "plain", pool: PromptPool | None = None):
         self.cfg, self.run_dir, self.tok = cfg, run_dir, tokenizer
         self.generator, self.learner, self.logger, self.progress = generator, learner, logger, progress
         self.rng = random.Random(cfg.seed)
-        self.pool = PromptPool.create(run_dir, seeds)
+        self.pool = pool or PromptPool.create(run_dir, seeds, replay_window=cfg.replay_window)
         self.checker = EquivalenceChecker(timeout=cfg.verify_timeout)
         self.difficulty = DifficultyFilter(*cfg.reward_difficulty_bounds)
-        icfg = InstructConfig(n_shots=cfg.few_shot_generation,
-                              prompts_per_call=cfg.few_shot_generation_batch_size)
+        icfg = InstructConfig(
+            n_shots=cfg.few_shot_generation, prompts_per_call=cfg.few_shot_generation_batch_size,
+            max_new_tokens=cfg.instruction_max_len, max_attempts=cfg.instruction_max_attempts,
+            temperature=cfg.instruction_temperature, top_p=cfg.instruction_top_p,
+            rouge_threshold=cfg.rouge_threshold)
         self.instruct = SelfInstruct(generator, tokenizer, self.pool, icfg)
         self.seed_order: list[PoolItem] = []
+        self.step_done = 0
         self.times: dict[str, float] = {}
 
     # ---- the loop -------------------------------------------------------------------
     def step(self, step: int) -> dict[str, float]:
         self.times = {}
+        self.step_counts = {"filter/difficulty/kept": 0, "filter/difficulty/too_easy": 0,
+                            "filter/difficulty/too_hard": 0}
         metrics: dict[str, float] = {}
         with self.timed("step"):
             rollouts, rounds = [], 0
@@ -89,6 +96,7 @@ class Trainer:
             metrics["filter/rounds"] = rounds
             if rollouts:
                 batch = self.make_batch(rollouts, metrics)                  # 5. advantages
+                fault_point("learner", step)
                 with self.timed("learner"):
                     metrics.update(self.learner.step(batch))                #    and update
                 with self.timed("sync"):
@@ -97,13 +105,36 @@ class Trainer:
                 log.warning("step %d: no prompt passed the difficulty filter in %d rounds; "
                             "no update this step", step, rounds)
             self.pool.flush(step)
+        self.step_done = step
         metrics["train/batch_prompts"] = len(rollouts)
         metrics = finalize_metrics(metrics)
-        metrics.update(self.difficulty.metrics() if hasattr(self.difficulty, "metrics") else {})
+        metrics.update(self.step_counts)
         metrics.update(self.pool.stats())
         metrics.update({f"time/{k}": v for k, v in self.times.items()})
         self.logger.log(step, metrics)
         return metrics
+
+    # ---- checkpointed state (everything that decides what happens next) -----------------
+    def state_dict(self) -> dict:
+        return {
+            "step": self.step_done,
+            "rng": self.rng.getstate(),
+            "numpy_rng": np.random.get_state(),
+            "torch_rng": torch.get_rng_state(),
+            "generator_calls": getattr(self.generator, "calls", 0),
+            "seed_order": [i.id for i in self.seed_order],
+            "difficulty": dict(vars(self.difficulty)),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.step_done = state["step"]
+        self.rng.setstate(state["rng"])
+        np.random.set_state(state["numpy_rng"])
+        torch.set_rng_state(state["torch_rng"])
+        if hasattr(self.generator, "calls"):
+            self.generator.calls = state["generator_calls"]
+        self.seed_order = [self.pool.get(i) for i in state["seed_order"]]
+        vars(self.difficulty).update(state["difficulty"])
 
     # ---- stages ---------------------------------------------------------------------
     def next_prompts(self, step: int, metrics: dict) -> list[PoolItem]:
@@ -130,6 +161,7 @@ class Trainer:
             return []
         sampling = Sampling(max_new_tokens=self.cfg.generate_max_len, temperature=self.cfg.temperature,
                             top_p=self.cfg.top_p)
+        fault_point("generate", self.step_done + 1)
         with self.timed("generate"):
             return self.generator.generate([self.chat_prompt(i.text) for i in items],
                                            self.cfg.n_samples_per_prompt, sampling)
@@ -159,6 +191,8 @@ class Trainer:
             for item, group, score in zip(items, groups, scores):
                 ok, why = self.difficulty.check(score.agreement)
                 self.pool.record_rollout(item.id, step, score.agreement, score.label, ok, why)
+                key = "filter/difficulty/" + ("kept" if ok else why)
+                self.step_counts[key] = self.step_counts.get(key, 0) + 1
                 if ok:
                     kept.append(Rollout(item, group, score))
         return kept

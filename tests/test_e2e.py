@@ -20,7 +20,8 @@ def test_two_steps_of_the_loop(tmp_path, smol_path, smol_tokenizer, monkeypatch)
         "--prompt_data", str(__import__("pathlib").Path(__file__).parents[1] / "dataset/arith_seed.jsonl"),
         "--rollout_batch_size", "2", "--n_samples_per_prompt", "4",
         "--instructions_num_per_iteration", "3", "--few_shot_generation_batch_size", "2",
-        "--few_shot_generation", "4", "--generate_max_len", "48", "--max_refill_rounds", "1",
+        "--few_shot_generation", "4", "--generate_max_len", "48", "--instruction_max_len", "96",
+        "--instruction_max_attempts", "2", "--max_refill_rounds", "1",
         "--reward_difficulty_bounds", "0", "1", "--actor_learning_rate", "1e-5", "--temperature", "1.0",
         "--micro_train_batch_size", "4", "--progress", "quiet"])
     seeds, model_path, _, run_dir = prepare(cfg)

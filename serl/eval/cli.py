@@ -55,6 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prompt_style", default="chat_boxed", choices=PROMPT_STYLES,
                    help="raw: the question as it is; chat: chat template; chat_boxed: chat template "
                         "plus 'put your final answer within \\boxed{}'")
+    p.add_argument("--fallback", default="number", choices=("number", "none"),
+                   help="math: answer of a response without \\boxed{}: its last number, or none")
     p.add_argument("--generator", default="auto", choices=("auto", "vllm", "hf"),
                    help="generation engine: vllm when installed (auto), or transformers")
     p.add_argument("--batch_size", type=int, default=32, help="HF generator: sequences per forward batch")
@@ -108,6 +110,11 @@ def _check_args(args) -> str | None:
     out = Path(args.output_dir)
     if out.exists() and not out.is_dir():
         return f"--output_dir {out} exists and is not a directory"
+    base = out.resolve()
+    while not base.exists():  # the folder is made at the end: check now that it can be
+        base = base.parent
+    if not base.is_dir() or not os.access(base, os.W_OK):
+        return f"--output_dir {out}: cannot write under {base}"
     return None
 
 
@@ -119,9 +126,9 @@ def make_generator(kind: str, model_path: str, tokenizer, args):
     if kind == "vllm":
         if not vllm_available():
             raise GeneratorUnavailable("--generator vllm but vllm is not installed")
-        from serl.engines.vllm_generator import VLLMGenerator
+        from serl.eval.vllm_eval import EvalVLLMGenerator
 
-        return "vllm", VLLMGenerator(model_path, seed=args.seed, max_model_len=args.max_model_len)
+        return "vllm", EvalVLLMGenerator(model_path, seed=args.seed, max_model_len=args.max_model_len)
     from serl.engines.hf_generator import HFGenerator
 
     return "hf", HFGenerator(model_path, tokenizer=tokenizer, seed=args.seed, batch_size=args.batch_size)
@@ -146,7 +153,8 @@ def _fmt(x) -> str:
 
 
 def format_table(results: dict, k: int) -> str:
-    cols = ["pass@1", f"maj@{k}", f"pass@{k}", f"mean@{k}"]
+    cols = [c for c in ("pass@1", f"maj@{k}", f"pass@{k}", f"mean@{k}")
+            if any(c in e for e in results["benchmarks"].values())]
     lines = [f"{'benchmark':<22}{'n':>6}" + "".join(f"{c:>9}" for c in cols)]
     rows = []
     for name, entry in results["benchmarks"].items():
@@ -183,7 +191,8 @@ def run(args, generator=None, tokenizer=None) -> dict:
         with EquivalenceChecker(workers=max(1, args.workers)) as checker:
             if problems:
                 t = time.time()
-                parts.append(evaluate_math(generator, tokenizer, problems, checker=checker, **common))
+                parts.append(evaluate_math(generator, tokenizer, problems, checker=checker,
+                                           fallback=args.fallback, **common))
                 wall["math"] = round(time.time() - t, 1)
             if mmlu_q:
                 t = time.time()
@@ -200,7 +209,7 @@ def run(args, generator=None, tokenizer=None) -> dict:
         "date": dt.datetime.now().isoformat(timespec="seconds"), "machine": platform.node(),
         "settings": {key: getattr(args, key) for key in (
             "benchmarks", "limit", "stratified", "mmlu_split", "n_shots", "k", "temperature", "top_p",
-            "max_new_tokens", "max_model_len", "prompt_style", "seed")} | {"greedy": not args.no_greedy},
+            "max_new_tokens", "max_model_len", "prompt_style", "fallback", "seed")} | {"greedy": not args.no_greedy},
         "benchmarks": {}, "metrics": {}, "wall_seconds": wall | {"total": round(time.time() - started, 1)},
     }
     records = []

@@ -32,8 +32,11 @@ def build_prompt(question: str, tokenizer, style: str = "chat_boxed") -> str:
                                          add_generation_prompt=True, tokenize=False)
 
 
-def _fallback(p: MathProblem) -> str:
-    return "choice" if p.choice else "number"
+FALLBACKS = ("number", "none")
+
+
+def _fallback(p: MathProblem, fallback: str) -> str:
+    return "choice" if p.choice else fallback
 
 
 def _verdicts(problems: list[MathProblem], answers: list[list[str | None]], checker) -> list[list[bool]]:
@@ -58,7 +61,7 @@ def _verdicts(problems: list[MathProblem], answers: list[list[str | None]], chec
 def evaluate_math(generator, tokenizer, problems: list[MathProblem], k: int = 8, *, checker,
                   greedy: bool = True, max_new_tokens: int = 1024, temperature: float = 1.0,
                   top_p: float = 0.95, prompt_style: str = "chat_boxed", seed: int | None = None,
-                  prefix: str = "eval", chunk: int = 64, log=None) -> dict:
+                  prefix: str = "eval", chunk: int = 64, fallback: str = "number", log=None) -> dict:
     """Evaluate ``generator`` on math problems (any mix of benchmarks).
 
     Returns ``{"metrics": {...}, "benchmarks": {...}, "records": [...]}``:
@@ -66,10 +69,14 @@ def evaluate_math(generator, tokenizer, problems: list[MathProblem], k: int = 8,
     ``<prefix>/<bench>/maj@K``, ``<prefix>/<bench>/pass@K`` and ``<prefix>/<bench>/mean@K``
     (mean sample accuracy); ``benchmarks`` adds n, no-answer rates and per-level /
     per-subject breakdowns; ``records`` has one dict per generation.
-    ``k=0`` skips sampling; ``greedy=False`` skips the greedy pass.
+    ``k=0`` skips sampling; ``greedy=False`` skips the greedy pass. ``fallback``: when a
+    response has no ``\\boxed{}``, take its last number (``"number"``, as SeRL's and
+    Qwen2.5-Math's graders do) or give it no answer (``"none"``, stricter).
     """
     if k < 0:
         raise ValueError("k must be >= 0")
+    if fallback not in FALLBACKS:
+        raise ValueError(f"fallback must be one of {FALLBACKS}, got {fallback!r}")
     prompts = [build_prompt(p.question, tokenizer, prompt_style) for p in problems]
     stop = RAW_STOP if prompt_style == "raw" else ()
     records: list[dict] = []
@@ -79,7 +86,7 @@ def evaluate_math(generator, tokenizer, problems: list[MathProblem], k: int = 8,
         groups = generate_in_chunks(generator, prompts, 1, Sampling(max_new_tokens, 0.0, 1.0, stop=stop),
                                     f"{prefix} greedy", chunk, log)
         texts = [g[0].text for g in groups]
-        answers = [[extract_answer(t, _fallback(p))] for t, p in zip(texts, problems)]
+        answers = [[extract_answer(t, _fallback(p, fallback))] for t, p in zip(texts, problems)]
         ok = _verdicts(problems, answers, checker)
         for p, g, a, v in zip(problems, groups, answers, ok):
             records.append(_record(p, "greedy", 0, g[0], a[0], v[0]))
@@ -91,7 +98,7 @@ def evaluate_math(generator, tokenizer, problems: list[MathProblem], k: int = 8,
     if k > 0 and problems:
         sampling = Sampling(max_new_tokens, temperature, top_p, stop=stop, seed=seed)
         groups = generate_in_chunks(generator, prompts, k, sampling, f"{prefix} sample x{k}", chunk, log)
-        answers = [[extract_answer(c.text, _fallback(p)) for c in g] for g, p in zip(groups, problems)]
+        answers = [[extract_answer(c.text, _fallback(p, fallback)) for c in g] for g, p in zip(groups, problems)]
         ok = _verdicts(problems, answers, checker)
         for p, g, a, v in zip(problems, groups, answers, ok):
             vote = majority_vote(a, checker)

@@ -10,6 +10,18 @@ MATH_DIR = DATA / "serl_math_benchmarks"
 MMLU_DIR = DATA / "mmlu_pro"
 
 
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """The real-model tests share a small machine: one intra-op thread avoids the
+    spin-wait slowdowns of oversubscribed cores. Restored afterwards."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="session")
 def checker():
     """One real math-verify pool for the eval tests."""

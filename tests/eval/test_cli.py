@@ -25,6 +25,7 @@ GOOD = '{"question": "1+1?", "answer": "\\\\boxed{2}"}\n'
     ({"b": GOOD}, ["--benchmarks", "b", "--k", "-1"], "--k must be >= 0"),
     ({"b": GOOD}, ["--benchmarks", "b", "--max_new_tokens", "4096"], "below --max_model_len"),
     ({"b": GOOD}, ["--benchmarks", "b", "--model", "/no/such/model"], "model path does not exist"),
+    ({"b": GOOD}, ["--benchmarks", "b", "--output_dir", "{tmp}/data/b/test.jsonl/out"], "cannot write under"),
 ])
 def test_bad_input_exit_2_nothing_written(tmp_path, capsys, files, extra, message):
     data = tmp_path / "data"
@@ -32,7 +33,8 @@ def test_bad_input_exit_2_nothing_written(tmp_path, capsys, files, extra, messag
     for name, text in files.items():
         _bench(data, name, text)
     out = tmp_path / "out"
-    rc = cli_main(["--data_dir", str(data), "--output_dir", str(out), *extra])
+    extra = [x.replace("{tmp}", str(tmp_path)) for x in extra]
+    rc = cli_main(["--data_dir", str(data), "--output_dir", str(out), *extra])  # a later one wins
     err = capsys.readouterr().err
     assert rc == 2
     assert message in err and err.count("\n") == 1
@@ -66,14 +68,14 @@ def _maj_from_file(path, k):
 def test_real_model_math_hf(tmp_path, math_dir, smol_path):
     out = tmp_path / "out"
     rc = cli_main(["--model", smol_path, "--benchmarks", "asdiv,math_500", "--data_dir", str(math_dir),
-                   "--limit", "2", "--k", "3", "--max_new_tokens", "24", "--generator", "hf",
+                   "--limit", "2", "--k", "3", "--max_new_tokens", "12", "--generator", "hf",
                    "--output_dir", str(out), "--quiet"])
     assert rc == 0
     res = json.loads((out / "results.json").read_text())
     assert set(res["benchmarks"]) == {"asdiv", "math_500"} and res["generator"] == "hf"
     assert set(res["benchmarks"]["math_500"]["by_level"]) <= {"1", "2", "3", "4", "5"}
     rows = [json.loads(x) for x in (out / "generations.jsonl").read_text().splitlines()]
-    assert len(rows) == 2 * 2 * (1 + 3) and all(r["n_tokens"] <= 24 for r in rows)
+    assert len(rows) == 2 * 2 * (1 + 3) and all(r["n_tokens"] <= 12 for r in rows)
     for name in ("asdiv", "math_500"):
         sub = out / f"{name}.jsonl"
         sub.write_text("".join(json.dumps(r) + "\n" for r in rows if r["benchmark"] == name))
@@ -85,7 +87,7 @@ def test_real_model_math_hf(tmp_path, math_dir, smol_path):
 def test_real_model_mmlu_hf(tmp_path, mmlu_dir, smol_path):
     out = tmp_path / "out"
     rc = cli_main(["--model", smol_path, "--benchmarks", "mmlu_pro", "--mmlu_dir", str(mmlu_dir),
-                   "--stratified", "2", "--n_shots", "1", "--k", "2", "--max_new_tokens", "16",
+                   "--stratified", "2", "--n_shots", "1", "--k", "2", "--max_new_tokens", "8",
                    "--generator", "hf", "--output_dir", str(out), "--quiet"])
     assert rc == 0
     e = json.loads((out / "results.json").read_text())["benchmarks"]["mmlu_pro"]
@@ -106,3 +108,16 @@ def test_real_model_vllm_path(tmp_path, math_dir, smol_path):
     assert rc == 0
     res = json.loads((out / "results.json").read_text())
     assert res["generator"] == "vllm" and res["benchmarks"]["gsm8k"]["n"] == 2
+
+
+@pytest.mark.parametrize("bench,k,header", [
+    ({"gsm8k": {"n": 2, "pass@1": 0.5}}, 0, ["benchmark", "n", "pass@1"]),
+    ({"gsm8k": {"n": 2, "maj@8": 0.5, "pass@8": 1.0, "mean@8": 0.25}}, 8,
+     ["benchmark", "n", "maj@8", "pass@8", "mean@8"]),
+])
+def test_table_shows_only_what_ran(bench, k, header):
+    from serl.eval.cli import format_table
+
+    lines = format_table({"benchmarks": bench}, k).splitlines()
+    assert lines[0].split() == header
+    assert lines[1].split()[2] == "50.0"

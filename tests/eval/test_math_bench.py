@@ -108,3 +108,14 @@ def test_cli_run_writes_files_and_cross_check(tmp_path, scripted, checker):
     assert independent_maj(gens, 4) == saved["benchmarks"]["toy"]["maj@4"] == 0.25
     # the extracted answers in the file are what extract_answer gives on the saved responses
     assert all(r["answer"] == extract_answer(r["response"], "choice" if r["idx"] == 2 else "number") for r in gens)
+
+
+def test_fallback_none_drops_unboxed_answers(scripted, checker):
+    out = evaluate_math(toy_generator(scripted), None, toy_problems(), k=4, checker=checker,
+                        prompt_style="raw", fallback="none")
+    bench = out["benchmarks"]["toy"]
+    # problem 1 had only unboxed numbers: now no answer, so its pass@4 is lost
+    assert (bench["pass@1"], bench["maj@4"], bench["pass@4"]) == (0.5, 0.25, 0.5)
+    assert bench["no_answer@greedy"] == 0.5
+    with pytest.raises(ValueError):
+        evaluate_math(toy_generator(scripted), None, toy_problems(), checker=checker, fallback="choice")

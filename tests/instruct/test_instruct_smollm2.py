@@ -24,7 +24,11 @@ def _short_seeds(n=24):
 def smol_generator(smol_path, smol_tokenizer):
     from serl.engines.hf_generator import HFGenerator
 
-    return HFGenerator(smol_path, smol_tokenizer, seed=0, dtype=torch.bfloat16)
+    # One thread: on a shared 2-core machine two threads were >7x slower (oversubscribed).
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield HFGenerator(smol_path, smol_tokenizer, seed=0, dtype=torch.bfloat16)
+    torch.set_num_threads(threads)
 
 
 @pytest.mark.slow
@@ -44,7 +48,7 @@ def test_smollm2_fewshot_generation_parses(tmp_path, smol_generator, smol_tokeni
 
 
 @pytest.mark.slow
-def test_cli_writes_candidates_atomically(tmp_path, smol_path):
+def test_cli_writes_candidates_atomically(tmp_path, smol_generator):
     seeds = tmp_path / "seeds.jsonl"
     seeds.write_text("".join(json.dumps({"problem": p.text, "answer": p.label}) + "\n"
                              for p in _short_seeds()))

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# RLOO x self-evolution (SeRL): self-instruction from 500 unlabeled seeds + majority-vote reward.
+# LLaMA-3.2-3B-Instruct on one node of 8 GPUs, models colocated (SeRL's published setup).
+# Flags and numbers follow SeRL's README and templates (arXiv:2505.20347,
+# github.com/wantbook-book/SeRL, openrlhf/scripts/train/); see docs/distributed.md.
+#
+#   bash scripts/train/train_llama32_3b_rloo_serl.sh          (or: zsh scripts/train/train_llama32_3b_rloo_serl.sh)
+#   RAY_ADDRESS=http://127.0.0.1:8265 RAY_AUTH_MODE=token bash scripts/train/train_llama32_3b_rloo_serl.sh   # via `ray job submit`
+#
+# Paths come from the environment; the defaults are SeRL-like.
+set -eu
+
+PRETRAIN="${PRETRAIN:-meta-llama/Llama-3.2-3B-Instruct}"
+DATA_DIR="${DATA_DIR:-data}"
+PROMPT_DATA="${PROMPT_DATA:-$DATA_DIR/serl_seed/0_2_0_8_train_with_idx_sample_500.jsonl}"
+SAVE_PATH="${SAVE_PATH:-runs/llama32_3b_rloo_serl}"
+CKPT_PATH="${CKPT_PATH:-$SAVE_PATH/ckpt}"
+STEPS="${STEPS:-100}"  # our choice: SeRL runs until stopped (--num_episodes 1000000)
+USE_WANDB="${USE_WANDB:-false}"  # true logs to W&B (key from WANDB_API_KEY)
+WANDB_RUN_NAME="${WANDB_RUN_NAME:-llama32_3b_rloo_serl}"
+
+# Run locally, or submit to a Ray cluster when RAY_ADDRESS is set.
+launch() {
+  if [ -n "${RAY_ADDRESS:-}" ]; then
+    ray job submit --address "$RAY_ADDRESS" --working-dir "$PWD" -- "$@"
+  else
+    "$@"
+  fi
+}
+
+launch serl train \
+  --pretrain "$PRETRAIN" \
+  --prompt_data "$PROMPT_DATA" \
+  --input_key problem \
+  --label_key answer \
+  --save_path "$SAVE_PATH" \
+  --ckpt_path "$CKPT_PATH" \
+  --steps "$STEPS" \
+  --ray \
+  --learner deepspeed \
+  --actor_num_nodes 1 \
+  --actor_num_gpus_per_node 8 \
+  --ref_num_nodes 1 \
+  --ref_num_gpus_per_node 8 \
+  --vllm_num_engines 8 \
+  --vllm_tensor_parallel_size 1 \
+  --vllm_gpu_memory_utilization 0.6 \
+  --colocate_all_models \
+  --vllm_enable_sleep \
+  --generator vllm \
+  --zero_stage 3 \
+  --bf16 \
+  --adam_offload \
+  --gradient_checkpointing \
+  --advantage_estimator rloo \
+  --n_samples_per_prompt 16 \
+  --rollout_batch_size 16 \
+  --micro_rollout_batch_size 4 \
+  --train_batch_size 16 \
+  --micro_train_batch_size 2 \
+  --prompt_max_len 1024 \
+  --generate_max_len 1024 \
+  --actor_learning_rate 5e-7 \
+  --init_kl_coef 1e-4 \
+  --reward_mode majority \
+  --enable_self_evolution true \
+  --reward_difficulty_bounds 0.2 0.8 \
+  --instructions_num_per_iteration 2000 \
+  --few_shot_generation 8 \
+  --few_shot_generation_batch_size 4 \
+  --use_wandb "$USE_WANDB" \
+  --wandb_run_name "$WANDB_RUN_NAME"

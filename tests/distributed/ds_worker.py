@@ -1,0 +1,78 @@
+"""One rank of the DeepSpeed learner test (run by torchrun from test_deepspeed_learner.py).
+
+Scores a fixed batch, trains one step, snapshots the gathered weights, saves, trains a
+second step, reloads the checkpoint and trains that second step again; rank 0 writes
+everything the test compares to ``OUT/rank0.pt`` (each rank its weights to rankN.pt).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+
+
+def batch(seed: int, n: int, vocab: int, nan: bool = False):
+    from serl.engines.base import TrainBatch
+
+    g = torch.Generator().manual_seed(seed)
+    prompts = [torch.randint(1, vocab, (int(torch.randint(2, 6, (1,), generator=g)),), generator=g).tolist()
+               for _ in range(n)]
+    resps = [torch.randint(1, vocab, (int(torch.randint(1, 7, (1,), generator=g)),), generator=g).tolist()
+             for _ in range(n)]
+    adv = [torch.randn(len(r), generator=g) for r in resps]
+    if nan:
+        adv[0][0] = float("nan")
+    return prompts, resps, adv
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--stage", type=int, required=True)
+    ap.add_argument("--n", type=int, default=5)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--kl", action="store_true", help="use the KL loss (needs the reference model)")
+    a = ap.parse_args()
+
+    from serl.engines.base import TrainBatch
+    from serl.engines.deepspeed_learner import DeepSpeedLearner, DeepSpeedOptions
+    from serl.engines.torch_learner import LearnerConfig
+
+    cfg = LearnerConfig(lr=a.lr, warmup_ratio=0.0, total_steps=10, micro_batch_size=2,
+                        use_kl_loss=a.kl, kl_loss_coef=0.1 if a.kl else 0.0, seed=0)
+    ln = DeepSpeedLearner(a.model, cfg, need_ref=a.kl, opts=DeepSpeedOptions(zero_stage=a.stage))
+    vocab = ln.lm.config.vocab_size
+    res: dict = {"world": ln.world}
+
+    def make(seed, nan=False):
+        p, r, adv = batch(seed, a.n, vocab, nan)
+        old = ln.logprobs(p, r)
+        return old, TrainBatch(p, r, adv, [o + 0.01 for o in old])  # ratios != 1
+
+    res["logprobs"], b1 = make(1)
+    if a.kl:
+        res["ref_logprobs"] = ln.logprobs(b1.prompt_ids, b1.response_ids, model="ref")
+    res["m1"] = ln.step(b1)
+    weights = {n: t.clone() for n, t in ln.named_weights()}
+    torch.save(weights, f"{a.out}/rank{ln.rank}.pt")
+    ln.save(f"{a.out}/ckpt")
+    _, b2 = make(2)
+    res["m2"] = ln.step(b2)
+    ln.load(f"{a.out}/ckpt")
+    res["m2_again"] = ln.step(b2)
+    _, bad = make(3, nan=True)
+    before = {n: t.clone() for n, t in ln.named_weights()}
+    res["m_nan"] = ln.step(bad)
+    after = {n: t.clone() for n, t in ln.named_weights()}
+    res["nan_unchanged"] = all(torch.equal(before[k], after[k]) for k in before)
+    res["m_after_nan"] = ln.step(b2)  # trains normally again
+    if ln.rank == 0:
+        torch.save(res, f"{a.out}/rank0.pt")
+    ln.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,129 @@
+"""The shell templates in scripts/train/ and the YAML presets in configs/ must be accepted
+by `serl train` exactly as written, under bash and zsh."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from serl.config import parse_args
+
+ROOT = Path(__file__).resolve().parents[1]
+TEMPLATES = sorted((ROOT / "scripts" / "train").glob("*.sh"))
+ALGO = {"reinforce_pp": "reinforce", "grpo": "group_norm", "rloo": "rloo"}
+MODE = {"serl": ("majority", True), "gt": ("rule", False), "maj": ("majority", False)}
+SHELLS = [s for s in ("bash", "zsh") if shutil.which(s)]
+
+
+def _defaults(text: str) -> dict[str, str]:
+    """VAR="${VAR:-default}" lines, expanded in order (defaults may use earlier vars)."""
+    env: dict[str, str] = {}
+    for name, default in re.findall(r'^(\w+)="\$\{\1:-(.*)\}"', text, flags=re.M):
+        env[name] = re.sub(r"\$(\w+)", lambda m: env[m.group(1)], default)
+    return env
+
+
+def _static_argv(path: Path) -> list[str]:
+    """The `serl train ...` command of a template, continuation lines joined, vars expanded."""
+    text = path.read_text()
+    start = text.index("serl train \\")
+    lines = []
+    for line in text[start:].splitlines():
+        lines.append(line.rstrip("\\").strip())
+        if not line.rstrip().endswith("\\"):
+            break
+    env = _defaults(text)
+    words = shlex.split(" ".join(lines))
+    words = [re.sub(r"\$(\w+)", lambda m: env[m.group(1)], w) for w in words]
+    assert words[:2] == ["serl", "train"]
+    return words[2:]
+
+
+def test_all_nine_templates_exist():
+    names = {p.stem for p in TEMPLATES}
+    assert names == {f"train_llama32_3b_{a}_{m}" for a in ALGO for m in MODE}
+
+
+@pytest.mark.parametrize("path", TEMPLATES, ids=lambda p: p.stem)
+def test_template_parses_with_its_flags(path):
+    argv = _static_argv(path)
+    cfg, _ = parse_args(argv)
+    algo, mode = path.stem.removeprefix("train_llama32_3b_").rsplit("_", 1)
+    assert cfg.advantage_estimator == ALGO[algo]
+    assert (cfg.reward_mode, cfg.enable_self_evolution) == MODE[mode]
+    assert cfg.use_kl_loss == (algo == "grpo")
+    # SeRL's published numbers (README "Hyperparameter Settings" / "Resource Allocation")
+    assert (cfg.n_samples_per_prompt, cfg.rollout_batch_size, cfg.train_batch_size) == (16, 16, 16)
+    assert (cfg.micro_rollout_batch_size, cfg.micro_train_batch_size) == (4, 2)
+    assert cfg.actor_learning_rate == 5e-7 and cfg.init_kl_coef == 1e-4
+    assert (cfg.actor_num_gpus_per_node, cfg.vllm_num_engines, cfg.zero_stage) == (8, 8, 3)
+    assert cfg.colocate_all_models and cfg.ray and cfg.learner == "deepspeed"
+    assert cfg.model == "meta-llama/Llama-3.2-3B-Instruct"
+    if mode != "gt":
+        assert cfg.reward_difficulty_bounds == [0.2, 0.8]
+    if mode == "serl":
+        assert (cfg.instructions_num_per_iteration, cfg.few_shot_generation,
+                cfg.few_shot_generation_batch_size) == (2000, 8, 4)
+    for flag in ("--pretrain", "--prompt_data", "--input_key", "--label_key", "--save_path",
+                 "--ckpt_path", "--use_wandb", "--wandb_run_name", "--actor_num_nodes",
+                 "--ref_num_nodes", "--ref_num_gpus_per_node", "--vllm_tensor_parallel_size",
+                 "--vllm_gpu_memory_utilization", "--vllm_enable_sleep", "--learner", "--ray"):
+        assert flag in argv, f"{path.name} lacks {flag}"
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+@pytest.mark.parametrize("path", TEMPLATES, ids=lambda p: p.stem)
+def test_template_syntax(shell, path):
+    r = subprocess.run([shell, "-n", str(path)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+FAKE_SERL = """#!{python}
+import json, sys
+with open({out!r}, "w") as f:
+    json.dump(sys.argv[1:], f)
+"""
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+@pytest.mark.parametrize("path", TEMPLATES[:3] + TEMPLATES[-3:], ids=lambda p: p.stem)
+def test_template_runs_the_same_argv_in_the_shell(shell, path, tmp_path):
+    """Run the template for real with a stand-in `serl` that records its argv."""
+    out = tmp_path / "argv.json"
+    fake = tmp_path / "bin" / "serl"
+    fake.parent.mkdir()
+    fake.write_text(FAKE_SERL.format(python=sys.executable, out=str(out)))
+    fake.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env.update(PATH=f"{fake.parent}{os.pathsep}{env['PATH']}", PRETRAIN="/models/My Model",
+               SAVE_PATH=str(tmp_path / "run"))
+    r = subprocess.run([shell, str(path)], env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    argv = json.loads(out.read_text())
+    assert argv[0] == "train"
+    expected = _static_argv(path)
+    expected[expected.index("--pretrain") + 1] = "/models/My Model"  # spaces survive quoting
+    expected[expected.index("--save_path") + 1] = str(tmp_path / "run")
+    expected[expected.index("--ckpt_path") + 1] = str(tmp_path / "run" / "ckpt")
+    assert argv[1:] == expected
+    cfg, _ = parse_args(argv[1:])
+    assert cfg.model == "/models/My Model" and cfg.ckpt_path == str(tmp_path / "run" / "ckpt")
+
+
+@pytest.mark.parametrize("name,gpus,colocate,engines", [
+    ("llama3.2-3b-8xa6000.yaml", 8, True, 8),
+    ("qwen2.5-7b.yaml", 4, False, 2),
+])
+def test_presets_parse(name, gpus, colocate, engines):
+    cfg, _ = parse_args(["--config", str(ROOT / "configs" / name)])
+    assert (cfg.actor_num_gpus_per_node, cfg.colocate_all_models, cfg.vllm_num_engines) == \
+        (gpus, colocate, engines)
+    assert cfg.learner == "deepspeed" and cfg.zero_stage == 3 and cfg.ray
+    assert cfg.actor_learning_rate == 5e-7 and cfg.n_samples_per_prompt == 16
