@@ -18,6 +18,7 @@ from serl.checkpoint import fault_point
 from serl.algos import compute_advantages, kl_estimate
 from serl.config import TrainConfig
 from serl.engines.base import Completion, Sampling, TrainBatch
+from serl.progress import stage
 from serl.instruct import DifficultyFilter, InstructConfig, PoolItem, PromptPool, SelfInstruct
 from serl.rewards import EquivalenceChecker, GroupScore, score_groups
 
@@ -97,8 +98,10 @@ class Trainer:
             if rollouts:
                 batch = self.make_batch(rollouts, metrics)                  # 5. advantages
                 fault_point("learner", step)
-                with self.timed("learner"):
+                with self.timed("learner"), stage("update", len(batch.response_ids), "seqs",
+                                                  self.progress) as st:
                     metrics.update(self.learner.step(batch))                #    and update
+                    st.update(len(batch.response_ids))
                 with self.timed("sync"):
                     self.generator.load_weights(self.learner.named_weights())  # 6. weight sync
             else:
@@ -162,17 +165,20 @@ class Trainer:
         sampling = Sampling(max_new_tokens=self.cfg.generate_max_len, temperature=self.cfg.temperature,
                             top_p=self.cfg.top_p)
         fault_point("generate", self.step_done + 1)
-        with self.timed("generate"):
-            return self.generator.generate([self.chat_prompt(i.text) for i in items],
-                                           self.cfg.n_samples_per_prompt, sampling)
+        n = self.cfg.n_samples_per_prompt
+        with self.timed("generate"), stage("rollout", len(items) * n, "samples", self.progress) as st:
+            groups = self.generator.generate([self.chat_prompt(i.text) for i in items], n, sampling)
+            st.update(sum(len(g) for g in groups))
+        return groups
 
     def reward(self, items, groups, metrics: dict) -> list[GroupScore]:
         if not items:
             return []
         labels = [i.label for i in items] if self.cfg.reward_mode != "majority" else None
-        with self.timed("reward"):
+        with self.timed("reward"), stage("reward", len(groups), "groups", self.progress) as st:
             scores = score_groups([[c.text for c in g] for g in groups], labels, self.checker,
                                   mode=self.cfg.reward_mode, fallback=self.cfg.answer_fallback)
+            st.update(len(scores))
         n = sum(len(s.rewards) for s in scores)
         _accumulate(metrics, {
             "reward/sum": sum(sum(s.rewards) for s in scores), "reward/count": n,

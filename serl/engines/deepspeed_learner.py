@@ -146,6 +146,8 @@ class DeepSpeedLearner:
 
     def __init__(self, model_path: str, cfg: LearnerConfig, need_ref: bool, tokenizer=None,
                  opts: DeepSpeedOptions | None = None):
+        if not torch.cuda.is_available():  # before deepspeed is imported: it picks its accelerator then
+            os.environ.setdefault("DS_ACCELERATOR", "cpu")
         import deepspeed
         from transformers.integrations import HfDeepSpeedConfig
 
@@ -181,7 +183,7 @@ class DeepSpeedLearner:
             model=_Scorer(lm), optimizer=optimizer, config=conf,
             model_parameters=None if optimizer else [p for p in lm.parameters() if p.requires_grad])
         self.ref = None
-        if need_ref or cfg.use_kl_loss:
+        if need_ref:  # with the KL loss and no reference here, batches must bring ref_logprobs
             ref = load_causal_lm(model_path, dtype=dtype).eval()
             ref.requires_grad_(False)
             if self.opts.zero_stage == 3:
@@ -266,6 +268,9 @@ class DeepSpeedLearner:
             raise ValueError("TrainBatch has no response tokens to train on")
         ref_lp = batch.ref_logprobs
         if cfg.use_kl_loss and ref_lp is None:
+            if self.ref is None:
+                raise ValueError("use_kl_loss: the batch has no ref_logprobs and this learner "
+                                 "has no reference model (need_ref=False)")
             ref_lp = self.logprobs(batch.prompt_ids, batch.response_ids, model="ref")
         mbs, real = self._micro(batch.prompt_ids, batch.response_ids, self._shard(len(batch.prompt_ids)))
         per_mb = []
@@ -427,8 +432,13 @@ class DeepSpeedLearner:
             dist.destroy_process_group()
 
 
-def make_deepspeed_learner(cfg, model_path: str, tokenizer) -> DeepSpeedLearner:
-    """Build the learner from a ``TrainConfig`` (the same mapping as the torch learner's)."""
+def make_deepspeed_learner(cfg, model_path: str, tokenizer, need_ref: bool | None = None
+                           ) -> DeepSpeedLearner:
+    """Build the learner from a ``TrainConfig`` (the same mapping as the torch learner's).
+
+    ``need_ref``: load a reference model here (default: when ``init_kl_coef > 0``); Ray
+    runs pass False when separate reference workers score the batches.
+    """
     lc = LearnerConfig(
         lr=cfg.actor_learning_rate, warmup_ratio=cfg.lr_warmup_ratio, min_lr_ratio=cfg.min_lr_ratio,
         total_steps=cfg.steps, micro_batch_size=cfg.micro_train_batch_size,
@@ -438,7 +448,9 @@ def make_deepspeed_learner(cfg, model_path: str, tokenizer) -> DeepSpeedLearner:
         seed=cfg.seed)
     opts = DeepSpeedOptions(zero_stage=cfg.zero_stage, adam_offload=cfg.adam_offload,
                             param_offload=cfg.param_offload)
-    return DeepSpeedLearner(model_path, lc, need_ref=cfg.init_kl_coef > 0, tokenizer=tokenizer, opts=opts)
+    if need_ref is None:
+        need_ref = cfg.init_kl_coef > 0
+    return DeepSpeedLearner(model_path, lc, need_ref=need_ref, tokenizer=tokenizer, opts=opts)
 
 
 __all__ = ["DeepSpeedLearner", "DeepSpeedOptions", "deepspeed_available", "ds_config",

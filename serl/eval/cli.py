@@ -126,9 +126,9 @@ def make_generator(kind: str, model_path: str, tokenizer, args):
     if kind == "vllm":
         if not vllm_available():
             raise GeneratorUnavailable("--generator vllm but vllm is not installed")
-        from serl.eval.vllm_eval import EvalVLLMGenerator
+        from serl.engines.vllm_generator import VLLMGenerator
 
-        return "vllm", EvalVLLMGenerator(model_path, seed=args.seed, max_model_len=args.max_model_len)
+        return "vllm", VLLMGenerator(model_path, seed=args.seed, max_model_len=args.max_model_len)
     from serl.engines.hf_generator import HFGenerator
 
     return "hf", HFGenerator(model_path, tokenizer=tokenizer, seed=args.seed, batch_size=args.batch_size)

@@ -2,7 +2,8 @@
 
 Scores a fixed batch, trains one step, snapshots the gathered weights, saves, trains a
 second step, reloads the checkpoint and trains that second step again; rank 0 writes
-everything the test compares to ``OUT/rank0.pt`` (each rank its weights to rankN.pt).
+everything the test compares to ``OUT/result.pt`` (each rank its weights to
+``OUT/weights_rankN.pt``). ``--quick`` stops after the HF export.
 """
 from __future__ import annotations
 
@@ -13,8 +14,7 @@ import torch
 
 
 def batch(seed: int, n: int, vocab: int, nan: bool = False):
-    from serl.engines.base import TrainBatch
-
+    """Random prompts/responses/advantages; also rebuilt by the test for the torch learner."""
     g = torch.Generator().manual_seed(seed)
     prompts = [torch.randint(1, vocab, (int(torch.randint(2, 6, (1,), generator=g)),), generator=g).tolist()
                for _ in range(n)]
@@ -26,14 +26,21 @@ def batch(seed: int, n: int, vocab: int, nan: bool = False):
     return prompts, resps, adv
 
 
+def digest(t: torch.Tensor) -> tuple:
+    import hashlib
+
+    return tuple(t.shape), str(t.dtype), hashlib.sha1(t.contiguous().view(-1).view(torch.uint8).numpy()).hexdigest()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--stage", type=int, required=True)
-    ap.add_argument("--n", type=int, default=5)
+    ap.add_argument("--num_seqs", type=int, default=5)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--kl", action="store_true", help="use the KL loss (needs the reference model)")
+    ap.add_argument("--quick", action="store_true", help="one step and an HF export only")
     a = ap.parse_args()
 
     from serl.engines.base import TrainBatch
@@ -47,7 +54,7 @@ def main() -> int:
     res: dict = {"world": ln.world}
 
     def make(seed, nan=False):
-        p, r, adv = batch(seed, a.n, vocab, nan)
+        p, r, adv = batch(seed, a.num_seqs, vocab, nan)
         old = ln.logprobs(p, r)
         return old, TrainBatch(p, r, adv, [o + 0.01 for o in old])  # ratios != 1
 
@@ -55,8 +62,14 @@ def main() -> int:
     if a.kl:
         res["ref_logprobs"] = ln.logprobs(b1.prompt_ids, b1.response_ids, model="ref")
     res["m1"] = ln.step(b1)
-    weights = {n: t.clone() for n, t in ln.named_weights()}
-    torch.save(weights, f"{a.out}/rank{ln.rank}.pt")
+    if a.quick:  # a digest per parameter: the real model's weights are too big to dump twice
+        weights = {n: digest(t) for n, t in ln.named_weights()}
+    else:
+        weights = {n: t.clone() for n, t in ln.named_weights()}
+    torch.save(weights, f"{a.out}/weights_rank{ln.rank}.pt")
+    if a.quick:
+        ln.export_hf(f"{a.out}/hf")
+        return finish(ln, res, a.out)
     ln.save(f"{a.out}/ckpt")
     _, b2 = make(2)
     res["m2"] = ln.step(b2)
@@ -68,8 +81,12 @@ def main() -> int:
     after = {n: t.clone() for n, t in ln.named_weights()}
     res["nan_unchanged"] = all(torch.equal(before[k], after[k]) for k in before)
     res["m_after_nan"] = ln.step(b2)  # trains normally again
+    return finish(ln, res, a.out)
+
+
+def finish(ln, res: dict, out: str) -> int:
     if ln.rank == 0:
-        torch.save(res, f"{a.out}/rank0.pt")
+        torch.save(res, f"{out}/result.pt")
     ln.close()
     return 0
 

@@ -1,0 +1,171 @@
+"""The Ray actor classes: plain classes, turned into actors with ``ray.remote`` by
+``serl.distributed.groups`` (so importing this module does not need Ray).
+
+Each worker builds its engine from the run's ``TrainConfig`` (passed as a dict) and the
+resolved model path, so what runs inside an actor is the same code as in one process.
+"""
+from __future__ import annotations
+
+import os
+import socket
+
+
+def _config(cfg_dict: dict):
+    from serl.config import TrainConfig
+
+    return TrainConfig(**cfg_dict)
+
+
+def _quiet_threads() -> None:
+    """One actor per slot: do not let each one spawn a thread per core."""
+    import torch
+
+    threads = int(os.environ.get("OMP_NUM_THREADS", "1") or 1)
+    torch.set_num_threads(max(1, threads))
+
+
+class LearnerWorker:
+    """One rank of the learner group (DeepSpeed), or the whole torch learner."""
+
+    def __init__(self, rank: int, world: int):
+        self.rank, self.world, self.learner = rank, world, None
+
+    def address(self) -> tuple[str, int]:
+        """Rank 0's address and a free port, for the process group's rendezvous."""
+        import ray
+
+        with socket.socket() as s:
+            s.bind(("", 0))
+            port = s.getsockname()[1]
+        return ray.util.get_node_ip_address(), port
+
+    def setup(self, cfg_dict: dict, model_path: str, master: tuple[str, int], need_ref: bool) -> int:
+        import torch
+
+        _quiet_threads()
+        cfg = _config(cfg_dict)
+        if cfg.learner == "torch":
+            from serl.engines.torch_learner import TorchLearner
+            from serl.trainer import make_learner
+
+            self.learner = make_learner(cfg, model_path, None)
+            assert isinstance(self.learner, TorchLearner)
+            return self.rank
+        os.environ.update(RANK=str(self.rank), WORLD_SIZE=str(self.world), LOCAL_RANK="0",
+                          MASTER_ADDR=master[0], MASTER_PORT=str(master[1]))
+        if not torch.cuda.is_available():
+            os.environ["DS_ACCELERATOR"] = "cpu"
+        from serl.engines.deepspeed_learner import make_deepspeed_learner
+
+        self.learner = make_deepspeed_learner(cfg, model_path, None, need_ref=need_ref)
+        return self.rank
+
+    # every method below is called on all ranks at once (they are collective)
+    def logprobs(self, prompt_ids, response_ids, model: str = "policy"):
+        out = self.learner.logprobs(prompt_ids, response_ids, model=model)
+        return out if self.rank == 0 else None
+
+    def step(self, batch):
+        m = self.learner.step(batch)
+        return m if self.rank == 0 else None
+
+    def collect_weights(self) -> dict | None:
+        """The policy weights as CPU tensors on rank 0 (gathered one parameter at a time)."""
+        out = {}
+        for name, t in self.learner.named_weights():
+            if self.rank == 0:
+                out[name] = t.detach().to("cpu", copy=True)
+        return out if self.rank == 0 else None
+
+    def save(self, path: str) -> None:
+        self.learner.save(path)
+
+    def load(self, path: str) -> None:
+        self.learner.load(path)
+
+    def export_hf(self, path: str) -> None:
+        if hasattr(self.learner, "export_hf"):
+            self.learner.export_hf(path)
+        elif self.rank == 0:
+            self.learner.save(path)
+
+    def close(self) -> None:
+        if hasattr(self.learner, "close"):
+            self.learner.close()
+
+
+class ReferenceWorker:
+    """The frozen reference model: scores sequences, never trains.
+
+    It reuses the torch learner's scoring path (micro-batching, LM head on response
+    positions only); no optimizer state is ever allocated because ``step`` is never
+    called.
+    """
+
+    def setup(self, cfg_dict: dict, model_path: str) -> None:
+        from serl.engines.torch_learner import LearnerConfig, TorchLearner
+
+        _quiet_threads()
+        cfg = _config(cfg_dict)
+        lc = LearnerConfig(micro_batch_size=cfg.micro_rollout_batch_size, bf16=cfg.bf16, seed=cfg.seed)
+        self.model = TorchLearner(model_path, lc, need_ref=False)
+        self.model.policy.requires_grad_(False)
+
+    def logprobs(self, prompt_ids, response_ids):
+        return self.model.logprobs(prompt_ids, response_ids, model="policy")
+
+
+class GeneratorWorker:
+    """One generation engine: vLLM (``--generator vllm``/auto with vLLM installed) or HF."""
+
+    def setup(self, cfg_dict: dict, model_path: str, index: int) -> str:
+        from serl.models import load_tokenizer
+
+        _quiet_threads()
+        cfg = _config(cfg_dict)
+        seed = cfg.seed + 1000 * index  # engines must not draw the same samples
+        from serl.engines.vllm_generator import VLLMGenerator, vllm_available
+
+        if cfg.generator == "vllm" or (cfg.generator == "auto" and vllm_available()):
+            self.gen = VLLMGenerator(model_path, seed=seed,
+                                     max_model_len=cfg.prompt_max_len + cfg.generate_max_len,
+                                     tensor_parallel_size=cfg.vllm_tensor_parallel_size,
+                                     gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
+                                     enable_sleep_mode=cfg.vllm_enable_sleep)
+        else:
+            from serl.engines.hf_generator import HFGenerator
+
+            self.gen = HFGenerator(model_path, load_tokenizer(model_path), seed=seed)
+        return type(self.gen).__name__
+
+    def generate(self, prompts, n, sampling):
+        return self.gen.generate(prompts, n, sampling)
+
+    def load_weights(self, weights: dict) -> None:
+        self.gen.load_weights(weights.items())
+
+    def sleep(self) -> None:
+        if hasattr(self.gen, "sleep"):
+            self.gen.sleep()
+
+    def wake_up(self) -> None:
+        if hasattr(self.gen, "wake_up"):
+            self.gen.wake_up()
+
+    def close(self) -> None:
+        self.gen.close()
+
+
+class RewardWorker:
+    """math-verify equivalence checks (its own process pool with hard timeouts)."""
+
+    def setup(self, timeout: float, workers: int = 1) -> None:
+        from serl.rewards import EquivalenceChecker
+
+        self.checker = EquivalenceChecker(timeout=timeout, workers=workers)
+
+    def run_jobs(self, jobs: list[dict]) -> list:
+        return self.checker.run_jobs(jobs)
+
+    def close(self) -> None:
+        self.checker.close()
