@@ -39,6 +39,11 @@ class TrainConfig:
     seed: int = _f(42, "random seed for sampling, shuffling and generation")
     eval_data: str = _f("", "held-out labelled problems scored (greedy) before and after training")
     eval_samples: int = _f(32, "use at most this many held-out problems (0 = all)")
+    eval_benchmarks: str = _f("", "comma-separated benchmark names under --eval_data_dir (e.g. math_500,gsm8k)")
+    eval_data_dir: str = _f("", "folder of <benchmark>/test.jsonl files (the SeRL benchmark layout)")
+    eval_limit: int = _f(50, "use the first N problems of each benchmark (0 = all)")
+    eval_steps: int = _f(0, "evaluate every N steps as well as before and after (0 = before and after only)")
+    eval_k: int = _f(0, "also sample K answers per problem for maj@K and pass@K (0 = greedy only)")
     # --- loop size
     steps: int = _f(3, "training steps (one step = grow pool, rollout, reward, filter, update, sync)")
     rollout_batch_size: int = _f(4, "prompts trained on per step (after the difficulty filter)")

@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import math
 import sys
 import time
 from datetime import datetime
@@ -46,9 +45,32 @@ def prepare(cfg: TrainConfig, run_dir: Path | None = None):
     seeds = read_seeds(cfg.prompt_data, cfg.input_key, cfg.label_key or None,
                        limit=cfg.max_samples or None)
     model_path = resolve_model(cfg.model)
-    eval_set = read_seeds(cfg.eval_data, cfg.input_key, cfg.label_key or None,
-                          limit=cfg.eval_samples or None) if cfg.eval_data else []
-    return seeds, model_path, eval_set, run_dir or _new_run_dir(cfg)
+    return seeds, model_path, load_eval_sets(cfg), run_dir or _new_run_dir(cfg)
+
+
+def load_eval_sets(cfg: TrainConfig) -> list:
+    """Held-out labelled problems (--eval_data) and benchmark files, as eval problems."""
+    from serl.eval.data import DataError as EvalDataError, MathProblem, load_math_benchmark
+
+    problems = []
+    if cfg.eval_data:
+        rows = read_seeds(cfg.eval_data, cfg.input_key, cfg.label_key or None,
+                          limit=cfg.eval_samples or None)
+        unlabelled = [i for i, r in enumerate(rows) if r.label is None]
+        if unlabelled:
+            raise DataError(f"{cfg.eval_data}: row {unlabelled[0] + 1} has no '{cfg.label_key}' "
+                            f"(held-out problems need labels)")
+        problems += [MathProblem(benchmark="heldout", idx=i, question=r.text, gold=r.label)
+                     for i, r in enumerate(rows)]
+    names = [n.strip() for n in cfg.eval_benchmarks.split(",") if n.strip()]
+    if names and not cfg.eval_data_dir:
+        raise ConfigError("eval_benchmarks: needs --eval_data_dir")
+    try:
+        for name in names:
+            problems += load_math_benchmark(cfg.eval_data_dir, name, cfg.eval_limit or None)
+    except EvalDataError as e:
+        raise DataError(str(e)) from e
+    return problems
 
 
 def resume_config(run_dir: Path, argv: list[str]) -> TrainConfig:
@@ -84,7 +106,7 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None) -> Path:
     from serl.instruct.pool import POOL_FILE
     from serl.metrics import MetricsLogger
     from serl.progress import print_step_summary, progress_mode
-    from serl.trainer import Trainer, evaluate_heldout, make_generator, make_learner
+    from serl.trainer import Trainer, evaluate, make_generator, make_learner
 
     mode = progress_mode(cfg.progress)
     t_start = time.time()
@@ -114,33 +136,33 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None) -> Path:
         generator.load_weights(learner.named_weights())
         trainer.load_state_dict(load_trainer_state(ckpt))
         log.info("resumed from %s: continuing at step %d", ckpt, start)
-    before = after = math.nan
+    evals: dict[int, dict] = {}
     history = []
     try:
         if eval_set and start == 1:
-            before = evaluate_heldout(trainer, eval_set)
-            logger.log(0, {"eval/heldout_acc": before})
-            log.info("held-out accuracy before training: %.3f (%d problems)", before, len(eval_set))
+            evals[0] = evaluate(trainer, eval_set)
+            logger.log(0, evals[0])
         for step in range(start, cfg.steps + 1):
             m = trainer.step(step)
+            if eval_set and (step == cfg.steps or (cfg.eval_steps and step % cfg.eval_steps == 0)):
+                evals[step] = evaluate(trainer, eval_set)
+                logger.log(step, evals[step])
+                m.update(evals[step])
             history.append(m)
             print_step_summary(step, m, mode)
             if step == cfg.steps or (cfg.save_steps and step % cfg.save_steps == 0):
                 save_checkpoint(run_dir, step, learner, trainer.state_dict(), keep=cfg.max_ckpt_num)
-        if eval_set and start <= cfg.steps:
-            after = evaluate_heldout(trainer, eval_set)
-            logger.log(cfg.steps, {"eval/heldout_acc": after})
         if cfg.save_model:
             learner.save(str(run_dir / "model"))
     finally:
         trainer.close()
         logger.close()
         generator.close()
-    _summarise(run_dir, history, before, after, time.time() - t_start)
+    _summarise(run_dir, history, evals, time.time() - t_start)
     return run_dir
 
 
-def _summarise(run_dir: Path, history: list[dict], before: float, after: float, secs: float) -> None:
+def _summarise(run_dir: Path, history: list[dict], evals: dict[int, dict], secs: float) -> None:
     try:
         from serl.report import write_report
 
@@ -157,9 +179,13 @@ def _summarise(run_dir: Path, history: list[dict], before: float, after: float, 
         fl = first_last(key)
         if fl:
             print(f"  {key:22s} first step: {fl[0]:.3f}  ->  last step: {fl[1]:.3f}")
-    if before == before:
-        verdict = "improved" if after > before else ("unchanged" if after == before else "got worse")
-        print(f"  held-out accuracy      before: {before:.3f}  ->  after: {after:.3f} ({verdict})")
+    if len(evals) >= 2:
+        first, last = evals[min(evals)], evals[max(evals)]
+        for key in sorted(first):
+            if key in last:
+                a, b = first[key], last[key]
+                verdict = "improved" if b > a else ("unchanged" if b == a else "got worse")
+                print(f"  {key:22s} step {min(evals)}: {a:.3f}  ->  step {max(evals)}: {b:.3f} ({verdict})")
     print(f"  metrics: {run_dir / 'metrics.jsonl'}   report: {run_dir / 'report'}")
 
 

@@ -277,12 +277,16 @@ def finalize_metrics(m: dict) -> dict:
     return out
 
 
-def evaluate_heldout(trainer: Trainer, problems) -> float:
-    """Greedy accuracy against labels on a small held-out set (the quickstart's yardstick)."""
-    if not problems:
-        return float("nan")
-    sampling = Sampling(max_new_tokens=trainer.cfg.generate_max_len, temperature=0.0)
-    groups = trainer.generator.generate([trainer.chat_prompt(p.text) for p in problems], 1, sampling)
-    scores = score_groups([[g[0].text] for g in groups], [p.label for p in problems],
-                          trainer.checker, mode="rule", fallback=trainer.cfg.answer_fallback)
-    return sum(s.rewards[0] for s in scores) / len(scores)
+def evaluate(trainer: Trainer, problems) -> dict[str, float]:
+    """Greedy pass@1 (and maj@K / pass@K with --eval_k) on held-out problems."""
+    from serl.eval import evaluate_math
+
+    cfg = trainer.cfg
+    t0 = time.perf_counter()
+    out = evaluate_math(trainer.generator, trainer.tok, problems, k=cfg.eval_k, checker=trainer.checker,
+                        max_new_tokens=cfg.generate_max_len, fallback=cfg.answer_fallback,
+                        temperature=cfg.temperature, top_p=cfg.top_p)
+    metrics = {k: v for k, v in out["metrics"].items() if isinstance(v, (int, float))}
+    metrics["time/eval"] = time.perf_counter() - t0
+    log.info("evaluation: %s", ", ".join(f"{k} {v:.3f}" for k, v in metrics.items()))
+    return metrics

@@ -45,3 +45,25 @@ def test_existing_run_dir_is_refused(tmp_path):
     (tmp_path / "run" / "keep.txt").write_text("x")
     r, _ = run_train(tmp_path, "--prompt_data", str(seeds), "--model", str(tmp_path / "nope.gguf"))
     assert r.returncode == 2
+
+
+def test_eval_sets_load_and_fail_clearly(tmp_path):
+    from serl.config import ConfigError, TrainConfig
+    from serl.data.seeds import DataError
+    from serl.train import load_eval_sets
+
+    held = tmp_path / "held.jsonl"
+    held.write_text('{"problem": "What is 2 + 2?", "answer": "4"}\n{"problem": "What is 3 + 3?"}\n')
+    with pytest.raises(DataError, match="row 2 has no 'answer'"):
+        load_eval_sets(TrainConfig(eval_data=str(held)))
+    held.write_text('{"problem": "What is 2 + 2?", "answer": "4"}\n')
+    bench = tmp_path / "benches" / "tiny"
+    bench.mkdir(parents=True)
+    (bench / "test.jsonl").write_text('{"question": "1+1?", "answer": "\\\\boxed{2}"}\n')
+    probs = load_eval_sets(TrainConfig(eval_data=str(held), eval_benchmarks="tiny",
+                                       eval_data_dir=str(tmp_path / "benches")))
+    assert [(p.benchmark, p.gold) for p in probs] == [("heldout", "4"), ("tiny", "2")]
+    with pytest.raises(DataError, match="benchmark directory not found"):
+        load_eval_sets(TrainConfig(eval_benchmarks="nope", eval_data_dir=str(tmp_path / "benches")))
+    with pytest.raises(ConfigError, match="eval_data_dir"):
+        load_eval_sets(TrainConfig(eval_benchmarks="tiny"))

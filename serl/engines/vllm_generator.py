@@ -32,6 +32,7 @@ class VLLMGenerator:
                  gpu_memory_utilization: float = 0.85, enforce_eager: bool = True,
                  enable_sleep_mode: bool = False, kv_cache_gib: int = 2):
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gib))
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # its INFO lines drown the run's own
         from vllm import LLM
 
         self.model_path = model_path

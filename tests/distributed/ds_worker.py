@@ -41,6 +41,9 @@ def main() -> int:
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--kl", action="store_true", help="use the KL loss (needs the reference model)")
     ap.add_argument("--quick", action="store_true", help="one step and an HF export only")
+    ap.add_argument("--bf16", action="store_true", help="bf16 weights (fp32 Adam masters)")
+    ap.add_argument("--adam_offload", action="store_true", help="DeepSpeed's CPU Adam")
+    ap.add_argument("--grad_ckpt", action="store_true", help="gradient checkpointing")
     a = ap.parse_args()
 
     from serl.engines.base import TrainBatch
@@ -48,8 +51,10 @@ def main() -> int:
     from serl.engines.torch_learner import LearnerConfig
 
     cfg = LearnerConfig(lr=a.lr, warmup_ratio=0.0, total_steps=10, micro_batch_size=2,
-                        use_kl_loss=a.kl, kl_loss_coef=0.1 if a.kl else 0.0, seed=0)
-    ln = DeepSpeedLearner(a.model, cfg, need_ref=a.kl, opts=DeepSpeedOptions(zero_stage=a.stage))
+                        use_kl_loss=a.kl, kl_loss_coef=0.1 if a.kl else 0.0, seed=0, bf16=a.bf16,
+                        grad_checkpointing=a.grad_ckpt)
+    ln = DeepSpeedLearner(a.model, cfg, need_ref=a.kl,
+                          opts=DeepSpeedOptions(zero_stage=a.stage, adam_offload=a.adam_offload))
     vocab = ln.lm.config.vocab_size
     res: dict = {"world": ln.world}
 
