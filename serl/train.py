@@ -155,6 +155,8 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None) -> Path:
         if cfg.save_model:
             learner.save(str(run_dir / "model"))
     finally:
+        if hasattr(learner, "close"):  # DeepSpeed: leave the process group cleanly
+            learner.close()
         trainer.close()
         logger.close()
         generator.close()
@@ -189,6 +191,16 @@ def _summarise(run_dir: Path, history: list[dict], evals: dict[int, dict], secs:
     print(f"  metrics: {run_dir / 'metrics.jsonl'}   report: {run_dir / 'report'}")
 
 
+def _launch(cfg: TrainConfig, resume_dir: Path | None) -> None:
+    if cfg.ray:
+        from serl.distributed.run import inside_ray_run, run_with_ray
+
+        if not inside_ray_run():
+            run_with_ray(cfg, resume_dir=resume_dir)
+            return
+    run(cfg, resume_dir=resume_dir)
+
+
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
@@ -201,10 +213,11 @@ def main(argv: list[str] | None = None) -> int:
             run_dir = Path(value)
             if not value or not run_dir.is_dir():
                 raise ConfigError(f"--resume: run directory not found: {value!r}")
-            run(resume_config(run_dir, rest), resume_dir=run_dir)
+            cfg = resume_config(run_dir, rest)
+            _launch(cfg, run_dir)
         else:
             cfg, _ = parse_args(argv)
-            run(cfg)
+            _launch(cfg, None)
     except USER_ERRORS as e:
         print(f"serl train: error: {e}", file=sys.stderr)
         return 2

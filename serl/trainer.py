@@ -47,6 +47,10 @@ def make_generator(cfg: TrainConfig, model_path: str, tokenizer):
 
 
 def make_learner(cfg: TrainConfig, model_path: str, tokenizer):
+    if cfg.learner == "deepspeed":
+        from serl.engines.deepspeed_learner import make_deepspeed_learner
+
+        return make_deepspeed_learner(cfg, model_path, tokenizer)
     from serl.engines.torch_learner import LearnerConfig, TorchLearner
 
     lc = LearnerConfig(

@@ -7,6 +7,7 @@ once with the same (shared) arguments; rank 0 answers.
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Iterable, Iterator
 
 import torch
@@ -23,6 +24,11 @@ def _split(n: int, parts: int) -> list[tuple[int, int]]:
         out.append((start, end))
         start = end
     return out
+
+
+def _abs(path: str) -> str:
+    """Actors do not share the driver's working directory: send absolute paths."""
+    return str(Path(path).resolve())
 
 
 class RemoteWeights:
@@ -114,13 +120,13 @@ class LearnerGroup:
         return RemoteWeights(refs[0])
 
     def save(self, path: str) -> None:
-        self._all("save", path)
+        self._all("save", _abs(path))
 
     def load(self, path: str) -> None:
-        self._all("load", path)
+        self._all("load", _abs(path))
 
     def export_hf(self, path: str) -> None:
-        self._all("export_hf", path)
+        self._all("export_hf", _abs(path))
 
     def close(self) -> None:
         self._all("close")

@@ -9,18 +9,18 @@ model and the math-verify workers are actors placed by ``serl.distributed.placem
 from __future__ import annotations
 
 import logging
-import math
 import os
 import sys
-import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from serl.config import TrainConfig, dump, parse_args
+from serl.config import TrainConfig, parse_args
 from serl.distributed.groups import GeneratorGroup, LearnerGroup, RewardGroup
 from serl.distributed.placement import ResourcePlan, actor_options, place, plan_resources
 
 log = logging.getLogger("serl.distributed")
+_ACTIVE = False  # set while run_with_ray is inside serl.train.run
 
 
 @dataclass
@@ -98,60 +98,55 @@ def _init_ray(cfg: TrainConfig) -> bool:
     return True
 
 
-def run_with_ray(cfg: TrainConfig) -> Path:
-    """Run the loop of ``serl train`` with Ray actors behind the Generator/Learner protocols."""
-    from serl.train import _summarise, prepare
+@contextmanager
+def _engines_from(parts: Parts):
+    """Make ``serl.train.run`` build its parts from these actors, for the duration.
 
-    seeds, model_path, eval_set, run_dir = prepare(cfg)  # bad input fails before Ray starts
+    ``serl.train.run`` (checkpoints, resume, evaluation, summary) looks up
+    ``make_generator``/``make_learner`` and the trainer its ``EquivalenceChecker`` at
+    call time; pointing those names at the Ray groups runs the very same loop. Scoped to
+    this call and undone after it. A ``parts=`` argument on ``serl.train.run`` would
+    make this explicit (asked of the trainer's owner).
+    """
+    import serl.trainer as trainer_mod
+
+    global _ACTIVE
+    _ACTIVE = True
+    saved = (trainer_mod.make_generator, trainer_mod.make_learner, trainer_mod.EquivalenceChecker)
+    trainer_mod.make_generator = lambda *a, **k: parts.generator
+    trainer_mod.make_learner = lambda *a, **k: parts.learner
+    trainer_mod.EquivalenceChecker = lambda *a, **k: parts.reward
+    try:
+        yield
+    finally:
+        trainer_mod.make_generator, trainer_mod.make_learner, trainer_mod.EquivalenceChecker = saved
+        _ACTIVE = False
+
+
+def inside_ray_run() -> bool:
+    """True while ``run_with_ray`` drives ``serl.train.run`` (so that does not recurse)."""
+    return _ACTIVE
+
+
+def run_with_ray(cfg: TrainConfig, resume_dir: Path | None = None) -> Path:
+    """``serl train``'s run (same loop, checkpoints, resume) with the engines as Ray actors."""
     import ray
 
-    from serl.metrics import MetricsLogger
-    from serl.models import load_tokenizer
-    from serl.progress import print_step_summary, progress_mode
-    from serl.trainer import Trainer, evaluate_heldout
+    from serl import train
+    from serl.models import resolve_model
 
-    mode = progress_mode(cfg.progress)
-    t_start = time.time()
+    model_path = resolve_model(cfg.model)  # bad input fails before Ray starts
     started = _init_ray(cfg)
     parts = None
     try:
-        tok = load_tokenizer(model_path)
         parts = launch(cfg, model_path)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        dump(cfg, run_dir / "config.yaml")
-        logger = MetricsLogger(run_dir, tensorboard_dir=cfg.use_tensorboard or None,
-                               use_wandb=cfg.use_wandb, wandb_project=cfg.wandb_project,
-                               wandb_run_name=cfg.wandb_run_name or run_dir.name, config=cfg.to_dict())
-        trainer = Trainer(cfg, run_dir, seeds, model_path, tok, parts.generator, parts.learner, logger, mode)
-        trainer.checker.close()  # never started (it starts lazily): the reward workers do the checks
-        trainer.checker = parts.reward
-        before = after = math.nan
-        history: list[dict] = []
-        try:
-            if eval_set:
-                before = evaluate_heldout(trainer, eval_set)
-                logger.log(0, {"eval/heldout_acc": before})
-            for step in range(1, cfg.steps + 1):
-                m = trainer.step(step)
-                history.append(m)
-                print_step_summary(step, m, mode)
-            if eval_set:
-                after = evaluate_heldout(trainer, eval_set)
-                logger.log(cfg.steps, {"eval/heldout_acc": after})
-            if cfg.save_model:
-                parts.learner.export_hf(str((run_dir / "model").resolve()))
-            if cfg.ckpt_path:
-                parts.learner.save(str(Path(cfg.ckpt_path).resolve()))
-        finally:
-            trainer.pool.flush()
-            logger.close()
+        with _engines_from(parts):
+            return train.run(cfg, resume_dir=resume_dir) if resume_dir else train.run(cfg)
     finally:
         if parts is not None:
             parts.close()
         if started:
             ray.shutdown()
-    _summarise(run_dir, history, before, after, time.time() - t_start)
-    return run_dir
 
 
 def main(argv: list[str] | None = None) -> int:

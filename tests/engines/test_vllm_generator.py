@@ -40,10 +40,12 @@ def test_generate_groups_and_weight_push(engine, smol_path, smol_tokenizer):
     ref = hf_logprobs(model, before.prompt_ids, before.token_ids)
     assert torch.allclose(torch.tensor(before.logprobs), ref, atol=0.15)  # bf16 engine vs fp32
 
-    with torch.no_grad():  # a different policy: halve every MLP output projection
-        for name, p in model.named_parameters():
+    with torch.no_grad():  # a different policy: halve every MLP output projection and
+        for name, p in model.named_parameters():  # shrink the (tied) embedding / LM head
             if name.endswith("mlp.down_proj.weight"):
                 p.mul_(0.5)
+            elif name == "model.embed_tokens.weight":
+                p.mul_(0.7)
     engine.load_weights(model.named_parameters())
     after = engine.generate([prompt], 1, greedy)[0][0]
     new_ref = hf_logprobs(model, after.prompt_ids, after.token_ids)
