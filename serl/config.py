@@ -131,6 +131,14 @@ class TrainConfig:
                      "micro_train_batch_size", "generate_max_len"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name}: must be >= 1, got {getattr(self, name)}")
+        if self.colocate_all_models and not self.ray:
+            raise ConfigError("colocate_all_models: needs --ray (it places Ray actors on shared GPUs)")
+        if self.vllm_enable_sleep and self.generator == "hf":
+            raise ConfigError("vllm_enable_sleep: needs the vllm generator, but --generator is hf")
+        if self.param_offload and self.zero_stage != 3:
+            raise ConfigError(f"param_offload: needs --zero_stage 3, got {self.zero_stage}")
+        if self.eval_steps < 0 or self.eval_k < 0:
+            raise ConfigError("eval_steps / eval_k: must be >= 0")
         if self.temperature < 0:
             raise ConfigError(f"temperature: must be >= 0, got {self.temperature}")
         for f in dataclasses.fields(self):

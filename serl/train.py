@@ -109,6 +109,10 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None) -> Path:
     from serl.trainer import Trainer, evaluate, make_generator, make_learner
 
     mode = progress_mode(cfg.progress)
+    if mode != "bar":  # transformers' per-load bars are noise in plain logs
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
     t_start = time.time()
     ckpt = latest_checkpoint(run_dir) if resume_dir else None
     tok = load_tokenizer(model_path)

@@ -35,6 +35,9 @@ def test_yaml_errors_name_file_and_field(tmp_path, yaml_text, needle):
     (["--reward_difficulty_bounds", "0.9", "0.1"], "reward_difficulty_bounds"),
     (["--n_samples_per_prompt", "0"], "n_samples_per_prompt"),
     (["--generator", "tpu"], "--generator"),
+    (["--colocate_all_models"], "colocate_all_models: needs --ray"),
+    (["--generator", "hf", "--vllm_enable_sleep"], "vllm_enable_sleep"),
+    (["--param_offload", "--zero_stage", "2"], "param_offload"),
 ])
 def test_bad_values_name_the_field(argv, needle, capsys):
     with pytest.raises((ConfigError, SystemExit)) as e:
