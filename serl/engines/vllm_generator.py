@@ -103,12 +103,14 @@ class VLLMGenerator:
         base = "/dev/shm" if os.path.isdir("/dev/shm") else None
         if self._shm is None:
             self._shm = tempfile.mkdtemp(prefix="serl-weights-", dir=base)
-        seen, tensors = set(), {}
+        tensors = {}
         for name, t in named_tensors:
-            if t.data_ptr() in seen:  # tied weights: vLLM re-ties them itself
-                continue
-            seen.add(t.data_ptr())
             tensors[name] = t.detach().to(torch.bfloat16).contiguous()
+        # Tied embeddings: learners list the shared matrix once, as embed_tokens. vLLM's
+        # reload does not re-tie the LM head to it (the head would stay stale), so the
+        # head gets its own copy under its own name.
+        if "lm_head.weight" not in tensors and "model.embed_tokens.weight" in tensors:
+            tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"].clone()
         save_file(tensors, os.path.join(self._shm, "model.safetensors"))
         self.llm.collective_rpc("reload_weights", kwargs={"weights_path": self._shm})
         self.llm.reset_prefix_cache()
