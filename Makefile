@@ -15,7 +15,7 @@ quickstart: $(STAMP)
 	$(VENV)/bin/serl train --config configs/quickstart.yaml
 
 test: $(STAMP)
-	$(VENV)/bin/python -m pytest -q -rs tests
+	$(VENV)/bin/python -m pytest -q -rs --durations=15 tests
 
 test-fast: $(STAMP)
 	$(VENV)/bin/python -m pytest -q -rs -m "not slow" tests
