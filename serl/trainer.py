@@ -51,15 +51,9 @@ def make_learner(cfg: TrainConfig, model_path: str, tokenizer):
         from serl.engines.deepspeed_learner import make_deepspeed_learner
 
         return make_deepspeed_learner(cfg, model_path, tokenizer)
-    from serl.engines.torch_learner import LearnerConfig, TorchLearner
+    from serl.engines.torch_learner import TorchLearner, learner_config
 
-    lc = LearnerConfig(
-        lr=cfg.actor_learning_rate, warmup_ratio=cfg.lr_warmup_ratio, min_lr_ratio=cfg.min_lr_ratio,
-        total_steps=cfg.steps, micro_batch_size=cfg.micro_train_batch_size,
-        max_grad_norm=cfg.max_norm, bf16=cfg.bf16, grad_checkpointing=cfg.gradient_checkpointing,
-        eps_clip_low=cfg.eps_clip, eps_clip_high=cfg.eps_clip, use_kl_loss=cfg.use_kl_loss,
-        kl_loss_coef=cfg.init_kl_coef if cfg.use_kl_loss else 0.0, kl_estimator=cfg.kl_estimator,
-        seed=cfg.seed)
+    lc = learner_config(cfg)
     need_ref = cfg.init_kl_coef > 0
     return TorchLearner(model_path, lc, need_ref=need_ref, tokenizer=tokenizer)
 

@@ -439,13 +439,9 @@ def make_deepspeed_learner(cfg, model_path: str, tokenizer, need_ref: bool | Non
     ``need_ref``: load a reference model here (default: when ``init_kl_coef > 0``); Ray
     runs pass False when separate reference workers score the batches.
     """
-    lc = LearnerConfig(
-        lr=cfg.actor_learning_rate, warmup_ratio=cfg.lr_warmup_ratio, min_lr_ratio=cfg.min_lr_ratio,
-        total_steps=cfg.steps, micro_batch_size=cfg.micro_train_batch_size,
-        max_grad_norm=cfg.max_norm, bf16=cfg.bf16, grad_checkpointing=cfg.gradient_checkpointing,
-        eps_clip_low=cfg.eps_clip, eps_clip_high=cfg.eps_clip, use_kl_loss=cfg.use_kl_loss,
-        kl_loss_coef=cfg.init_kl_coef if cfg.use_kl_loss else 0.0, kl_estimator=cfg.kl_estimator,
-        seed=cfg.seed)
+    from serl.engines.torch_learner import learner_config
+
+    lc = learner_config(cfg)
     opts = DeepSpeedOptions(zero_stage=cfg.zero_stage, adam_offload=cfg.adam_offload,
                             param_offload=cfg.param_offload)
     if need_ref is None:
