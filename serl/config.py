@@ -131,6 +131,15 @@ class TrainConfig:
                      "micro_train_batch_size", "generate_max_len"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name}: must be >= 1, got {getattr(self, name)}")
+        from serl.algos import canonical_estimator
+
+        try:
+            est = canonical_estimator(self.advantage_estimator)
+        except ValueError as e:
+            raise ConfigError(f"advantage_estimator: {e}") from None
+        if est in ("group_norm", "dr_grpo") and self.init_kl_coef > 0 and not self.use_kl_loss:
+            raise ConfigError(f"advantage_estimator: {est} keeps the KL out of the reward; "
+                              f"add --use_kl_loss (as GRPO does) or set --init_kl_coef 0")
         if self.colocate_all_models and not self.ray:
             raise ConfigError("colocate_all_models: needs --ray (it places Ray actors on shared GPUs)")
         if self.vllm_enable_sleep and self.generator == "hf":

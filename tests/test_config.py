@@ -36,6 +36,8 @@ def test_yaml_errors_name_file_and_field(tmp_path, yaml_text, needle):
     (["--n_samples_per_prompt", "0"], "n_samples_per_prompt"),
     (["--generator", "tpu"], "--generator"),
     (["--colocate_all_models"], "colocate_all_models: needs --ray"),
+    (["--advantage_estimator", "ppo_magic"], "advantage_estimator: unknown advantage estimator"),
+    (["--advantage_estimator", "grpo", "--init_kl_coef", "0.001"], "add --use_kl_loss"),
     (["--generator", "hf", "--vllm_enable_sleep"], "vllm_enable_sleep"),
     (["--param_offload", "--zero_stage", "2"], "param_offload"),
 ])
