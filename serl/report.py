@@ -333,7 +333,9 @@ def plot_time(run: Run, claimed: set[str]):
         return None
     claimed.update(stages + ["time/step"])
     fig, (ax,) = _new_figure(1, height=4.2)
-    steps = run.steps
+    # Only steps that timed something: an evaluation-only row (step 0) is not a 0 s step.
+    timed = {st for k in stages for st in s[k].steps}
+    steps = [st for st in run.steps if st in timed] or run.steps
     if stages:
         ys = []
         for key in stages:
