@@ -208,6 +208,23 @@ def test_tensorboard_resume_purges_stale_steps(tmp_path):
     assert [(e.step, e.value) for e in acc.Scalars("reward/mean")] == [(1, 1.0), (2, 20.0)]
 
 
+def wait_for_history(path: Path, rows: int, timeout: float = 60.0) -> list[dict]:
+    """History rows of an offline run file once it holds `rows` of them.
+
+    wandb's service process may still be appending records after finish()
+    returns, and a half-written chunk does not parse yet: read until it does.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            found = read_wandb_history(path)
+        except Exception:  # a record cut mid-write
+            found = []
+        if len(found) >= rows or time.monotonic() > deadline:
+            return found
+        time.sleep(0.5)
+
+
 def read_wandb_history(path: Path) -> list[dict]:
     """History rows of an offline .wandb file.
 
@@ -250,13 +267,7 @@ def test_wandb_offline_run_has_the_jsonl_keys(tmp_path, monkeypatch):
         for step, metrics in STEPS.items():
             log.log(step, metrics)
     (run_file,) = (tmp_path / "wandb_dir").glob("wandb/offline-run-*/run-*.wandb")
-    # wandb's service process may still be appending the last records when finish()
-    # returns on a loaded machine: give it a few seconds before reading.
-    deadline = time.monotonic() + 20
-    rows = read_wandb_history(run_file)
-    while len(rows) < 3 and time.monotonic() < deadline:
-        time.sleep(0.5)
-        rows = read_wandb_history(run_file)
+    rows = wait_for_history(run_file, 3)
     assert [row["_step"] for row in rows] == [1, 2, 3]
     assert {k for row in rows for k in row if not k.startswith("_")} == jsonl_keys(run_dir)
     assert [row["reward/mean"] for row in rows] == [0.25, 0.5, 0.75]
@@ -272,7 +283,7 @@ def test_wandb_offline_run_has_the_jsonl_keys(tmp_path, monkeypatch):
     files = sorted((tmp_path / "wandb_dir").glob("wandb/offline-run-*/run-*.wandb"))
     assert len(files) == 2 and all(run_id in f.name for f in files)
     resumed = next(f for f in files if f != run_file)
-    assert [(row["_step"], row["reward/mean"]) for row in read_wandb_history(resumed)] == [(4, 1.0)]
+    assert [(row["_step"], row["reward/mean"]) for row in wait_for_history(resumed, 1)] == [(4, 1.0)]
 
 
 # -- progress ------------------------------------------------------------------
