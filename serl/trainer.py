@@ -212,22 +212,28 @@ class Trainer:
                 response_ids.append(list(c.token_ids))
                 rewards.append(rew)
                 group_ids.append(g)
+        # The update is one optimizer step on this fresh batch, so the learner can take
+        # the old log-probs from its own forward pass; they are computed here only for
+        # the KL penalty in the reward.
+        kl_in_reward = self.cfg.init_kl_coef > 0 and not self.cfg.use_kl_loss
+        old = ref = None
         with self.timed("logprobs"):
-            old = self.learner.logprobs(prompt_ids, response_ids, model="policy")
-            ref = self.learner.logprobs(prompt_ids, response_ids, model="ref") \
-                if self.cfg.init_kl_coef > 0 else None
+            if kl_in_reward:
+                old = self.learner.logprobs(prompt_ids, response_ids, model="policy")
+            if self.cfg.init_kl_coef > 0:
+                ref = self.learner.logprobs(prompt_ids, response_ids, model="ref")
         lens = [len(r) for r in response_ids]
         mask = torch.zeros(len(lens), max(lens))
         for i, n in enumerate(lens):
             mask[i, :n] = 1
         kl = None
-        if ref is not None:
+        if old is not None and ref is not None:
             kl = kl_estimate(_pad(old, mask), _pad(ref, mask), kind="k1") * mask
             metrics["kl/mean"] = float((kl.sum(1) / mask.sum(1)).mean())
         adv = compute_advantages(
             self.cfg.advantage_estimator, torch.tensor(rewards, dtype=torch.float32),
-            torch.tensor(group_ids), mask, kl=None if self.cfg.use_kl_loss else kl,
-            kl_coef=self.cfg.init_kl_coef, gamma=self.cfg.gamma)
+            torch.tensor(group_ids), mask, kl=kl,
+            kl_coef=self.cfg.init_kl_coef if kl is not None else 0.0, gamma=self.cfg.gamma)
         metrics["train/sequences"] = len(lens)
         metrics["train/reward_mean"] = float(np.mean(rewards))
         return TrainBatch(prompt_ids=prompt_ids, response_ids=response_ids,

@@ -57,7 +57,9 @@ class TrainBatch:
     prompt_ids: list[list[int]]
     response_ids: list[list[int]]
     advantages: list[torch.Tensor]
-    old_logprobs: list[torch.Tensor]
+    # None: the learner takes them from its own forward pass (detached), which is exact
+    # for the first optimizer step on a fresh batch and saves a whole forward pass.
+    old_logprobs: list[torch.Tensor] | None = None
     ref_logprobs: list[torch.Tensor] | None = None  # only for the KL-loss term
 
 

@@ -272,11 +272,15 @@ class DeepSpeedLearner:
                 raise ValueError("use_kl_loss: the batch has no ref_logprobs and this learner "
                                  "has no reference model (need_ref=False)")
             ref_lp = self.logprobs(batch.prompt_ids, batch.response_ids, model="ref")
+        old_lp = batch.old_logprobs
+        if old_lp is None and cfg.ppo_epochs > 1:  # later epochs need the pre-update values
+            old_lp = self.logprobs(batch.prompt_ids, batch.response_ids, model="policy")
         mbs, real = self._micro(batch.prompt_ids, batch.response_ids, self._shard(len(batch.prompt_ids)))
         per_mb = []
         for mb in mbs[:real]:
             per_mb.append((_pad(batch.advantages, mb.index, mb.resp_mask, "advantages", mb.lengths),
-                           _pad(batch.old_logprobs, mb.index, mb.resp_mask, "old_logprobs", mb.lengths),
+                           _pad(old_lp, mb.index, mb.resp_mask, "old_logprobs", mb.lengths)
+                           if old_lp is not None else None,
                            _pad(ref_lp, mb.index, mb.resp_mask, "ref_logprobs", mb.lengths)
                            if cfg.use_kl_loss else None))
         n_tok = float(sum(len(r) for r in batch.response_ids))
@@ -300,6 +304,8 @@ class DeepSpeedLearner:
                 continue
             adv, old, ref = per_mb[k]
             mask = mb.resp_mask
+            if old is None:  # on-policy: the ratio is exactly 1, its gradient that of logp
+                old = logp.detach()
             loss, m = ppo_clip_loss(logp, old, adv, mask, cfg.eps_clip_low, cfg.eps_clip_high,
                                     cfg.loss_agg, num_tokens=n_tok, num_seqs=n_seq)
             sums[0] += loss.item()

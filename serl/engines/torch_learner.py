@@ -246,10 +246,14 @@ class TorchLearner:
         ref_lp = batch.ref_logprobs
         if cfg.use_kl_loss and ref_lp is None:
             ref_lp = self.logprobs(batch.prompt_ids, batch.response_ids, model="ref")
+        old_lp = batch.old_logprobs
+        if old_lp is None and cfg.ppo_epochs > 1:  # later epochs need the pre-update values
+            old_lp = self.logprobs(batch.prompt_ids, batch.response_ids, model="policy")
         per_mb = []
         for mb in mbs:
             per_mb.append((_pad(batch.advantages, mb.index, mb.resp_mask, "advantages", mb.lengths),
-                           _pad(batch.old_logprobs, mb.index, mb.resp_mask, "old_logprobs", mb.lengths),
+                           _pad(old_lp, mb.index, mb.resp_mask, "old_logprobs", mb.lengths)
+                           if old_lp is not None else None,
                            _pad(ref_lp, mb.index, mb.resp_mask, "ref_logprobs", mb.lengths)
                            if cfg.use_kl_loss else None))
         n_tok = float(sum(sum(mb.lengths) for mb in mbs))
@@ -271,6 +275,8 @@ class TorchLearner:
             flat, ent = self._token_logprobs(self.policy, mb, want_entropy=True)
             logp = self._to_rows(flat, mb)
             mask = mb.resp_mask
+            if old is None:  # on-policy: the ratio is exactly 1, its gradient that of logp
+                old = logp.detach()
             loss, m = ppo_clip_loss(logp, old, adv, mask, cfg.eps_clip_low, cfg.eps_clip_high,
                                     cfg.loss_agg, num_tokens=n_tok, num_seqs=n_seq)
             sums["policy"] += loss.item()

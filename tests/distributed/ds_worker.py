@@ -86,6 +86,8 @@ def main() -> int:
     after = {n: t.clone() for n, t in ln.named_weights()}
     res["nan_unchanged"] = all(torch.equal(before[k], after[k]) for k in before)
     res["m_after_nan"] = ln.step(b2)  # trains normally again
+    # on-policy batch: no old log-probs, the learner takes its own (ratio exactly 1)
+    res["m_onpolicy"] = ln.step(TrainBatch(b2.prompt_ids, b2.response_ids, b2.advantages))
     return finish(ln, res, a.out)
 
 

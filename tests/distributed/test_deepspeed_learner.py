@@ -128,6 +128,8 @@ def test_two_ranks_match_single_process(tiny_llama, tmp_path, stage, kl, extra):
     assert res["m_after_nan"]["actor/skipped"] == 0.0
     assert res["m_after_nan"]["actor/updates"] == 3.0
     assert torch.isfinite(torch.tensor(res["m_after_nan"]["actor/grad_norm"]))
+    on = res["m_onpolicy"]
+    assert on["actor/ratio"] == 1.0 and on["actor/approx_kl"] == 0.0 and on["actor/updates"] == 4.0
 
 
 def _cpu_adam_built() -> bool:

@@ -103,6 +103,25 @@ def test_first_epoch_ratio_is_one_and_update_moves_weights(tiny_path):
     assert any(not torch.equal(before[n], after[n]) for n in before)
 
 
+@pytest.mark.parametrize("epochs", [1, 2])
+def test_on_policy_batch_without_old_logprobs_gives_the_same_update(tiny_path, epochs):
+    """old_logprobs=None (the trainer's default) equals passing recomputed ones."""
+    runs = []
+    for give_old in (True, False):
+        learner = TorchLearner(tiny_path, _cfg(ppo_epochs=epochs), need_ref=False)
+        batch = _batch(learner)
+        if not give_old:
+            batch.old_logprobs = None
+        runs.append((learner.step(batch), _weights(learner)))
+    (m_old, w_old), (m_none, w_none) = runs
+    for k in ("loss/policy", "actor/ratio", "actor/clip_frac", "actor/approx_kl"):
+        assert m_none[k] == pytest.approx(m_old[k], abs=1e-6), k
+    assert m_none["actor/grad_norm"] == pytest.approx(m_old["actor/grad_norm"], rel=1e-5)
+    assert all(torch.allclose(w_none[n], w_old[n], atol=1e-6) for n in w_old)
+    if epochs == 1:
+        assert m_none["actor/ratio"] == 1.0 and m_none["actor/approx_kl"] == 0.0
+
+
 @pytest.mark.parametrize("agg", ["token_mean", "seq_mean"])
 def test_micro_batch_size_does_not_change_the_update(tiny_path, agg):
     results = []
