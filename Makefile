@@ -2,6 +2,8 @@
 PYTHON ?= python3
 VENV ?= .venv
 STAMP := $(VENV)/.serl-installed
+BENCH_VENV ?= .venv-bench
+BENCH_STAMP := $(BENCH_VENV)/.serl-bench-installed
 
 .PHONY: install quickstart test test-fast bench clean
 
@@ -20,5 +22,14 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(VENV)/bin/python -m pytest -q -rs -m "not slow" tests
 
+# The five benchmarks of bench/README.md (about 45 min on a quiet 2-core machine); TRL goes
+# into a separate .venv-bench that sees serl's venv, never into serl's own.
+$(BENCH_STAMP): $(STAMP) bench/requirements.txt bench/install.sh
+	bash bench/install.sh $(VENV) $(BENCH_VENV)
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
+	$(VENV)/bin/python bench/run_all.py --trl-python $(BENCH_VENV)/bin/python
+
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) $(BENCH_VENV) runs .pytest_cache

@@ -5,8 +5,8 @@ clipping and the AdamW step. MFU = 6·params·tokens / time / peak, where the pe
 best dense matmul rate this script measures on this machine in the same run, for the
 same dtype (the higher of a reading before and one after the updates). Tokens are prompt + response tokens, no padding.
 
-    /tmp/venv1/bin/python bench/learner.py            # table + a JSON line in bench/results.jsonl
-    /tmp/venv1/bin/python bench/learner.py --help
+    python bench/learner.py            # table + a JSON line in bench/results.jsonl
+    python bench/learner.py --help
 """
 from __future__ import annotations
 
@@ -14,32 +14,16 @@ import argparse
 import datetime as dt
 import json
 import os
-import platform
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from _common import RESULTS, cpu_model  # noqa: E402  (also puts the repo on sys.path)
 
 from serl.engines.base import TrainBatch  # noqa: E402
 from serl.engines.torch_learner import LearnerConfig, TorchLearner  # noqa: E402
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
-
-
-def machine_name() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
-        for line in out.splitlines():
-            if line.startswith("Model name:"):
-                return line.split(":", 1)[1].strip()
-    except (OSError, subprocess.SubprocessError):
-        pass
-    return platform.processor() or platform.machine()
 
 
 def matmul_peak(dtype: torch.dtype, seconds: float) -> float:
@@ -110,7 +94,7 @@ def parse_args(argv):
     ap.add_argument("--threads", type=int, default=0,
                     help="torch threads for the peak and the updates (0: torch's default)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the synthetic batch")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results.jsonl"), help="JSONL file to append to")
+    ap.add_argument("--out", default=str(RESULTS), help="JSONL file to append to")
     ap.add_argument("--note", default="machine shared with other engineers during the run",
                     help="free text stored with the result")
     args = ap.parse_args(argv)
@@ -146,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{100 * r['mfu']:>6.1f}%")
     record = {
         "bench": "learner", "date": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
-        "machine": machine_name(), "threads": torch.get_num_threads(),
+        "machine": cpu_model(), "threads": torch.get_num_threads(),
         "load_avg_1m": os.getloadavg()[0], "torch": torch.__version__, "model": args.model,
         "batch": args.batch, "prompt_len": args.prompt_len, "response_len": args.response_len,
         "micro_batch": args.micro_batch, "note": args.note,

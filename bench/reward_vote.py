@@ -7,7 +7,7 @@ a box), wrong answers (the right one perturbed, other problems' answers) and
 responses without an answer.  Both implementations get the same responses;
 their rewards must be identical.
 
-    python bench/reward_vote.py [--groups 64] [--seed 0] [--data /work/shared/data]
+    python bench/reward_vote.py [--groups 64] [--seed 0] [--data ../shared/data]
 
 Prints a table and appends one JSON line to bench/results.jsonl.
 """
@@ -18,14 +18,11 @@ import json
 import platform
 import random
 import re
-import subprocess
-import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
+from _common import DATA, RESULTS, machine  # noqa: E402  (also puts the repo on sys.path)
 from serl.rewards import EquivalenceChecker, extract_answer, score_groups  # noqa: E402
 
 N = 16
@@ -107,24 +104,13 @@ def pairwise_vote(answers: list[str | None]) -> list[float]:
     return [1.0 if eq[winner][i] else 0.0 for i in range(n)]
 
 
-def machine() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-        model = next(line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name"))
-    except Exception:
-        model = platform.processor() or "unknown"
-    import os
-
-    return f"{model}, {os.cpu_count()} cores"
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--groups", type=int, default=64, help="number of 16-sample groups")
     p.add_argument("--seed", type=int, default=0, help="seed for building the groups")
-    p.add_argument("--data", default="/work/shared/data", help="folder with math/ and gsm8k/")
+    p.add_argument("--data", default=str(DATA), help="folder with math/ and gsm8k/")
     p.add_argument("--timeout", type=float, default=3.0, help="per-check timeout of the pool")
-    p.add_argument("--out", default=str(Path(__file__).with_name("results.jsonl")), help="JSONL to append to")
+    p.add_argument("--out", default=str(RESULTS), help="JSONL to append to")
     args = p.parse_args(argv)
 
     answers = load_answers(Path(args.data), max(args.groups, 8))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import time
 from typing import Iterable
 
 import torch
@@ -32,6 +33,10 @@ class VLLMGenerator:
                  gpu_memory_utilization: float = 0.85, enforce_eager: bool = True,
                  enable_sleep_mode: bool = False, kv_cache_gib: int = 2):
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gib))
+        if not torch.cuda.is_available() and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
+            cores = _all_cores()
+            if cores:  # vllm-cpu pins its threads to core 0 otherwise
+                os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cores
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # its INFO lines drown the run's own
         from vllm import LLM
 
@@ -47,6 +52,7 @@ class VLLMGenerator:
         self.seed = seed
         self.calls = 0
         self._shm = None
+        self.sync_times: dict[str, float] = {}  # seconds per stage of the last load_weights
 
     def generate(self, prompts: list[str], n: int, sampling: Sampling) -> list[list[Completion]]:
         from vllm import SamplingParams
@@ -100,6 +106,7 @@ class VLLMGenerator:
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         from safetensors.torch import save_file
 
+        t0 = time.perf_counter()
         base = "/dev/shm" if os.path.isdir("/dev/shm") else None
         if self._shm is None:
             self._shm = tempfile.mkdtemp(prefix="serl-weights-", dir=base)
@@ -110,10 +117,15 @@ class VLLMGenerator:
         # reload does not re-tie the LM head to it (the head would stay stale), so the
         # head gets its own copy under its own name.
         if "lm_head.weight" not in tensors and "model.embed_tokens.weight" in tensors:
-            tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"].clone()
+            tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"].clone()  # safetensors refuses shared storage
+        t1 = time.perf_counter()
         save_file(tensors, os.path.join(self._shm, "model.safetensors"))
+        t2 = time.perf_counter()
         self.llm.collective_rpc("reload_weights", kwargs={"weights_path": self._shm})
+        t3 = time.perf_counter()
         self.llm.reset_prefix_cache()
+        self.sync_times = {"cast": t1 - t0, "write": t2 - t1, "reload": t3 - t2,
+                           "reset_cache": time.perf_counter() - t3}
 
     def close(self) -> None:
         if self._shm:
@@ -122,6 +134,17 @@ class VLLMGenerator:
         llm, self.llm = getattr(self, "llm", None), None
         if llm is not None:
             del llm
+
+
+def _all_cores() -> str | None:
+    """This process's cores as vLLM's "first-last" range, or None if they are not contiguous."""
+    try:
+        cores = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return None
+    if cores and cores == list(range(cores[0], cores[-1] + 1)):
+        return f"{cores[0]}-{cores[-1]}"
+    return None
 
 
 def _sampled_logprobs(c) -> list[float] | None:
