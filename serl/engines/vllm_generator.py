@@ -52,6 +52,7 @@ class VLLMGenerator:
         self.seed = seed
         self.calls = 0
         self._shm = None
+        self._mirror = None
         self.sync_times: dict[str, float] = {}  # seconds per stage of the last load_weights
 
     def generate(self, prompts: list[str], n: int, sampling: Sampling) -> list[list[Completion]]:
@@ -104,31 +105,30 @@ class VLLMGenerator:
             self.llm.wake_up()
 
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
-        from safetensors.torch import save_file
+        from serl.engines.shm_weights import SafetensorsMirror
 
         t0 = time.perf_counter()
-        base = "/dev/shm" if os.path.isdir("/dev/shm") else None
         if self._shm is None:
+            base = "/dev/shm" if os.path.isdir("/dev/shm") else None
             self._shm = tempfile.mkdtemp(prefix="serl-weights-", dir=base)
-        tensors = {}
-        for name, t in named_tensors:
-            tensors[name] = t.detach().to(torch.bfloat16).contiguous()
+            self._mirror = SafetensorsMirror(os.path.join(self._shm, "model.safetensors"))
+        named = list(named_tensors)
         # Tied embeddings: learners list the shared matrix once, as embed_tokens. vLLM's
         # reload does not re-tie the LM head to it (the head would stay stale), so the
-        # head gets its own copy under its own name.
-        if "lm_head.weight" not in tensors and "model.embed_tokens.weight" in tensors:
-            tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"].clone()  # safetensors refuses shared storage
+        # head is written again under its own name.
+        names = {n for n, _ in named}
+        if "lm_head.weight" not in names and "model.embed_tokens.weight" in names:
+            named.append(("lm_head.weight", dict(named)["model.embed_tokens.weight"]))
+        self._mirror.write(named)  # cast to bf16 straight into the mapped file
         t1 = time.perf_counter()
-        save_file(tensors, os.path.join(self._shm, "model.safetensors"))
-        t2 = time.perf_counter()
         self.llm.collective_rpc("reload_weights", kwargs={"weights_path": self._shm})
-        t3 = time.perf_counter()
+        t2 = time.perf_counter()
         self.llm.reset_prefix_cache()
-        self.sync_times = {"cast": t1 - t0, "write": t2 - t1, "reload": t3 - t2,
-                           "reset_cache": time.perf_counter() - t3}
+        self.sync_times = {"write": t1 - t0, "reload": t2 - t1, "reset_cache": time.perf_counter() - t2}
 
     def close(self) -> None:
         if self._shm:
+            self._mirror = None  # unmap before the file goes
             shutil.rmtree(self._shm, ignore_errors=True)
             self._shm = None
         llm, self.llm = getattr(self, "llm", None), None
