@@ -3,7 +3,7 @@
 The settings mirror the serl side: the same prompts in the model's chat template with
 the same instruction, 8 samples each at temperature 1, 128 new tokens, the majority-vote
 reward computed by serl's own vote code, GRPO group-normalised advantages, no KL (beta 0),
-AdamW at the same learning rate, micro-batches of 16 sequences and one optimizer step per
+AdamW at the same learning rate, the same micro-batch size and one optimizer step per
 16 prompts x 8 samples, bf16 autocast with fp32 weights. Prints one JSON line: the
 seconds of every optimizer step and of the generation and reward stages inside it.
 """

@@ -95,7 +95,7 @@ def parse_args(argv):
                     help="torch threads for the peak and the updates (0: torch's default)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the synthetic batch")
     ap.add_argument("--out", default=str(RESULTS), help="JSONL file to append to")
-    ap.add_argument("--note", default="machine shared with other engineers during the run",
+    ap.add_argument("--note", default="",
                     help="free text stored with the result")
     args = ap.parse_args(argv)
     bad = [d for d in args.dtypes.split(",") if d not in DTYPES]

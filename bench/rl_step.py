@@ -4,7 +4,7 @@ Both sides: SmolLM2-135M-Instruct, the first 16 SeRL seed problems in the chat t
 with the same "put the final answer in \\boxed{}" instruction, 8 samples each at
 temperature 1.0 / top_p 1.0, at most 128 new tokens, the majority-vote reward (serl's
 vote code on both sides), GRPO group-normalised advantages, no KL, AdamW at lr 1e-6 with
-a constant schedule, micro-batches of 16 sequences, one optimizer step per 16 x 8
+a constant schedule, micro-batches of 8 sequences, one optimizer step per 16 x 8
 samples, bf16 autocast over fp32 weights. serl runs as a user runs it (`serl train`,
 vLLM generation, torch learner, weight sync every step, no self-instruction, difficulty
 filter off); TRL runs its defaults for the rest (transformers `generate`). Each run is a
@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -35,15 +37,29 @@ def parse_args(argv=None):
     ap.add_argument("--prompts", type=int, default=16, help="prompts per step")
     ap.add_argument("--samples", type=int, default=8, help="samples per prompt")
     ap.add_argument("--max-new-tokens", type=int, default=128, help="max tokens per sample")
-    ap.add_argument("--steps", type=int, default=3, help="steps per run (the first is warm-up)")
+    ap.add_argument("--steps", type=int, default=2, help="steps per run (the first is warm-up)")
     ap.add_argument("--runs", type=int, default=2, help="runs per side, alternating")
     ap.add_argument("--lr", type=float, default=1e-6, help="AdamW learning rate (both sides)")
-    ap.add_argument("--micro-batch", type=int, default=16, help="sequences per forward/backward")
+    ap.add_argument("--micro-batch", type=int, default=8, help="sequences per forward/backward")
     ap.add_argument("--trl-python", default=None,
                     help="python that has TRL (default: .venv-bench/bin/python, else this one)")
     ap.add_argument("--side", choices=("both", "serl", "trl"), default="both", help="which side(s) to run")
     ap.add_argument("--out", default=None, help="JSONL to append to (default bench/results.jsonl)")
     return ap.parse_args(argv)
+
+
+def _run(cmd: list[str], cwd: Path, log: Path) -> tuple[int, str]:
+    """Run in a new session with output to a file, then kill whatever it left behind: an
+    engine process orphaned by a crash (e.g. the OOM killer) must not hang or load the
+    next run."""
+    with open(log, "w") as f:
+        p = subprocess.Popen(cmd, cwd=cwd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+        code = p.wait()
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    return code, log.read_text(errors="replace")
 
 
 def run_serl(args, model: str, seeds: Path, work: Path) -> list[dict]:
@@ -58,9 +74,9 @@ def run_serl(args, model: str, seeds: Path, work: Path) -> list[dict]:
            "--min_lr_ratio", "1", "--micro_train_batch_size", str(args.micro_batch), "--bf16",
            "--generator", "vllm", "--save_steps", "0", "--save_model", "false", "--progress", "quiet",
            "--system_prompt", SYSTEM]
-    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    if r.returncode != 0:
-        raise SystemExit(f"serl train failed:\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}")
+    code, log = _run(cmd, ROOT, run_dir.with_suffix(".log"))
+    if code != 0:
+        raise SystemExit(f"serl train failed (exit {code}); its log: {run_dir.with_suffix('.log')}\n{log[-3000:]}")
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     return [{"step": m["time/step"], **{s: m.get(f"time/{s}", 0.0) for s in SERL_STAGES}} for m in rows]
 
@@ -72,10 +88,11 @@ def run_trl(args, python: str, model: str, messages: list[str], work: Path) -> t
            "--steps", str(args.steps), "--samples", str(args.samples), "--max-new-tokens",
            str(args.max_new_tokens), "--lr", str(args.lr), "--micro-batch", str(args.micro_batch),
            "--root", str(ROOT)]
-    r = subprocess.run(cmd, cwd=work, capture_output=True, text=True)
-    line = next((x for x in r.stdout.splitlines() if x.startswith("TRL_RESULT ")), None)
-    if r.returncode != 0 or line is None:
-        raise SystemExit(f"TRL run failed:\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}")
+    logf = work / f"trl-{len(list(work.glob('trl-*.log')))}.log"
+    code, log = _run(cmd, work, logf)
+    line = next((x for x in log.splitlines() if x.startswith("TRL_RESULT ")), None)
+    if code != 0 or line is None:
+        raise SystemExit(f"TRL run failed (exit {code}); its log: {logf}\n{log[-3000:]}")
     res = json.loads(line[len("TRL_RESULT "):])
     return res["trl"], res["steps"]
 

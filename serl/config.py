@@ -88,7 +88,8 @@ class TrainConfig:
     min_lr_ratio: float = _f(0.1, "cosine schedule floor, as a share of the learning rate")
     max_norm: float = _f(1.0, "gradient clipping norm")
     micro_train_batch_size: int = _f(4, "sequences per forward/backward pass")
-    train_batch_size: int = _f(0, "sequences per optimizer step (0 = the whole rollout batch)")
+    train_batch_size: int = _f(0, "sequences per optimizer step: the rollout is trained in shuffled "
+                                  "mini-batches of this size (0 = one step over the whole rollout)")
     micro_rollout_batch_size: int = _f(16, "sequences per log-prob pass during experience making")
     bf16: bool = _f(False, "bf16 autocast in the learner")
     gradient_checkpointing: bool = _f(False, "recompute activations in backward to save memory")
@@ -131,6 +132,8 @@ class TrainConfig:
                      "micro_train_batch_size", "generate_max_len"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name}: must be >= 1, got {getattr(self, name)}")
+        if self.train_batch_size < 0:
+            raise ConfigError(f"train_batch_size: must be >= 0 (0 = the whole rollout), got {self.train_batch_size}")
         from serl.algos import canonical_estimator
 
         try:

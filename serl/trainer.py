@@ -98,7 +98,7 @@ class Trainer:
                 fault_point("learner", step)
                 with self.timed("learner"), stage("update", len(batch.response_ids), "seqs",
                                                   self.progress) as st:
-                    metrics.update(self.learner.step(batch))                #    and update
+                    metrics.update(self.learn(batch))                       #    and update
                     st.update(len(batch.response_ids))
                 with self.timed("sync"):
                     self.generator.load_weights(self.learner.named_weights())  # 6. weight sync
@@ -212,13 +212,13 @@ class Trainer:
                 response_ids.append(list(c.token_ids))
                 rewards.append(rew)
                 group_ids.append(g)
-        # The update is one optimizer step on this fresh batch, so the learner can take
-        # the old log-probs from its own forward pass; they are computed here only for
-        # the KL penalty in the reward.
+        # With one optimizer step on this fresh batch the learner takes the old log-probs
+        # from its own forward pass; they are computed here for the KL penalty in the
+        # reward, or when later mini-batches are trained after the policy has moved.
         kl_in_reward = self.cfg.init_kl_coef > 0 and not self.cfg.use_kl_loss
         old = ref = None
         with self.timed("logprobs"):
-            if kl_in_reward:
+            if kl_in_reward or len(self.minibatches(len(response_ids))) > 1:
                 old = self.learner.logprobs(prompt_ids, response_ids, model="policy")
             if self.cfg.init_kl_coef > 0:
                 ref = self.learner.logprobs(prompt_ids, response_ids, model="ref")
@@ -239,6 +239,29 @@ class Trainer:
         return TrainBatch(prompt_ids=prompt_ids, response_ids=response_ids,
                           advantages=[adv[i, :n] for i, n in enumerate(lens)], old_logprobs=old,
                           ref_logprobs=ref if self.cfg.use_kl_loss else None)
+
+    def minibatches(self, n: int) -> list[list[int]]:
+        """Sequence indices of each optimizer step: ``train_batch_size`` at a time, shuffled
+        (OpenRLHF's meaning of the flag); 0 or more than the batch: one step over all."""
+        size = self.cfg.train_batch_size
+        if not size or size >= n:
+            return [list(range(n))]
+        order = list(range(n))
+        random.Random(self.cfg.seed * 1_000_003 + self.step_done).shuffle(order)
+        return [order[s:s + size] for s in range(0, n, size)]
+
+    def learn(self, batch: TrainBatch) -> dict[str, float]:
+        """One optimizer step per mini-batch; metrics averaged over the steps."""
+        parts = self.minibatches(len(batch.response_ids))
+        if len(parts) == 1:
+            return self.learner.step(batch)
+        runs = [self.learner.step(batch.subset(idx)) for idx in parts]
+        out = {k: sum(r[k] for r in runs) / len(runs) for k in runs[0]}
+        out.update({k: runs[-1][k] for k in ("actor/updates", "actor/skipped_total") if k in runs[-1]})
+        out["actor/skipped"] = max(r.get("actor/skipped", 0.0) for r in runs)
+        out["actor/tokens"] = sum(r.get("actor/tokens", 0.0) for r in runs)
+        out["actor/steps"] = float(len(runs))
+        return out
 
     @contextmanager
     def timed(self, name: str):

@@ -39,7 +39,7 @@ def _rollouts() -> list[Rollout]:
 def test_old_logprobs_only_when_the_reward_needs_them(kl_coef, kl_loss, estimator, calls):
     cfg = TrainConfig(init_kl_coef=kl_coef, use_kl_loss=kl_loss, advantage_estimator=estimator)
     learner = RecordingLearner(policy=-1.0, ref=-1.5)
-    fake = SimpleNamespace(cfg=cfg, learner=learner, timed=lambda name: nullcontext())
+    fake = _fake(cfg, learner)
     metrics: dict = {}
     batch = Trainer.make_batch(fake, _rollouts(), metrics)
     assert learner.calls == calls
@@ -57,3 +57,59 @@ def test_old_logprobs_only_when_the_reward_needs_them(kl_coef, kl_loss, estimato
         torch.testing.assert_close(got, want, rtol=0, atol=1e-4)
     else:
         assert "kl/mean" not in metrics
+
+
+class StepRecorder(RecordingLearner):
+    """Also records the batches it is asked to train on."""
+
+    def __init__(self):
+        super().__init__(policy=-1.0, ref=-1.5)
+        self.batches = []
+
+    def step(self, batch):
+        self.batches.append(batch)
+        return {"loss/policy": float(len(batch.response_ids)), "actor/updates": float(len(self.batches)),
+                "actor/skipped": 0.0, "actor/tokens": float(sum(map(len, batch.response_ids)))}
+
+
+def _fake(cfg, learner, step_done=0):
+    fake = SimpleNamespace(cfg=cfg, learner=learner, step_done=step_done, timed=lambda name: nullcontext())
+    fake.minibatches = lambda n: Trainer.minibatches(fake, n)
+    return fake
+
+
+@pytest.mark.parametrize("size,n,want", [(0, 5, [5]), (8, 5, [5]), (5, 5, [5]), (2, 5, [2, 2, 1]), (1, 3, [1, 1, 1])])
+def test_minibatches_cover_every_sequence_once(size, n, want):
+    fake = _fake(TrainConfig(train_batch_size=size), None)
+    parts = Trainer.minibatches(fake, n)
+    assert [len(p) for p in parts] == want
+    assert sorted(i for p in parts for i in p) == list(range(n))
+    assert Trainer.minibatches(fake, n) == parts  # the same step shuffles the same way
+    if len(parts) > 1:
+        later = Trainer.minibatches(_fake(TrainConfig(train_batch_size=size), None, step_done=7), n)
+        assert sorted(i for p in later for i in p) == list(range(n))
+
+
+def test_train_batch_size_gives_one_update_per_minibatch_with_old_logprobs():
+    cfg = TrainConfig(init_kl_coef=0.0, advantage_estimator="group_norm", train_batch_size=1)
+    learner = StepRecorder()
+    fake = _fake(cfg, learner)
+    batch = Trainer.make_batch(fake, _rollouts(), {})
+    assert learner.calls == ["policy"]  # the second update needs the pre-update log-probs
+    m = Trainer.learn(fake, batch)
+    assert [b.response_ids for b in sorted(learner.batches, key=lambda b: b.response_ids)] == [[[5, 6]], [[7]]]
+    for b in learner.batches:  # each mini-batch carries its own rows of every field
+        i = batch.response_ids.index(b.response_ids[0])
+        assert torch.equal(b.old_logprobs[0], batch.old_logprobs[i])
+        assert torch.equal(b.advantages[0], batch.advantages[i])
+    assert m["actor/steps"] == 2.0 and m["actor/updates"] == 2.0 and m["actor/tokens"] == 3.0
+    assert m["loss/policy"] == 1.0  # the mean over the two steps
+
+
+def test_schedule_spans_every_update():
+    from serl.engines.torch_learner import learner_config, updates_per_step
+
+    cfg = TrainConfig(steps=10, rollout_batch_size=16, n_samples_per_prompt=16, train_batch_size=16)
+    assert updates_per_step(cfg) == 16 and learner_config(cfg).total_steps == 160  # SeRL's templates
+    assert updates_per_step(TrainConfig(rollout_batch_size=4, n_samples_per_prompt=4, train_batch_size=0)) == 1
+    assert updates_per_step(TrainConfig(rollout_batch_size=3, n_samples_per_prompt=3, train_batch_size=4)) == 3

@@ -62,6 +62,12 @@ class TrainBatch:
     old_logprobs: list[torch.Tensor] | None = None
     ref_logprobs: list[torch.Tensor] | None = None  # only for the KL-loss term
 
+    def subset(self, idx: list[int]) -> "TrainBatch":
+        """The sequences at ``idx``, in that order (per-token fields follow along)."""
+        pick = (lambda xs: None if xs is None else [xs[i] for i in idx])
+        return TrainBatch(pick(self.prompt_ids), pick(self.response_ids), pick(self.advantages),
+                          pick(self.old_logprobs), pick(self.ref_logprobs))
+
 
 class Learner(Protocol):
     def logprobs(self, prompt_ids: list[list[int]], response_ids: list[list[int]],

@@ -386,11 +386,18 @@ class TorchLearner:
         torch.set_rng_state(state["rng"])
 
 
+def updates_per_step(cfg) -> int:
+    """Optimizer steps per training step: the rollout's sequences over ``train_batch_size``."""
+    seqs = cfg.rollout_batch_size * cfg.n_samples_per_prompt
+    size = cfg.train_batch_size
+    return 1 if not size or size >= seqs else math.ceil(seqs / size)
+
+
 def learner_config(cfg) -> LearnerConfig:
     """The learner's settings from a ``TrainConfig`` (shared by every learner kind)."""
     return LearnerConfig(
         lr=cfg.actor_learning_rate, warmup_ratio=cfg.lr_warmup_ratio, min_lr_ratio=cfg.min_lr_ratio,
-        total_steps=cfg.steps, micro_batch_size=cfg.micro_train_batch_size,
+        total_steps=cfg.steps * updates_per_step(cfg), micro_batch_size=cfg.micro_train_batch_size,
         max_grad_norm=cfg.max_norm, bf16=cfg.bf16, grad_checkpointing=cfg.gradient_checkpointing,
         eps_clip_low=cfg.eps_clip, eps_clip_high=cfg.eps_clip, use_kl_loss=cfg.use_kl_loss,
         kl_loss_coef=cfg.init_kl_coef if cfg.use_kl_loss else 0.0, kl_estimator=cfg.kl_estimator,
