@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -44,6 +45,9 @@ def parse_args(argv=None):
     ap.add_argument("--trl-python", default=None,
                     help="python that has TRL (default: .venv-bench/bin/python, else this one)")
     ap.add_argument("--side", choices=("both", "serl", "trl"), default="both", help="which side(s) to run")
+    ap.add_argument("--work", default=None,
+                    help="folder for the runs (default: a new temp dir); runs already complete there "
+                         "are reused, so an interrupted bench continues where it stopped")
     ap.add_argument("--out", default=None, help="JSONL to append to (default bench/results.jsonl)")
     return ap.parse_args(argv)
 
@@ -62,8 +66,12 @@ def _run(cmd: list[str], cwd: Path, log: Path) -> tuple[int, str]:
     return code, log.read_text(errors="replace")
 
 
-def run_serl(args, model: str, seeds: Path, work: Path) -> list[dict]:
-    run_dir = work / f"serl-{len(list(work.glob('serl-*')))}"
+def run_serl(args, model: str, seeds: Path, work: Path, run: int) -> list[dict]:
+    run_dir = work / f"serl-{run}"
+    metrics = run_dir / "metrics.jsonl"
+    if metrics.exists() and len(metrics.read_text().splitlines()) == args.steps:  # --work: done before
+        return _serl_steps(metrics)
+    shutil.rmtree(run_dir, ignore_errors=True)
     cmd = [sys.executable, "-m", "serl.cli", "train", "--model", model, "--prompt_data", str(seeds),
            "--run_dir", str(run_dir), "--steps", str(args.steps),
            "--rollout_batch_size", str(args.prompts), "--n_samples_per_prompt", str(args.samples),
@@ -77,24 +85,36 @@ def run_serl(args, model: str, seeds: Path, work: Path) -> list[dict]:
     code, log = _run(cmd, ROOT, run_dir.with_suffix(".log"))
     if code != 0:
         raise SystemExit(f"serl train failed (exit {code}); its log: {run_dir.with_suffix('.log')}\n{log[-3000:]}")
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return _serl_steps(metrics)
+
+
+def _serl_steps(metrics: Path) -> list[dict]:
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
     return [{"step": m["time/step"], **{s: m.get(f"time/{s}", 0.0) for s in SERL_STAGES}} for m in rows]
 
 
-def run_trl(args, python: str, model: str, messages: list[str], work: Path) -> tuple[str, list[dict]]:
+def run_trl(args, python: str, model: str, messages: list[str], work: Path, run: int
+            ) -> tuple[str, list[dict]]:
+    logf = work / f"trl-{run}.log"
+    done = _trl_result(logf.read_text(errors="replace")) if logf.exists() else None
+    if done and len(done["steps"]) == args.steps:  # --work: done before
+        return done["trl"], done["steps"]
     pf = work / "prompts.json"
     pf.write_text(json.dumps(messages))
     cmd = [python, str(ROOT / "bench" / "_trl_grpo.py"), "--model", model, "--prompts-file", str(pf),
            "--steps", str(args.steps), "--samples", str(args.samples), "--max-new-tokens",
            str(args.max_new_tokens), "--lr", str(args.lr), "--micro-batch", str(args.micro_batch),
            "--root", str(ROOT)]
-    logf = work / f"trl-{len(list(work.glob('trl-*.log')))}.log"
     code, log = _run(cmd, work, logf)
-    line = next((x for x in log.splitlines() if x.startswith("TRL_RESULT ")), None)
-    if code != 0 or line is None:
+    res = _trl_result(log)
+    if code != 0 or res is None:
         raise SystemExit(f"TRL run failed (exit {code}); its log: {logf}\n{log[-3000:]}")
-    res = json.loads(line[len("TRL_RESULT "):])
     return res["trl"], res["steps"]
+
+
+def _trl_result(log: str) -> dict | None:
+    line = next((x for x in log.splitlines() if x.startswith("TRL_RESULT ")), None)
+    return json.loads(line[len("TRL_RESULT "):]) if line else None
 
 
 def main(argv=None) -> int:
@@ -105,7 +125,9 @@ def main(argv=None) -> int:
         (str(p) for p in [ROOT / ".venv-bench" / "bin" / "python"] if p.exists()), sys.executable)
     model = smollm2_path()
     questions = math_prompts(args.prompts)
-    work = Path(tempfile.mkdtemp(prefix="serl-rl-bench-"))
+    work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="serl-rl-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+    print(f"runs and logs in {work}")
     seeds = work / "seeds.jsonl"
     seeds.write_text("".join(json.dumps({"problem": q}) + "\n" for q in questions))
     messages = [f"{q}\n{SYSTEM}" for q in questions]  # serl's chat_prompt puts the instruction here too
@@ -114,11 +136,11 @@ def main(argv=None) -> int:
     trl_version = None
     for run in range(args.runs):
         if args.side in ("both", "serl"):
-            steps = run_serl(args, model, seeds, work)
+            steps = run_serl(args, model, seeds, work, run)
             timed["serl"] += steps[1:]
             print(f"run {run + 1} serl: " + ", ".join(f"{s['step']:.1f}" for s in steps) + " s/step")
         if args.side in ("both", "trl"):
-            trl_version, steps = run_trl(args, trl_python, model, messages, work)
+            trl_version, steps = run_trl(args, trl_python, model, messages, work, run)
             timed["trl"] += steps[1:]
             print(f"run {run + 1} TRL:  " + ", ".join(f"{s['step']:.1f}" for s in steps) + " s/step")
 
