@@ -5,7 +5,9 @@
 # PASSES="maj8" runs only the maj@8 passes; PASSES="greedy" only the greedy ones.
 set -eu
 . "$(cd "$(dirname "${BASH_SOURCE[0]:-$0}")" && pwd)/_common.sh"
-export VLLM_CPU_OMP_THREADS_BIND=${VLLM_CPU_OMP_THREADS_BIND:-1} VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-2}
+# serl binds the engine to every core of the process unless VLLM_CPU_OMP_THREADS_BIND says otherwise;
+# 4 GiB of KV cache rather than 2 leaves room for the long sampled chunks of the maj@8 passes.
+export VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-4}
 GENERATOR=vllm
 MAX_NEW_TOKENS=384
 PASSES=${PASSES:-greedy maj8}
