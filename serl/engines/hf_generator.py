@@ -16,11 +16,14 @@ class HFGenerator:
     """
 
     def __init__(self, model_path: str, tokenizer=None, seed: int = 0, model=None,
-                 batch_size: int = 32, dtype: torch.dtype = torch.float32):
+                 batch_size: int = 32, dtype: torch.dtype = torch.float32, device: str | None = None):
         from serl.models import load_causal_lm, load_tokenizer
 
         self.tokenizer = tokenizer or load_tokenizer(model_path)
-        self.model = model if model is not None else load_causal_lm(model_path, dtype=dtype)
+        if model is None:  # a model of its own goes to the GPU when there is one; a shared one stays put
+            model = load_causal_lm(model_path, dtype=dtype)
+            model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.model = model
         self.model.eval()
         self.seed = seed
         self.calls = 0
@@ -58,7 +61,8 @@ class HFGenerator:
                               top_k=0)
             if sampling.stop:
                 kwargs.update(stop_strings=list(sampling.stop), tokenizer=tok)
-            gen = self.model.generate(input_ids=ids, attention_mask=attn, **kwargs)[:, width:]
+            dev = self.model.device
+            gen = self.model.generate(input_ids=ids.to(dev), attention_mask=attn.to(dev), **kwargs)[:, width:]
             for i, prompt_ids in enumerate(enc):
                 group = []
                 for j in range(n_eff):
@@ -85,7 +89,7 @@ class HFGenerator:
         params = dict(self.model.named_parameters())
         for name, t in named_tensors:
             if name in params and params[name].data_ptr() != t.data_ptr():
-                params[name].copy_(t.to(params[name].dtype))
+                params[name].copy_(t.to(params[name].dtype))  # copy_ crosses devices
 
     def close(self) -> None:
         pass

@@ -1,4 +1,5 @@
-"""The evaluation/ scripts parse in bash and zsh and reach `serl eval`."""
+"""The evaluation/ scripts parse in bash and zsh, reach `serl eval`, and run the real model."""
+import json
 import shutil
 import subprocess
 import sys
@@ -26,3 +27,33 @@ def test_script_reaches_cli(shell, tmp_path):
     r = subprocess.run([shell, str(script), "--k", "-3"], cwd=tmp_path, capture_output=True, text=True,
                        env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable, "HOME": str(tmp_path)})
     assert r.returncode == 2 and "--k must be >= 0" in r.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shell,script,env,bench,keys", [
+    ("bash", "math_maj.sh", {"MATH_SETS": "gsm8k,math_500", "LIMIT": "2", "K": "2"},
+     {"gsm8k": 2, "math_500": 2}, {"pass@1", "maj@2", "pass@2"}),
+    ("zsh", "mmlu_pro.sh", {"STRATIFIED": "2", "K": "2"}, {"mmlu_pro": 2}, {"pass@1", "maj@2", "pass@2"}),
+    ("zsh", "math_greedy.sh", {"MATH_SETS": "svamp", "LIMIT": "1"}, {"svamp": 1}, {"pass@1"}),
+], ids=["bash-math_maj", "zsh-mmlu_pro", "zsh-math_greedy"])
+def test_script_runs_real_model(shell, script, env, bench, keys, tmp_path, smol_path, math_dir, mmlu_dir):
+    """Each script, run as a user would, evaluates the real model on a small slice."""
+    if shutil.which(shell) is None:
+        pytest.skip(f"{shell} not installed")
+    path = next(p for p in SCRIPTS if p.name == script)
+    env = {"PATH": "/usr/bin:/bin", "PYTHON": sys.executable, "HOME": str(Path.home()), "MODEL": smol_path,
+           "GENERATOR": "hf", "MAX_NEW_TOKENS": "8", "MAX_MODEL_LEN": "1024", "DATA_DIR": str(math_dir),
+           "MMLU_DIR": str(mmlu_dir), "OUT_ROOT": str(tmp_path / "out"), "OMP_NUM_THREADS": "1", **env}
+    extra = ["--n_shots", "1"] if script == "mmlu_pro.sh" else []
+    r = subprocess.run([shell, str(path), "--quiet", *extra], cwd=tmp_path, capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    (res_file,) = (tmp_path / "out").glob("*/results.json")
+    res = json.loads(res_file.read_text())
+    assert res["generator"] == "hf"
+    assert {name: e["n"] for name, e in res["benchmarks"].items()} == bench
+    for e in res["benchmarks"].values():
+        assert keys <= set(e) and all(0.0 <= e[k] <= 1.0 for k in keys)
+    rows = (res_file.parent / "generations.jsonl").read_text().splitlines()
+    per_problem = (1 if "pass@1" in keys else 0) + (2 if "maj@2" in keys else 0)
+    assert len(rows) == sum(bench.values()) * per_problem
+    assert "pass@1" in r.stdout  # the printed table
