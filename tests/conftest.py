@@ -1,4 +1,7 @@
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -22,3 +25,31 @@ def smol_tokenizer(smol_path):
     from serl.models import load_tokenizer
 
     return load_tokenizer(smol_path)
+
+
+ROOT = Path(__file__).resolve().parents[1]
+# The smallest real SeRL run: three steps of a tiny batch on the transformers generator.
+TINY_TRAIN = ["--generator", "hf", "--steps", "3", "--rollout_batch_size", "2", "--n_samples_per_prompt", "2",
+              "--instructions_num_per_iteration", "2", "--few_shot_generation", "4",
+              "--few_shot_generation_batch_size", "2", "--instruction_max_len", "64",
+              "--instruction_max_attempts", "2", "--generate_max_len", "24", "--max_refill_rounds", "1",
+              "--reward_difficulty_bounds", "0", "1", "--actor_learning_rate", "1e-5", "--progress", "quiet",
+              "--save_model", "false", "--save_steps", "1", "--max_ckpt_num", "2",
+              "--prompt_data", str(ROOT / "dataset/arith_seed.jsonl")]
+
+
+@pytest.fixture(scope="session")
+def tiny_train_args() -> list[str]:
+    return list(TINY_TRAIN)
+
+
+def _serl_train(*args, fault=None):
+    env = dict(os.environ, SERL_FAULT=fault or "")
+    return subprocess.run([sys.executable, "-m", "serl.cli", "train", *map(str, args)], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=900)
+
+
+@pytest.fixture(scope="session")
+def serl_train():
+    """Runs `serl train ARGS` in a subprocess (``fault=`` sets SERL_FAULT) and returns the result."""
+    return _serl_train

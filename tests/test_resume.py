@@ -1,28 +1,9 @@
 """A run killed with SIGKILL at several points resumes as if nothing happened."""
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from serl.config import ConfigError, TrainConfig, dump
-
-ROOT = Path(__file__).resolve().parents[1]
-TINY = ["--generator", "hf", "--steps", "3", "--rollout_batch_size", "2", "--n_samples_per_prompt", "2",
-        "--instructions_num_per_iteration", "2", "--few_shot_generation", "4",
-        "--few_shot_generation_batch_size", "2", "--instruction_max_len", "64",
-        "--instruction_max_attempts", "2", "--generate_max_len", "24", "--max_refill_rounds", "1",
-        "--reward_difficulty_bounds", "0", "1", "--actor_learning_rate", "1e-5", "--progress", "quiet",
-        "--save_model", "false", "--save_steps", "1", "--max_ckpt_num", "2",
-        "--prompt_data", str(ROOT / "dataset/arith_seed.jsonl")]
-
-
-def serl_train(*args, fault=None):
-    env = dict(os.environ, SERL_FAULT=fault or "")
-    return subprocess.run([sys.executable, "-m", "serl.cli", "train", *args], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=900)
 
 
 def metrics(run_dir):
@@ -38,13 +19,13 @@ def pool_events(run_dir):
 
 
 @pytest.mark.slow
-def test_sigkill_at_rollout_update_and_checkpoint_then_resume_is_exact(tmp_path):
+def test_sigkill_at_rollout_update_and_checkpoint_then_resume_is_exact(tmp_path, serl_train, tiny_train_args):
     a, b = tmp_path / "a", tmp_path / "b"
-    r = serl_train("--run_dir", str(a), *TINY)
+    r = serl_train("--run_dir", str(a), *tiny_train_args)
     assert r.returncode == 0, r.stderr[-3000:]
 
     kills = ["generate:2", "checkpoint:2", "learner:3"]
-    r = serl_train("--run_dir", str(b), *TINY, fault=kills[0])
+    r = serl_train("--run_dir", str(b), *tiny_train_args, fault=kills[0])
     assert r.returncode == -9, r.stderr[-3000:]
     for fault in kills[1:] + [None]:
         r = serl_train("--resume", str(b), fault=fault)
@@ -83,6 +64,6 @@ def test_resume_refuses_a_different_run_and_records_harmless_changes(tmp_path):
     assert change["changes"]["steps"] == {"was": 3, "now": 5}
 
 
-def test_resume_of_missing_dir_exits_2(tmp_path):
+def test_resume_of_missing_dir_exits_2(tmp_path, serl_train):
     r = serl_train("--resume", str(tmp_path / "nope"))
     assert r.returncode == 2 and "run directory not found" in r.stderr

@@ -1,0 +1,27 @@
+"""`serl train --eval_steps`: a real run evaluates on benchmark files on schedule and logs it."""
+import json
+
+import pytest
+
+
+@pytest.mark.slow
+def test_train_evaluates_every_n_steps_and_logs(tmp_path, math_dir, serl_train, tiny_train_args):
+    run = tmp_path / "run"
+    r = serl_train("--run_dir", run, *tiny_train_args, "--eval_benchmarks", "gsm8k,svamp",
+                   "--eval_data_dir", math_dir, "--eval_limit", "2", "--eval_k", "2", "--eval_steps", "2")
+    assert r.returncode == 0, r.stderr[-3000:]
+
+    lines = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
+    evals = {l["step"]: l for l in lines if "eval/gsm8k/pass@1" in l}
+    assert sorted(evals) == [0, 2, 3]          # before training, every 2 steps, and at the end
+    for step, m in evals.items():
+        for bench in ("gsm8k", "svamp"):
+            for metric in ("pass@1", "maj@2", "pass@2", "mean@2"):
+                v = m[f"eval/{bench}/{metric}"]
+                # two problems (and two samples each): only these fractions are possible
+                assert v in ((0.0, 0.5, 1.0) if metric != "mean@2" else (0.0, 0.25, 0.5, 0.75, 1.0)), \
+                    (step, bench, metric, v)
+            assert m[f"eval/{bench}/pass@2"] >= m[f"eval/{bench}/maj@2"]
+        assert m["time/eval"] > 0
+    # the training steps themselves were logged as usual
+    assert {l["step"] for l in lines if "reward/mean" in l} == {1, 2, 3}
