@@ -199,6 +199,9 @@ class RewardService:
         self._score([bucket], partial=True)
 
 
+_DRAIN_CAP = 64 << 20  # bytes of an oversized body read and dropped before the 413
+
+
 def _make_handler(service: RewardService, max_bytes: int):
     class Handler(BaseHTTPRequestHandler):
         server_version = "serl-reward/1"
@@ -214,6 +217,16 @@ def _make_handler(service: RewardService, max_bytes: int):
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
+
+        def _discard(self, n: int) -> None:
+            # Read (and drop) a rejected body so the client sees the 413 instead
+            # of a broken pipe; past the cap we just close, bounding the work.
+            n = min(n, _DRAIN_CAP)
+            while n > 0:
+                chunk = self.rfile.read(min(n, 1 << 16))
+                if not chunk:
+                    return
+                n -= len(chunk)
 
         def do_GET(self):
             if self.path.rstrip("/") in ("/health", ""):
@@ -232,6 +245,7 @@ def _make_handler(service: RewardService, max_bytes: int):
                 return
             if int(length) > max_bytes:
                 self.close_connection = True
+                self._discard(int(length))
                 self._send(413, {"error": f"body of {length} bytes exceeds the limit of {max_bytes}"})
                 return
             body = self.rfile.read(int(length))
