@@ -16,6 +16,13 @@ def hf_logprobs(model, prompt_ids, token_ids):
     return torch.log_softmax(logits, -1).gather(1, torch.tensor(token_ids)[:, None])[:, 0]
 
 
+def assert_agrees(engine_logprobs, ref):
+    # bf16 engine vs fp32 reference: on this CPU the mean gap is ~0.02 (original weights) and
+    # ~0.06 (perturbed), with single tokens up to ~0.18; a wrong policy is off by > 1 on average.
+    gap = (torch.tensor(engine_logprobs) - ref).abs()
+    assert gap.mean() < 0.1 and gap.max() < 0.4, (gap.mean().item(), gap.max().item())
+
+
 @pytest.fixture(scope="module")
 def engine(smol_path):
     from serl.engines.vllm_generator import VLLMGenerator
@@ -38,7 +45,7 @@ def test_generate_groups_and_weight_push(engine, smol_path, smol_tokenizer):
     model = load_causal_lm(smol_path)
     before = engine.generate([prompt], 1, greedy)[0][0]
     ref = hf_logprobs(model, before.prompt_ids, before.token_ids)
-    assert torch.allclose(torch.tensor(before.logprobs), ref, atol=0.15)  # bf16 engine vs fp32
+    assert_agrees(before.logprobs, ref)
 
     with torch.no_grad():  # a different policy: halve every MLP output projection and
         for name, p in model.named_parameters():  # shrink the (tied) embedding / LM head
@@ -50,8 +57,8 @@ def test_generate_groups_and_weight_push(engine, smol_path, smol_tokenizer):
     after = engine.generate([prompt], 1, greedy)[0][0]
     new_ref = hf_logprobs(model, after.prompt_ids, after.token_ids)
     # the engine now agrees with the perturbed model...
-    assert torch.allclose(torch.tensor(after.logprobs), new_ref, atol=0.15)
+    assert_agrees(after.logprobs, new_ref)
     # ...and no longer with the original one on the same tokens
     orig = load_causal_lm(smol_path)
     old_ref = hf_logprobs(orig, after.prompt_ids, after.token_ids)
-    assert (torch.tensor(after.logprobs) - old_ref).abs().mean() > 0.2
+    assert (torch.tensor(after.logprobs) - old_ref).abs().mean() > 1.0
