@@ -27,6 +27,10 @@ def _f(default, doc: str, aliases: tuple[str, ...] = (), choices: tuple | None =
 
 @dataclass
 class TrainConfig:
+    """Options every recipe shares; a recipe adds its own section (serl/recipes/NAME/config.py)."""
+
+    recipe: str = _f("serl", "training recipe (serl/recipes/NAME); `serl train --recipe NAME --help` "
+                             "lists its own options")
     # --- what to train and on what
     model: str = _f("smollm2", "policy: 'smollm2' (embedded), a .gguf file, an HF directory or hub id",
                     aliases=("pretrain",))
@@ -48,19 +52,6 @@ class TrainConfig:
     steps: int = _f(3, "training steps (one step = grow pool, rollout, reward, filter, update, sync)")
     rollout_batch_size: int = _f(4, "prompts trained on per step (after the difficulty filter)")
     n_samples_per_prompt: int = _f(4, "responses sampled per prompt (the majority-vote group)")
-    max_refill_rounds: int = _f(3, "rollout rounds per step to fill the batch after filtering")
-    # --- self-instruction
-    enable_self_evolution: bool = _f(True, "grow the prompt pool by few-shot self-instruction")
-    instructions_num_per_iteration: int = _f(8, "new problems to generate per round")
-    few_shot_generation: int = _f(8, "examples per few-shot instruction prompt")
-    few_shot_generation_batch_size: int = _f(8, "few-shot prompts per generate call")
-    reward_difficulty_bounds: list = _f([0.2, 0.8], "keep prompts whose agreement lies in [low, high]")
-    instruction_max_len: int = _f(256, "max new tokens of one few-shot generation (several problems)")
-    instruction_max_attempts: int = _f(4, "generate calls per round before self-instruction gives up short")
-    instruction_temperature: float = _f(0.8, "sampling temperature for problem generation")
-    instruction_top_p: float = _f(0.95, "nucleus sampling for problem generation")
-    replay_window: int = _f(1, "steps a kept generated problem stays trainable (1 = SeRL: its own step)")
-    rouge_threshold: float = _f(0.7, "reject a new problem whose ROUGE-L F1 with a known one exceeds this")
     # --- reward
     reward_mode: str = _f("majority", "majority vote (no labels), rule (labels) or auto (label if any)",
                           choices=("majority", "rule", "auto"))
@@ -103,7 +94,9 @@ class TrainConfig:
     save_steps: int = _f(1, "write a checkpoint every N steps (and at the end); 0 = only at the end")
     max_ckpt_num: int = _f(2, "keep the newest N checkpoints")
     save_model: bool = _f(True, "save the final policy in Hugging Face layout under RUN_DIR/model")
-    # --- distributed and SeRL compatibility (engines, Ray)
+    # --- devices, distributed and SeRL compatibility (engines, Ray)
+    device: str = _f("auto", "where the learner, reference and transformers generator run: auto (cuda "
+                             "when available), cpu or cuda", choices=("auto", "cpu", "cuda"))
     learner: str = _f("torch", "learner engine: torch (one process) or deepspeed (ZeRO)",
                       choices=("torch", "deepspeed"))
     zero_stage: int = _f(2, "DeepSpeed ZeRO stage for the deepspeed learner", choices=(1, 2, 3))
@@ -124,11 +117,15 @@ class TrainConfig:
     vllm_enable_sleep: bool = _f(False, "free vLLM GPU memory between rollouts (GPU only)")
     colocate_all_models: bool = _f(False, "Ray: learner, reference and engines share the same GPUs")
 
+    def __post_init__(self) -> None:
+        self.recipe = getattr(type(self), "RECIPE", self.recipe)  # a recipe's config knows its name
+
     def validate(self) -> None:
-        lo_hi = self.reward_difficulty_bounds
-        if len(lo_hi) != 2 or not 0.0 <= float(lo_hi[0]) <= float(lo_hi[1]) <= 1.0:
-            raise ConfigError(f"reward_difficulty_bounds: need two numbers 0 <= low <= high <= 1, got {lo_hi}")
-        for name in ("steps", "rollout_batch_size", "n_samples_per_prompt", "max_refill_rounds",
+        from serl.recipes import recipe_names
+
+        if self.recipe not in recipe_names():
+            raise ConfigError(f"recipe: unknown recipe {self.recipe!r}; known: {', '.join(recipe_names())}")
+        for name in ("steps", "rollout_batch_size", "n_samples_per_prompt",
                      "micro_train_batch_size", "generate_max_len"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name}: must be >= 1, got {getattr(self, name)}")
@@ -153,10 +150,20 @@ class TrainConfig:
             raise ConfigError("eval_steps / eval_k: must be >= 0")
         if self.temperature < 0:
             raise ConfigError(f"temperature: must be >= 0, got {self.temperature}")
+        if self.device == "cuda":
+            import torch
+
+            if not torch.cuda.is_available():
+                raise ConfigError("device: cuda was asked for, but torch sees no CUDA device")
         for f in dataclasses.fields(self):
             ch = f.metadata.get("choices")
             if ch and getattr(self, f.name) not in ch:
-                raise ConfigError(f"{f.name}: must be one of {', '.join(ch)}, got {getattr(self, f.name)!r}")
+                raise ConfigError(f"{f.name}: must be one of {', '.join(map(str, ch))}, "
+                                  f"got {getattr(self, f.name)!r}")
+        self.validate_recipe()
+
+    def validate_recipe(self) -> None:
+        """Checks of the recipe's own options (a recipe's config section overrides this)."""
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -186,7 +193,7 @@ def _coerce(value, typ, where: str):
         raise ConfigError(f"{where}: expected {typ.__name__}, got {value!r}") from None
 
 
-def load_yaml(path: str, cls=TrainConfig) -> dict:
+def _read_yaml(path: str) -> tuple[Path, dict]:
     import yaml
 
     p = Path(path)
@@ -198,15 +205,52 @@ def load_yaml(path: str, cls=TrainConfig) -> dict:
         raise ConfigError(f"{p}: not valid YAML ({e})") from e
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: expected a mapping of option: value")
+    return p, data
+
+
+def _owner_of(name: str, cls) -> str | None:
+    """The recipe whose own section has option ``name`` (None if no other recipe has it)."""
+    from serl.recipes import config_class, recipe_names
+
+    own = {f.name for f in dataclasses.fields(cls)}
+    for r in recipe_names():
+        other = config_class(r)
+        names = {f.name for f in dataclasses.fields(other)}
+        names |= {a for f in dataclasses.fields(other) for a in f.metadata.get("aliases", ())}
+        if name in names and name not in own:
+            return r
+    return None
+
+
+def load_yaml(path: str, cls=None) -> dict:
+    """Options from a YAML file, for ``cls`` (default: the class of the file's ``recipe``)."""
+    p, data = _read_yaml(path)
+    if cls is None:
+        from serl.recipes import config_class
+
+        cls = config_class(_recipe_of(data.get("recipe"), f"{p}: option 'recipe'"))
     names = {f.name: f for f in dataclasses.fields(cls)}
     alias = {a: f.name for f in names.values() for a in f.metadata.get("aliases", ())}
     out = {}
     for k, v in data.items():
         key = alias.get(k, k)
         if key not in names:
+            owner = _owner_of(k, cls)
+            if owner:
+                raise ConfigError(f"{p}: option '{k}' belongs to recipe '{owner}', "
+                                  f"not to recipe '{data.get('recipe', 'serl')}'")
             raise ConfigError(f"{p}: unknown option '{k}'")
         out[key] = _coerce(v, _type_of(cls, names[key]), f"{p}: option '{k}'")
     return out
+
+
+def _recipe_of(value, where: str) -> str:
+    from serl.recipes import recipe_names
+
+    name = "serl" if value in (None, "") else str(value)
+    if name not in recipe_names():
+        raise ConfigError(f"{where}: unknown recipe {name!r}; known: {', '.join(recipe_names())}")
+    return name
 
 
 class _Parser(argparse.ArgumentParser):
@@ -215,31 +259,97 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"serl: error: {message}\n")
 
 
-def build_parser(cls=TrainConfig, prog: str = "serl train") -> argparse.ArgumentParser:
-    ap = _Parser(prog=prog, description=(cls.__doc__ or "").strip() or None,
-                 )
+class _ForeignOption(argparse.Action):
+    """A flag that belongs to another recipe: refused, naming its owner."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.error(f"{option_string} belongs to recipe '{self.default}', not to recipe "
+                     f"'{parser.recipe}' (add --recipe {self.default})")
+
+
+def build_parser(cls=None, prog: str = "serl train") -> argparse.ArgumentParser:
+    """The parser for ``cls`` (a recipe's config class; default: SeRL's): common options
+    first, then the recipe's own, each with its one-line doc."""
+    from serl.recipes import config_class, recipe_names
+
+    cls = cls or config_class("serl")
+    recipe = getattr(cls, "RECIPE", "serl")
+    ap = _Parser(prog=prog, description=(TrainConfig.__doc__ or "").strip() or None)
+    ap.recipe = recipe
     ap.add_argument("--config", help="YAML file of options (flags given here override it)")
     ap.add_argument("--resume", default="", help="continue the run in this run directory")
+    common = {f.name for f in dataclasses.fields(TrainConfig)}
+    groups = {True: ap.add_argument_group("common options"),
+              False: ap.add_argument_group(f"options of the '{recipe}' recipe")}
     for f in dataclasses.fields(cls):
+        g = groups[f.name in common]
         typ = _type_of(cls, f)
         names = [f"--{f.name}"] + [f"--{a}" for a in f.metadata.get("aliases", ())]
         doc = f.metadata.get("help", "")
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        if typ is bool:
-            ap.add_argument(*names, dest=f.name, nargs="?", const=True, default=None,
-                            type=lambda s, n=f.name: _coerce(s, bool, f"--{n}"), help=doc + f" (default {default})")
-            ap.add_argument(f"--no_{f.name}", dest=f.name, action="store_false", help=argparse.SUPPRESS)
+        if f.name == "recipe":
+            g.add_argument(*names, dest=f.name, default=None, choices=recipe_names(),
+                           help=doc + f" (default {default!r})")
+        elif typ is bool:
+            g.add_argument(*names, dest=f.name, nargs="?", const=True, default=None,
+                           type=lambda s, n=f.name: _coerce(s, bool, f"--{n}"), help=doc + f" (default {default})")
+            g.add_argument(f"--no_{f.name}", dest=f.name, action="store_false", help=argparse.SUPPRESS)
         elif typ is list:
-            ap.add_argument(*names, dest=f.name, nargs="+", type=float, default=None,
-                            help=doc + f" (default {default})")
+            g.add_argument(*names, dest=f.name, nargs="+", type=float, default=None,
+                           help=doc + f" (default {default})")
         else:
-            ap.add_argument(*names, dest=f.name, type=typ, default=None,
-                            choices=f.metadata.get("choices"), help=doc + f" (default {default!r})")
+            g.add_argument(*names, dest=f.name, type=typ, default=None,
+                           choices=f.metadata.get("choices"), help=doc + f" (default {default!r})")
+    for other in recipe_names():
+        for f in dataclasses.fields(config_class(other)):
+            for n in (f.name, *f.metadata.get("aliases", ()), f"no_{f.name}"):
+                if f"--{n}" not in ap._option_string_actions:
+                    ap.add_argument(f"--{n}", action=_ForeignOption, nargs="*", default=other,
+                                    dest=f"_foreign_{n}", help=argparse.SUPPRESS)
     return ap
 
 
-def parse_args(argv: list[str] | None = None, cls=TrainConfig) -> tuple[TrainConfig, argparse.Namespace]:
-    """Defaults < YAML (--config) < command-line flags. Raises ConfigError on bad values."""
+def _recipe_in_argv(argv: list[str]) -> str | None:
+    for i, a in enumerate(argv):
+        if a == "--recipe" and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith("--recipe="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def _config_in_argv(argv: list[str]) -> str | None:
+    for i, a in enumerate(argv):
+        if a == "--config" and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith("--config="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def recipe_from_args(argv: list[str]) -> str:
+    """The recipe a command line asks for: ``--recipe``, else the YAML's ``recipe``, else serl."""
+    name = _recipe_in_argv(argv)
+    if name is not None:
+        return _recipe_of(name, "--recipe")
+    conf = _config_in_argv(argv)
+    if conf:
+        p, data = _read_yaml(conf)
+        return _recipe_of(data.get("recipe"), f"{p}: option 'recipe'")
+    return "serl"
+
+
+def parse_args(argv: list[str] | None = None, cls=None) -> tuple[TrainConfig, argparse.Namespace]:
+    """Defaults < YAML (--config) < command-line flags, for the recipe they name.
+
+    Returns the recipe's config (common options plus its own). Raises ConfigError on
+    bad values; unknown flags and other recipes' flags exit 2 (argparse).
+    """
+    from serl.recipes import config_class
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if cls is None:
+        cls = config_class(recipe_from_args(argv))
     ap = build_parser(cls)
     ns = ap.parse_args(argv)
     values = load_yaml(ns.config, cls) if ns.config else {}
@@ -247,9 +357,17 @@ def parse_args(argv: list[str] | None = None, cls=TrainConfig) -> tuple[TrainCon
         v = getattr(ns, f.name)
         if v is not None:
             values[f.name] = v
+    values["recipe"] = getattr(cls, "RECIPE", "serl")
     cfg = cls(**values)
     cfg.validate()
     return cfg, ns
+
+
+def config_from_dict(values: dict) -> TrainConfig:
+    """Rebuild a run's config from ``to_dict()`` output (Ray workers, saved runs)."""
+    from serl.recipes import config_class
+
+    return config_class(values.get("recipe") or "serl")(**values)
 
 
 def dump(cfg, path: Path) -> None:

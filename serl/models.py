@@ -112,8 +112,9 @@ def load_tokenizer(path: str):
     return tok
 
 
-def load_causal_lm(path: str, dtype=None):
+def load_causal_lm(path: str, dtype=None, attn_implementation: str | None = None):
     import torch
     from transformers import AutoModelForCausalLM
 
-    return AutoModelForCausalLM.from_pretrained(path, dtype=dtype or torch.float32)
+    kw = {"attn_implementation": attn_implementation} if attn_implementation else {}
+    return AutoModelForCausalLM.from_pretrained(path, dtype=dtype or torch.float32, **kw)

@@ -1,8 +1,8 @@
 """Proxies that put groups of Ray actors behind the one-process protocols.
 
 ``GeneratorGroup`` is a ``Generator``, ``LearnerGroup`` a ``Learner`` and ``RewardGroup``
-the part of ``EquivalenceChecker`` the reward code uses (``run_jobs``/``close``), so the
-trainer's step runs unchanged against them. Collective learner calls go to every rank at
+a ``Checker`` (``run_jobs``, ``equal_many``, ``close``), so a recipe's step and the
+evaluation run unchanged against them. Collective learner calls go to every rank at
 once with the same (shared) arguments; rank 0 answers.
 """
 from __future__ import annotations
@@ -112,6 +112,12 @@ class LearnerGroup:
     def step(self, batch: TrainBatch) -> dict[str, float]:
         return self._all("step", batch)
 
+    def sync_ref(self) -> None:
+        if self.refs:
+            raise NotImplementedError("sync_ref with Ray reference workers: run with "
+                                      "--ref_num_gpus_per_node 0 so the learner holds the reference")
+        self._all("sync_ref")
+
     def named_weights(self) -> RemoteWeights:
         import ray
 
@@ -145,6 +151,15 @@ class RewardGroup:
             return []
         spans = [s for s in _split(len(jobs), len(self.workers)) if s[1] > s[0]]
         parts = ray.get([w.run_jobs.remote(jobs[a:b]) for w, (a, b) in zip(self.workers, spans)])
+        return [r for part in parts for r in part]
+
+    def equal_many(self, pairs: list[tuple[str, str]]) -> list[bool]:
+        import ray
+
+        if not pairs:
+            return []
+        spans = [s for s in _split(len(pairs), len(self.workers)) if s[1] > s[0]]
+        parts = ray.get([w.equal_many.remote(pairs[a:b]) for w, (a, b) in zip(self.workers, spans)])
         return [r for part in parts for r in part]
 
     def close(self) -> None:

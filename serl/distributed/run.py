@@ -1,8 +1,10 @@
-"""`serl train --ray`: the same ``Trainer`` loop, with its engines in Ray actors.
+"""`serl train --ray`: the same runner and recipe, with the engines in Ray actors.
 
-The driver (this process, or the entrypoint of a ``ray job submit``) holds the loop, the
-prompt pool and the metrics; the generator engines, the learner ranks, the reference
-model and the math-verify workers are actors placed by ``serl.distributed.placement``.
+The driver (this process, or the entrypoint of a ``ray job submit``) holds the runner,
+the recipe's state and the metrics; the generator engines, the learner ranks, the
+reference model and the math-verify workers are actors placed by
+``serl.distributed.placement``, behind the one-process protocols (``groups``), and are
+handed to ``serl.runner.run`` as its engines.
 
     python -m serl.distributed.run [serl train flags]     # what `serl train --ray` calls
 """
@@ -11,7 +13,6 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +21,6 @@ from serl.distributed.groups import GeneratorGroup, LearnerGroup, RewardGroup
 from serl.distributed.placement import ResourcePlan, actor_options, place, plan_resources
 
 log = logging.getLogger("serl.distributed")
-_ACTIVE = False  # set while run_with_ray is inside serl.train.run
 
 
 @dataclass
@@ -29,6 +29,10 @@ class Parts:
     generator: GeneratorGroup
     learner: LearnerGroup
     reward: RewardGroup
+
+    def engines(self):
+        """The groups as the runner's engines (generator, learner, checker)."""
+        return _RayEngines(self.generator, self.learner, self.reward)
 
     def close(self) -> None:
         from ray.util.placement_group import remove_placement_group
@@ -40,6 +44,16 @@ class Parts:
                 log.warning("closing %s: %s", type(part).__name__, e)
         for pg in self.plan.groups.values():
             remove_placement_group(pg)
+
+
+class _RayEngines:
+    """The runner's engines over Ray groups; closing them is left to ``Parts.close``."""
+
+    def __init__(self, generator, learner, checker):
+        self.generator, self.learner, self.checker = generator, learner, checker
+
+    def close(self) -> None:
+        pass  # run_with_ray closes the actors and placement groups after the run
 
 
 def _env(plan: ResourcePlan) -> dict:
@@ -71,8 +85,11 @@ def launch(cfg: TrainConfig, model_path: str) -> Parts:
     engines = [remote(W.GeneratorWorker, "engines", i).remote() for i in range(plan.engines)]
     rewards = [remote(W.RewardWorker, "reward", i).remote() for i in range(plan.reward_workers)]
     # all setups at once: the learner ranks meet in the process-group rendezvous
-    pending = [r.setup.remote(conf, model_path, master, need_ref=False) if refs else
-               r.setup.remote(conf, model_path, master, need_ref=cfg.init_kl_coef > 0) for r in ranks]
+    from serl.engines.factory import needs_reference, sleep_enabled
+
+    # with reference workers the learner ranks load none of their own
+    pending = [r.setup.remote(conf, model_path, master, need_ref=needs_reference(cfg) and not refs)
+               for r in ranks]
     pending += [w.setup.remote(conf, model_path) for w in refs]
     pending += [e.setup.remote(conf, model_path, i) for i, e in enumerate(engines)]
     pending += [w.setup.remote(cfg.verify_timeout) for w in rewards]
@@ -80,7 +97,7 @@ def launch(cfg: TrainConfig, model_path: str) -> Parts:
     log.info("Ray layout: %d learner ranks, %d reference, %d engines, %d reward workers (%s, %s)",
              plan.learner_ranks, plan.ref_workers, plan.engines, plan.reward_workers,
              plan.accel, "colocated" if plan.colocate else "split")
-    sleep = cfg.vllm_enable_sleep and plan.use_gpu
+    sleep = sleep_enabled(cfg) and plan.use_gpu
     return Parts(plan, GeneratorGroup(engines, sleep=sleep), LearnerGroup(ranks, refs), RewardGroup(rewards))
 
 
@@ -98,50 +115,18 @@ def _init_ray(cfg: TrainConfig) -> bool:
     return True
 
 
-@contextmanager
-def _engines_from(parts: Parts):
-    """Make ``serl.train.run`` build its parts from these actors, for the duration.
-
-    ``serl.train.run`` (checkpoints, resume, evaluation, summary) looks up
-    ``make_generator``/``make_learner`` and the trainer its ``EquivalenceChecker`` at
-    call time; pointing those names at the Ray groups runs the very same loop. Scoped to
-    this call and undone after it. A ``parts=`` argument on ``serl.train.run`` would
-    make this explicit (asked of the trainer's owner).
-    """
-    import serl.trainer as trainer_mod
-
-    global _ACTIVE
-    _ACTIVE = True
-    saved = (trainer_mod.make_generator, trainer_mod.make_learner, trainer_mod.EquivalenceChecker)
-    trainer_mod.make_generator = lambda *a, **k: parts.generator
-    trainer_mod.make_learner = lambda *a, **k: parts.learner
-    trainer_mod.EquivalenceChecker = lambda *a, **k: parts.reward
-    try:
-        yield
-    finally:
-        trainer_mod.make_generator, trainer_mod.make_learner, trainer_mod.EquivalenceChecker = saved
-        _ACTIVE = False
-
-
-def inside_ray_run() -> bool:
-    """True while ``run_with_ray`` drives ``serl.train.run`` (so that does not recurse)."""
-    return _ACTIVE
-
-
 def run_with_ray(cfg: TrainConfig, resume_dir: Path | None = None) -> Path:
-    """``serl train``'s run (same loop, checkpoints, resume) with the engines as Ray actors."""
+    """``serl train``'s run (same runner, checkpoints, resume) with the engines as Ray actors."""
     import ray
 
-    from serl import train
-    from serl.models import resolve_model
+    from serl import runner
 
-    model_path = resolve_model(cfg.model)  # bad input fails before Ray starts
+    _, model_path, _, _ = runner.prepare(cfg, resume_dir)  # bad input fails before Ray starts
     started = _init_ray(cfg)
     parts = None
     try:
         parts = launch(cfg, model_path)
-        with _engines_from(parts):
-            return train.run(cfg, resume_dir=resume_dir) if resume_dir else train.run(cfg)
+        return runner.run(cfg, resume_dir=resume_dir, engines=parts.engines())
     finally:
         if parts is not None:
             parts.close()
@@ -151,7 +136,7 @@ def run_with_ray(cfg: TrainConfig, resume_dir: Path | None = None) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: ``serl train`` flags; ``--ray`` is implied."""
-    from serl.train import USER_ERRORS
+    from serl.runner import USER_ERRORS
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")

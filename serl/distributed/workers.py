@@ -11,9 +11,9 @@ import socket
 
 
 def _config(cfg_dict: dict):
-    from serl.config import TrainConfig
+    from serl.config import config_from_dict
 
-    return TrainConfig(**cfg_dict)
+    return config_from_dict(cfg_dict)
 
 
 def _quiet_threads() -> None:
@@ -42,22 +42,16 @@ class LearnerWorker:
     def setup(self, cfg_dict: dict, model_path: str, master: tuple[str, int], need_ref: bool) -> int:
         import torch
 
+        from serl.engines.factory import make_learner
+
         _quiet_threads()
         cfg = _config(cfg_dict)
-        if cfg.learner == "torch":
-            from serl.engines.torch_learner import TorchLearner
-            from serl.trainer import make_learner
-
-            self.learner = make_learner(cfg, model_path, None)
-            assert isinstance(self.learner, TorchLearner)
-            return self.rank
-        os.environ.update(RANK=str(self.rank), WORLD_SIZE=str(self.world), LOCAL_RANK="0",
-                          MASTER_ADDR=master[0], MASTER_PORT=str(master[1]))
-        if not torch.cuda.is_available():
-            os.environ["DS_ACCELERATOR"] = "cpu"
-        from serl.engines.deepspeed_learner import make_deepspeed_learner
-
-        self.learner = make_deepspeed_learner(cfg, model_path, None, need_ref=need_ref)
+        if cfg.learner == "deepspeed":  # Ray gives each actor its GPU as device 0
+            os.environ.update(RANK=str(self.rank), WORLD_SIZE=str(self.world), LOCAL_RANK="0",
+                              MASTER_ADDR=master[0], MASTER_PORT=str(master[1]))
+            if not torch.cuda.is_available():
+                os.environ["DS_ACCELERATOR"] = "cpu"
+        self.learner = make_learner(cfg, model_path, None, need_ref=need_ref)
         return self.rank
 
     # every method below is called on all ranks at once (they are collective)
@@ -77,6 +71,9 @@ class LearnerWorker:
                 out[name] = t.detach().to("cpu", copy=True)
         return out if self.rank == 0 else None
 
+    def sync_ref(self) -> None:
+        self.learner.sync_ref()
+
     def save(self, path: str) -> None:
         self.learner.save(path)
 
@@ -95,21 +92,14 @@ class LearnerWorker:
 
 
 class ReferenceWorker:
-    """The frozen reference model: scores sequences, never trains.
-
-    It reuses the torch learner's scoring path (micro-batching, LM head on response
-    positions only); no optimizer state is ever allocated because ``step`` is never
-    called.
-    """
+    """The frozen reference model: scores sequences, never trains (the learners' scoring
+    path, no optimizer, on the actor's GPU when it has one)."""
 
     def setup(self, cfg_dict: dict, model_path: str) -> None:
-        from serl.engines.torch_learner import LearnerConfig, TorchLearner
+        from serl.engines.factory import make_scorer
 
         _quiet_threads()
-        cfg = _config(cfg_dict)
-        lc = LearnerConfig(micro_batch_size=cfg.micro_rollout_batch_size, bf16=cfg.bf16, seed=cfg.seed)
-        self.model = TorchLearner(model_path, lc, need_ref=False)
-        self.model.policy.requires_grad_(False)
+        self.model = make_scorer(_config(cfg_dict), model_path)
 
     def logprobs(self, prompt_ids, response_ids):
         return self.model.logprobs(prompt_ids, response_ids, model="policy")
@@ -119,23 +109,14 @@ class GeneratorWorker:
     """One generation engine: vLLM (``--generator vllm``/auto with vLLM installed) or HF."""
 
     def setup(self, cfg_dict: dict, model_path: str, index: int) -> str:
+        from serl.engines.factory import generator_from_config
         from serl.models import load_tokenizer
 
         _quiet_threads()
-        cfg = _config(cfg_dict)
-        seed = cfg.seed + 1000 * index  # engines must not draw the same samples
-        from serl.engines.vllm_generator import VLLMGenerator, vllm_available
-
-        if cfg.generator == "vllm" or (cfg.generator == "auto" and vllm_available()):
-            self.gen = VLLMGenerator(model_path, seed=seed,
-                                     max_model_len=cfg.prompt_max_len + cfg.generate_max_len,
-                                     tensor_parallel_size=cfg.vllm_tensor_parallel_size,
-                                     gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
-                                     enable_sleep_mode=cfg.vllm_enable_sleep)
-        else:
-            from serl.engines.hf_generator import HFGenerator
-
-            self.gen = HFGenerator(model_path, load_tokenizer(model_path), seed=seed)
+        # the seed depends on the index (engines must not draw the same samples); sleep and
+        # wake are driven by GeneratorGroup for all engines together
+        self.gen = generator_from_config(_config(cfg_dict), model_path, load_tokenizer(model_path),
+                                         index=index, manage_sleep=False)
         return type(self.gen).__name__
 
     def generate(self, prompts, n, sampling):
@@ -166,6 +147,9 @@ class RewardWorker:
 
     def run_jobs(self, jobs: list[dict]) -> list:
         return self.checker.run_jobs(jobs)
+
+    def equal_many(self, pairs: list[tuple[str, str]]) -> list[bool]:
+        return self.checker.equal_many(pairs)
 
     def close(self) -> None:
         self.checker.close()

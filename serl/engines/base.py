@@ -1,7 +1,8 @@
-"""The two protocols that keep the training loop independent of hardware.
+"""The protocols that keep the training loop independent of hardware.
 
 A ``Generator`` turns prompt strings into groups of sampled completions and can
-take new weights; a ``Learner`` scores token sequences and updates the policy.
+take new weights; a ``Learner`` scores token sequences and updates the policy; a
+``Checker`` compares answers for rewards and evaluation.
 Implementations: ``hf`` / ``vllm`` generators, ``torch`` / ``deepspeed`` learners.
 """
 from __future__ import annotations
@@ -56,17 +57,26 @@ class TrainBatch:
 
     prompt_ids: list[list[int]]
     response_ids: list[list[int]]
-    advantages: list[torch.Tensor]
+    advantages: list[torch.Tensor] | None = None  # per token; pair objectives need none
     # None: the learner takes them from its own forward pass (detached), which is exact
     # for the first optimizer step on a fresh batch and saves a whole forward pass.
     old_logprobs: list[torch.Tensor] | None = None
-    ref_logprobs: list[torch.Tensor] | None = None  # only for the KL-loss term
+    # per token under the reference model: the KL-loss term, or DPO (None: the learner's
+    # own reference model scores them)
+    ref_logprobs: list[torch.Tensor] | None = None
+    pairs: list[tuple[int, int]] | None = None  # (chosen, rejected) sequence indices, for DPO
+    objective: str | None = None  # overrides the learner's objective for this batch
 
     def subset(self, idx: list[int]) -> "TrainBatch":
-        """The sequences at ``idx``, in that order (per-token fields follow along)."""
+        """The sequences at ``idx``, in that order (per-token fields follow along; pairs
+        whose both sequences are kept are renumbered)."""
         pick = (lambda xs: None if xs is None else [xs[i] for i in idx])
+        pairs = None
+        if self.pairs is not None:
+            where = {i: k for k, i in enumerate(idx)}
+            pairs = [(where[c], where[r]) for c, r in self.pairs if c in where and r in where]
         return TrainBatch(pick(self.prompt_ids), pick(self.response_ids), pick(self.advantages),
-                          pick(self.old_logprobs), pick(self.ref_logprobs))
+                          pick(self.old_logprobs), pick(self.ref_logprobs), pairs, self.objective)
 
 
 class Learner(Protocol):
@@ -80,6 +90,22 @@ class Learner(Protocol):
     def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
         """The policy's current weights, without copying them."""
 
+    def sync_ref(self) -> None:
+        """Copy the policy's weights into the reference model (recipes that refresh it)."""
+
     def save(self, path: str) -> None: ...
 
     def load(self, path: str) -> None: ...
+
+
+class Checker(Protocol):
+    """What reward and evaluation code call to compare answers (one process: the
+    ``EquivalenceChecker`` pool; Ray: ``RewardGroup`` over reward actors)."""
+
+    def run_jobs(self, jobs: list[dict]) -> list:
+        """Run voting/clustering jobs (see ``serl.rewards._worker``); one result per job."""
+
+    def equal_many(self, pairs: list[tuple[str, str]]) -> list[bool]:
+        """Whether each (gold, answer) pair is the same mathematical answer."""
+
+    def close(self) -> None: ...

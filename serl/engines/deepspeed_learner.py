@@ -1,9 +1,10 @@
 """The DeepSpeed learner: the Learner protocol on ZeRO stage 0-3, one rank per process.
 
-Same interface, loss and metric keys as ``TorchLearner``; what differs:
+The shared half (micro-batching, log-probs, objectives, metrics) is
+``serl.engines.learner_core``, as for ``TorchLearner``; what differs:
 
 - Data parallel inside the learner: every rank is handed the *whole* batch and trains on
-  its own shard (sequence ``i`` goes to rank ``i % world``). The loss is normalised over
+  its own shard (unit ``i`` — a sequence, or a DPO pair — goes to rank ``i % world``). The loss is normalised over
   the whole batch's tokens and multiplied by the world size, because DeepSpeed averages
   gradients over ranks; so the update equals the single-process one.
 - Every rank runs the same number of forward/backward passes (a rank short of work runs
@@ -18,6 +19,8 @@ Same interface, loss and metric keys as ``TorchLearner``; what differs:
 - ``named_weights`` gathers one parameter at a time under ZeRO-3 and yields a copy of it
   (the gathered storage is released when the next one is gathered). It is collective:
   every rank must iterate it to the end together.
+- On CUDA each rank's engine lives on its ``LOCAL_RANK`` GPU; ``bf16`` makes the weights
+  bf16 with DeepSpeed's fp32 master copy in the optimizer.
 - ``save`` writes the HF-format policy (gathered, fp32 or bf16 as trained) plus
   DeepSpeed's own checkpoint under ``deepspeed/`` (sharded optimizer state, per-rank RNG
   and counters); ``load`` restores all of it. The directory must be on storage every
@@ -38,15 +41,14 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from serl.algos import aggregate, kl_estimate, ppo_clip_loss
-from serl.engines.base import TrainBatch
-from serl.engines.torch_learner import LearnerConfig, _micro_batches, _Micro, _pad, lr_multiplier
+from serl.engines.learner_core import (LearnerConfig, LearnerCore, Micro, Scorer, attn_implementation,
+                                       lr_multiplier)
+from serl.engines.torch_learner import tokenizer_for_save
 
 log = logging.getLogger(__name__)
 
 DS_DIR = "deepspeed"
 TAG = "state"
-_SUMS = ("policy", "kl", "entropy", "clip_frac", "approx_kl", "ratio")
 
 
 @dataclass
@@ -119,29 +121,7 @@ def init_process_group(backend: str = "") -> None:
                                auto_mpi_discovery=False)
 
 
-class _Scorer(torch.nn.Module):
-    """Wraps the causal LM so DeepSpeed's engine is the root of every forward: returns
-    the logits of the positions that predict response tokens only."""
-
-    def __init__(self, lm):
-        super().__init__()
-        self.lm = lm
-
-    def forward(self, input_ids: Tensor, attention_mask: Tensor, rows: Tensor, cols: Tensor) -> Tensor:
-        lm = self.lm
-        if getattr(lm.config, "final_logit_softcapping", None) or getattr(lm.config, "logit_scale", None):
-            return lm(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits[rows, cols]
-        base = getattr(lm, lm.base_model_prefix)
-        hidden = base(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
-        return lm.get_output_embeddings()(hidden[rows, cols])
-
-
-def _dummy(pad_id: int) -> _Micro:
-    """A one-token prompt and one-token response: keeps a short rank in step with the others."""
-    return _micro_batches([[pad_id]], [[pad_id]], 1, pad_id)[0]
-
-
-class DeepSpeedLearner:
+class DeepSpeedLearner(LearnerCore):
     """Learner protocol on DeepSpeed ZeRO; see the module docstring."""
 
     def __init__(self, model_path: str, cfg: LearnerConfig, need_ref: bool, tokenizer=None,
@@ -155,15 +135,19 @@ class DeepSpeedLearner:
 
         self.cfg, self.opts = cfg, opts or DeepSpeedOptions()
         self.model_path, self.tokenizer = model_path, tokenizer
+        self.device = cfg.device
+        if self.device == "cuda":  # one GPU per rank: the engine goes to this rank's GPU
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         init_process_group(self.opts.backend)
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         torch.manual_seed(cfg.seed)
         dtype = torch.bfloat16 if cfg.bf16 else torch.float32
+        attn = attn_implementation(self.device)
         conf = ds_config(cfg, self.opts, train=True)
         # Under ZeRO-3 this makes from_pretrained partition the weights while loading,
         # so no rank ever holds the whole model; it must stay alive while models load.
         hf_ds = HfDeepSpeedConfig(conf) if self.opts.zero_stage == 3 else None
-        lm = load_causal_lm(model_path, dtype=dtype)
+        lm = load_causal_lm(model_path, dtype=dtype, attn_implementation=attn)
         lm.train()
         if cfg.grad_checkpointing:
             lm.config.use_cache = False
@@ -180,185 +164,99 @@ class DeepSpeedLearner:
                  {"params": [p for p in params if len(shape(p)) < 2], "weight_decay": 0.0}],
                 lr=cfg.lr * lr_multiplier(0, cfg), betas=tuple(cfg.adam_betas))
         self.engine, self.optimizer, _, _ = deepspeed.initialize(
-            model=_Scorer(lm), optimizer=optimizer, config=conf,
+            model=Scorer(lm), optimizer=optimizer, config=conf,
             model_parameters=None if optimizer else [p for p in lm.parameters() if p.requires_grad])
         self.ref = None
-        if need_ref:  # with the KL loss and no reference here, batches must bring ref_logprobs
-            ref = load_causal_lm(model_path, dtype=dtype).eval()
+        if need_ref:
+            ref = load_causal_lm(model_path, dtype=dtype, attn_implementation=attn).eval()
             ref.requires_grad_(False)
             if self.opts.zero_stage == 3:
-                self.ref, *_ = deepspeed.initialize(model=_Scorer(ref), config=ds_config(cfg, self.opts, False))
+                self.ref, *_ = deepspeed.initialize(model=Scorer(ref), config=ds_config(cfg, self.opts, False))
             else:
-                self.ref = _Scorer(ref)
+                self.ref = Scorer(ref).to(self.device)
         del hf_ds
         self.updates = 0
         self.skipped_total = 0
 
-    # ----------------------------------------------------------------- helpers
-    def _shard(self, n: int) -> list[int]:
-        return list(range(self.rank, n, self.world))
-
-    def _all_max(self, x: int) -> int:
-        t = torch.tensor([x], dtype=torch.long)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        return int(t.item())
-
-    def _micro(self, prompt_ids, response_ids, shard):
-        """This rank's micro-batches (sequence indices are global) plus dummies to even out."""
-        mbs = _micro_batches([prompt_ids[i] for i in shard], [response_ids[i] for i in shard],
-                             self.cfg.micro_batch_size, self.pad_id) if shard else []
-        for mb in mbs:
-            mb.index = [shard[i] for i in mb.index]
-        real = len(mbs)
-        mbs += [_dummy(self.pad_id)] * (self._all_max(real) - real)
-        return mbs, real
-
-    def _token_logprobs(self, net, mb: _Micro, want_entropy: bool = False):
-        # weights are bf16 themselves under --bf16 (DeepSpeed keeps fp32 masters in the optimizer)
-        logits = net(mb.input_ids, mb.attention_mask, mb.pred_rows, mb.pred_cols).float()
-        if self.cfg.temperature != 1.0:
-            logits = logits / self.cfg.temperature
-        lse = torch.logsumexp(logits, dim=-1)
-        logp = logits.gather(-1, mb.targets[:, None]).squeeze(-1) - lse
-        ent = None
-        if want_entropy:
-            with torch.no_grad():
-                ent = lse - (torch.softmax(logits, -1) * logits).sum(-1)
-        return logp, ent
-
-    @staticmethod
-    def _to_rows(flat: Tensor, mb: _Micro) -> Tensor:
-        out = flat.new_zeros(mb.resp_mask.shape)
-        out[mb.resp_mask] = flat
-        return out
-
-    # ----------------------------------------------------------------- protocol
-    @torch.no_grad()
-    def logprobs(self, prompt_ids: list[list[int]], response_ids: list[list[int]],
-                 model: str = "policy") -> list[Tensor]:
-        """Log-probs of each response token; collective: every rank gets the full list."""
+    # ---------------------------------------------------------------- core hooks
+    def _net(self, model: str):
         if model == "policy":
-            net = self.engine
-        elif model == "ref":
+            return self.engine
+        if model == "ref":
             if self.ref is None:
-                raise ValueError("no reference model loaded (need_ref=False and use_kl_loss off)")
-            net = self.ref
-        else:
-            raise ValueError(f"model must be 'policy' or 'ref', got {model!r}")
-        if len(prompt_ids) != len(response_ids):
-            raise ValueError(f"{len(prompt_ids)} prompts but {len(response_ids)} responses")
-        mbs, real = self._micro(prompt_ids, response_ids, self._shard(len(prompt_ids)))
-        mine: dict[int, Tensor] = {}
-        for k, mb in enumerate(mbs):
-            rows = self._to_rows(self._token_logprobs(net, mb)[0], mb)
-            if k < real:
-                for b, i in enumerate(mb.index):
-                    mine[i] = rows[b, :mb.lengths[b]].clone()
+                raise ValueError("no reference model loaded (the recipe needs none: "
+                                 "pass reference log-probs in the batch)")
+            return self.ref
+        raise ValueError(f"model must be 'policy' or 'ref', got {model!r}")
+
+    def _even_out(self, mbs: list[Micro]) -> list[Micro]:
+        # under ZeRO-3 each pass gathers parameters collectively: every rank runs as many
+        t = torch.tensor([len(mbs)], dtype=torch.long, device=self._coll_device())
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return mbs + [self._dummy()] * (int(t.item()) - len(mbs))
+
+    def _gather(self, mine: dict[int, Tensor]) -> dict[int, Tensor]:
         if self.world == 1:
-            return [mine[i] for i in range(len(prompt_ids))]
+            return mine
         parts: list = [None] * self.world
         dist.all_gather_object(parts, mine)
-        merged = {i: t for part in parts for i, t in part.items()}
-        return [merged[i] for i in range(len(prompt_ids))]
+        return {i: t for part in parts for i, t in part.items()}
 
-    def step(self, batch: TrainBatch) -> dict[str, float]:
-        """``ppo_epochs`` updates over the batch (each rank on its shard); global metrics."""
-        cfg = self.cfg
-        if not batch.response_ids or not any(batch.response_ids):
-            raise ValueError("TrainBatch has no response tokens to train on")
-        ref_lp = batch.ref_logprobs
-        if cfg.use_kl_loss and ref_lp is None:
-            if self.ref is None:
-                raise ValueError("use_kl_loss: the batch has no ref_logprobs and this learner "
-                                 "has no reference model (need_ref=False)")
-            ref_lp = self.logprobs(batch.prompt_ids, batch.response_ids, model="ref")
-        old_lp = batch.old_logprobs
-        if old_lp is None and cfg.ppo_epochs > 1:  # later epochs need the pre-update values
-            old_lp = self.logprobs(batch.prompt_ids, batch.response_ids, model="policy")
-        mbs, real = self._micro(batch.prompt_ids, batch.response_ids, self._shard(len(batch.prompt_ids)))
-        per_mb = []
-        for mb in mbs[:real]:
-            per_mb.append((_pad(batch.advantages, mb.index, mb.resp_mask, "advantages", mb.lengths),
-                           _pad(old_lp, mb.index, mb.resp_mask, "old_logprobs", mb.lengths)
-                           if old_lp is not None else None,
-                           _pad(ref_lp, mb.index, mb.resp_mask, "ref_logprobs", mb.lengths)
-                           if cfg.use_kl_loss else None))
-        n_tok = float(sum(len(r) for r in batch.response_ids))
-        n_seq = float(len(batch.response_ids))
-        runs = [self._one_update(mbs, real, per_mb, n_tok, n_seq) for _ in range(cfg.ppo_epochs)]
-        metrics = {k: sum(r[k] for r in runs) / len(runs) for k in runs[0]}
-        metrics["actor/skipped"] = max(r["actor/skipped"] for r in runs)
-        metrics["actor/skipped_total"] = float(self.skipped_total)
-        metrics["actor/updates"] = float(self.updates)
-        metrics["actor/tokens"] = n_tok
-        return metrics
+    def _coll_device(self) -> str:
+        return "cuda" if dist.get_backend() == "nccl" else "cpu"
 
-    def _one_update(self, mbs, real, per_mb, n_tok: float, n_seq: float) -> dict[str, float]:
-        cfg = self.cfg
-        sums = torch.zeros(len(_SUMS) + 1, dtype=torch.float64)  # + 1: count of non-finite losses
-        for k, mb in enumerate(mbs):
-            flat, ent = self._token_logprobs(self.engine, mb, want_entropy=True)
-            logp = self._to_rows(flat, mb)
-            if k >= real:  # a dummy pass: zero weight, but the same collectives as the others
-                self.engine.backward(logp.sum() * 0.0, scale_wrt_gas=False)
-                continue
-            adv, old, ref = per_mb[k]
-            mask = mb.resp_mask
-            if old is None:  # on-policy: the ratio is exactly 1, its gradient that of logp
-                old = logp.detach()
-            loss, m = ppo_clip_loss(logp, old, adv, mask, cfg.eps_clip_low, cfg.eps_clip_high,
-                                    cfg.loss_agg, num_tokens=n_tok, num_seqs=n_seq)
-            sums[0] += loss.item()
-            if cfg.use_kl_loss:
-                kl_term = aggregate(kl_estimate(logp, ref, cfg.kl_estimator), mask, cfg.loss_agg, n_tok, n_seq)
-                sums[1] += kl_term.item()
-                loss = loss + cfg.kl_loss_coef * kl_term
-            w = float(mask.sum())
-            sums[2] += float(ent.sum())
-            sums[3] += m["clip_frac"] * w
-            sums[4] += m["approx_kl"] * w
-            sums[5] += m["ratio"] * w
-            if not torch.isfinite(loss):
-                sums[6] += 1
-            # DeepSpeed averages gradients over ranks; the loss is already a share of the
-            # whole batch, so scale it back up to get the sum.
-            self.engine.backward(loss * self.world, scale_wrt_gas=False)
+    def _all_reduce(self, sums: Tensor) -> None:
         if self.world > 1:
-            dist.all_reduce(sums)
+            t = sums.to(self._coll_device())
+            dist.all_reduce(t)
+            sums.copy_(t.cpu())
+
+    def _zero_grad(self) -> None:
+        pass  # the engine's gradients are zeroed after each step
+
+    def _backward(self, loss: Tensor, finite: bool) -> None:
+        # DeepSpeed averages gradients over ranks; the loss is already a share of the
+        # whole batch, so scale it back up to get the sum. A non-finite loss still goes
+        # through: the collectives must match, and ZeRO's overflow check drops the step.
+        self.engine.backward(loss * self.world, scale_wrt_gas=False)
+
+    def _apply_update(self, lr: float, finite: bool) -> tuple[bool, float]:
         # DeepSpeed's ZeRO optimizers check the global gradient norm and, when it is not
         # finite, drop the gradients and skip the update on every rank; we only read it back.
-        lr = cfg.lr * lr_multiplier(self.updates, cfg)
         for g in self.engine.optimizer.param_groups:
             g["lr"] = lr
         self.engine.step()
-        finite = self.engine.was_step_applied() and sums[6].item() == 0
-        if finite:
+        applied = self.engine.was_step_applied() and finite
+        grad_norm = float("nan")
+        if applied:
             gn = self.engine.get_global_grad_norm()
             grad_norm = float(gn) if gn is not None else float("nan")
             self.updates += 1
         else:
-            grad_norm = float("nan")
             self.skipped_total += 1
             log.warning("non-finite loss or gradient: update %d skipped on all ranks", self.updates)
         self.engine.zero_grad()
-        s = sums.tolist()
-        return {
-            "loss/policy": s[0], "loss/kl": s[1],
-            "actor/entropy": s[2] / max(n_tok, 1.0),
-            "actor/clip_frac": s[3] / max(n_tok, 1.0),
-            "actor/approx_kl": s[4] / max(n_tok, 1.0),
-            "actor/ratio": s[5] / max(n_tok, 1.0),
-            "actor/grad_norm": grad_norm, "actor/lr": lr if finite else 0.0,
-            "actor/skipped": 0.0 if finite else 1.0,
-        }
+        return applied, grad_norm
+
+    @torch.no_grad()
+    def sync_ref(self) -> None:
+        """Copy the policy into the reference (collective: gathers under ZeRO-3)."""
+        if self.ref is None:
+            raise ValueError("sync_ref: this learner has no reference model (need_ref=False)")
+        ref_lm = (self.ref.module if hasattr(self.ref, "module") else self.ref).lm
+        ref = dict(ref_lm.named_parameters())
+        for name, p in self.lm.named_parameters():
+            with self._gathered(p), self._gathered(ref[name], modify=True):
+                if self.opts.zero_stage != 3 or self.rank == 0:
+                    ref[name].data.copy_(p.data)
 
     # ----------------------------------------------------------- weights, I/O
     @contextmanager
-    def _gathered(self, p):
+    def _gathered(self, p, modify: bool = False):
         if self.opts.zero_stage == 3 and hasattr(p, "ds_id"):
             import deepspeed
 
-            with deepspeed.zero.GatheredParameters([p], modifier_rank=None):
+            with deepspeed.zero.GatheredParameters([p], modifier_rank=0 if modify else None):
                 yield p
         else:
             yield p
@@ -374,16 +272,6 @@ class DeepSpeedLearner:
                 t = p.detach()
                 yield name, (t.clone() if self.opts.zero_stage == 3 else t)
 
-    def _tokenizer_for_save(self):
-        if self.tokenizer is not None:
-            return self.tokenizer
-        try:
-            from transformers import AutoTokenizer
-            return AutoTokenizer.from_pretrained(self.model_path)
-        except Exception as e:  # a model dir without tokenizer files is still valid
-            log.info("no tokenizer saved with the policy: %s", e)
-            return None
-
     def export_hf(self, path: str) -> None:
         """Write the policy in HF layout on rank 0 (collective: gathers on every rank)."""
         sd = {}
@@ -392,7 +280,7 @@ class DeepSpeedLearner:
                 sd[name] = t.detach().to("cpu", copy=True)
         if self.rank == 0:
             self.lm.save_pretrained(path, state_dict=sd)
-            tok = self._tokenizer_for_save()
+            tok = tokenizer_for_save(self.tokenizer, self.model_path)
             if tok is not None:
                 tok.save_pretrained(path)
 
@@ -438,22 +326,5 @@ class DeepSpeedLearner:
             dist.destroy_process_group()
 
 
-def make_deepspeed_learner(cfg, model_path: str, tokenizer, need_ref: bool | None = None
-                           ) -> DeepSpeedLearner:
-    """Build the learner from a ``TrainConfig`` (the same mapping as the torch learner's).
-
-    ``need_ref``: load a reference model here (default: when ``init_kl_coef > 0``); Ray
-    runs pass False when separate reference workers score the batches.
-    """
-    from serl.engines.torch_learner import learner_config
-
-    lc = learner_config(cfg)
-    opts = DeepSpeedOptions(zero_stage=cfg.zero_stage, adam_offload=cfg.adam_offload,
-                            param_offload=cfg.param_offload)
-    if need_ref is None:
-        need_ref = cfg.init_kl_coef > 0
-    return DeepSpeedLearner(model_path, lc, need_ref=need_ref, tokenizer=tokenizer, opts=opts)
-
-
 __all__ = ["DeepSpeedLearner", "DeepSpeedOptions", "deepspeed_available", "ds_config",
-           "init_process_group", "make_deepspeed_learner"]
+           "init_process_group"]

@@ -60,6 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--generator", default="auto", choices=("auto", "vllm", "hf"),
                    help="generation engine: vllm when installed (auto), or transformers")
     p.add_argument("--batch_size", type=int, default=32, help="HF generator: sequences per forward batch")
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
+                   help="HF generator: where the model runs (auto: cuda when available)")
     p.add_argument("--chunk", type=int, default=64, help="prompts per generate call (one progress line each)")
     p.add_argument("--seed", type=int, default=0, help="sampling seed")
     p.add_argument("--workers", type=int, default=1, help="math-verify worker processes")
@@ -103,6 +105,11 @@ def _check_args(args) -> str | None:
             return f"--{name} must be >= 0"
     if args.max_new_tokens <= 0 or args.max_model_len <= args.max_new_tokens:
         return "--max_new_tokens must be > 0 and below --max_model_len"
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            return "--device cuda: torch sees no CUDA device"
     if args.no_greedy and args.k == 0:
         return "nothing to do: --no_greedy with --k 0"
     if not 0 < args.top_p <= 1 or args.temperature <= 0:
@@ -119,19 +126,17 @@ def _check_args(args) -> str | None:
 
 
 def make_generator(kind: str, model_path: str, tokenizer, args):
+    """(engine name, generator) through the engine factory, as training builds them."""
+    from serl.engines import factory
     from serl.engines.vllm_generator import vllm_available
 
     if kind == "auto":
         kind = "vllm" if vllm_available() else "hf"
-    if kind == "vllm":
-        if not vllm_available():
-            raise GeneratorUnavailable("--generator vllm but vllm is not installed")
-        from serl.engines.vllm_generator import VLLMGenerator
-
-        return "vllm", VLLMGenerator(model_path, seed=args.seed, max_model_len=args.max_model_len)
-    from serl.engines.hf_generator import HFGenerator
-
-    return "hf", HFGenerator(model_path, tokenizer=tokenizer, seed=args.seed, batch_size=args.batch_size)
+    if kind == "vllm" and not vllm_available():
+        raise GeneratorUnavailable("--generator vllm but vllm is not installed")
+    return kind, factory.make_generator(kind, model_path, tokenizer, seed=args.seed,
+                                        max_model_len=args.max_model_len, batch_size=args.batch_size,
+                                        device=args.device)
 
 
 def write_atomic(path: Path, text: str) -> None:

@@ -1,26 +1,27 @@
-"""The SeRL step loop. ``Trainer.step`` reads as the algorithm: grow the pool, roll
-out, reward, filter (refilling until the batch is full), learn, sync, log. The work
-lives in the modules it calls.
+"""The SeRL recipe (Fang et al., 2025, "SeRL: Self-Play Reinforcement Learning for Large
+Language Models with Limited Data"). ``SerlRecipe.step`` reads as the algorithm: grow the
+pool, roll out, reward, filter (refilling until the batch is full), learn, sync. The work
+lives in the modules it calls; the run around it is ``serl.runner``'s.
 """
 from __future__ import annotations
 
 import logging
+import math
 import random
-import time
-from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
 
-from serl.checkpoint import fault_point
 from serl.algos import compute_advantages, kl_estimate
-from serl.config import TrainConfig
+from serl.checkpoint import fault_point
+from serl.data.seeds import read_seeds
 from serl.engines.base import Completion, Sampling, TrainBatch
-from serl.progress import stage
 from serl.instruct import DifficultyFilter, InstructConfig, PoolItem, PromptPool, SelfInstruct
-from serl.rewards import EquivalenceChecker, GroupScore, score_groups
+from serl.instruct.pool import POOL_FILE
+from serl.progress import stage
+from serl.recipes.base import Recipe, RunContext
+from serl.rewards import GroupScore, score_groups
 
 log = logging.getLogger(__name__)
 
@@ -34,38 +35,33 @@ class Rollout:
     score: GroupScore
 
 
-def make_generator(cfg: TrainConfig, model_path: str, tokenizer):
-    from serl.engines.vllm_generator import VLLMGenerator, vllm_available
+class SerlRecipe(Recipe):
+    resume_fixed = ("enable_self_evolution", "reward_difficulty_bounds", "replay_window")
 
-    use_vllm = cfg.generator == "vllm" or (cfg.generator == "auto" and vllm_available())
-    if use_vllm:
-        return VLLMGenerator(model_path, seed=cfg.seed,
-                             max_model_len=cfg.prompt_max_len + cfg.generate_max_len)
-    from serl.engines.hf_generator import HFGenerator
+    @classmethod
+    def prepare(cls, cfg):
+        """The seed problems (the only input SeRL reads)."""
+        return read_seeds(cfg.prompt_data, cfg.input_key, cfg.label_key or None, limit=cfg.max_samples or None)
 
-    return HFGenerator(model_path, tokenizer, seed=cfg.seed)
+    @classmethod
+    def needs_reference(cls, cfg) -> bool:
+        return cfg.init_kl_coef > 0  # KL in the reward or in the loss
 
+    @classmethod
+    def updates_per_step(cls, cfg) -> int:
+        """The rollout's sequences over ``train_batch_size``, one optimizer step each."""
+        seqs = cfg.rollout_batch_size * cfg.n_samples_per_prompt
+        size = cfg.train_batch_size
+        return 1 if not size or size >= seqs else math.ceil(seqs / size)
 
-def make_learner(cfg: TrainConfig, model_path: str, tokenizer):
-    if cfg.learner == "deepspeed":
-        from serl.engines.deepspeed_learner import make_deepspeed_learner
-
-        return make_deepspeed_learner(cfg, model_path, tokenizer)
-    from serl.engines.torch_learner import TorchLearner, learner_config
-
-    lc = learner_config(cfg)
-    need_ref = cfg.init_kl_coef > 0
-    return TorchLearner(model_path, lc, need_ref=need_ref, tokenizer=tokenizer)
-
-
-class Trainer:
-    def __init__(self, cfg: TrainConfig, run_dir: Path, seeds, model_path: str, tokenizer,
-                 generator, learner, logger, progress: str = "plain", pool: PromptPool | None = None):
-        self.cfg, self.run_dir, self.tok = cfg, run_dir, tokenizer
-        self.generator, self.learner, self.logger, self.progress = generator, learner, logger, progress
+    def __init__(self, ctx: RunContext, seeds=None):
+        super().__init__(ctx, seeds)
+        cfg, tokenizer, generator = self.cfg, self.tok, self.generator
         self.rng = random.Random(cfg.seed)
-        self.pool = pool or PromptPool.create(run_dir, seeds, replay_window=cfg.replay_window)
-        self.checker = EquivalenceChecker(timeout=cfg.verify_timeout)
+        if ctx.resuming and (self.run_dir / POOL_FILE).exists():
+            self.pool = PromptPool.load(self.run_dir, until_step=ctx.resume_step)
+        else:
+            self.pool = PromptPool.create(self.run_dir, seeds, replay_window=cfg.replay_window)
         self.difficulty = DifficultyFilter(*cfg.reward_difficulty_bounds)
         icfg = InstructConfig(
             n_shots=cfg.few_shot_generation, prompts_per_call=cfg.few_shot_generation_batch_size,
@@ -75,7 +71,6 @@ class Trainer:
         self.instruct = SelfInstruct(generator, tokenizer, self.pool, icfg)
         self.seed_order: list[PoolItem] = []
         self.step_done = 0
-        self.times: dict[str, float] = {}
 
     # ---- the loop -------------------------------------------------------------------
     def step(self, step: int) -> dict[str, float]:
@@ -100,8 +95,7 @@ class Trainer:
                                                   self.progress) as st:
                     metrics.update(self.learn(batch))                       #    and update
                     st.update(len(batch.response_ids))
-                with self.timed("sync"):
-                    self.generator.load_weights(self.learner.named_weights())  # 6. weight sync
+                self.sync_weights()                                         # 6. weight sync
             else:
                 log.warning("step %d: no prompt passed the difficulty filter in %d rounds; "
                             "no update this step", step, rounds)
@@ -112,7 +106,6 @@ class Trainer:
         metrics.update(self.step_counts)
         metrics.update(self.pool.stats())
         metrics.update({f"time/{k}": v for k, v in self.times.items()})
-        self.logger.log(step, metrics)
         return metrics
 
     # ---- checkpointed state (everything that decides what happens next) -----------------
@@ -151,11 +144,6 @@ class Trainer:
             self.seed_order += order
         items, self.seed_order = self.seed_order[:need], self.seed_order[need:]
         return items
-
-    def chat_prompt(self, text: str) -> str:
-        content = f"{text}\n{self.cfg.system_prompt}" if self.cfg.system_prompt else text
-        return self.tok.apply_chat_template([{"role": "user", "content": content}],
-                                            add_generation_prompt=True, tokenize=False)
 
     def rollout(self, items: list[PoolItem]) -> list[list[Completion]]:
         if not items:
@@ -263,16 +251,7 @@ class Trainer:
         out["actor/steps"] = float(len(runs))
         return out
 
-    @contextmanager
-    def timed(self, name: str):
-        t0 = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.times[name] = self.times.get(name, 0.0) + time.perf_counter() - t0
-
     def close(self) -> None:
-        self.checker.close()
         self.pool.flush()
 
 
@@ -304,16 +283,4 @@ def finalize_metrics(m: dict) -> dict:
     return out
 
 
-def evaluate(trainer: Trainer, problems) -> dict[str, float]:
-    """Greedy pass@1 (and maj@K / pass@K with --eval_k) on held-out problems."""
-    from serl.eval import evaluate_math
-
-    cfg = trainer.cfg
-    t0 = time.perf_counter()
-    out = evaluate_math(trainer.generator, trainer.tok, problems, k=cfg.eval_k, checker=trainer.checker,
-                        max_new_tokens=cfg.generate_max_len, fallback=cfg.answer_fallback,
-                        temperature=cfg.temperature, top_p=cfg.top_p)
-    metrics = {k: v for k, v in out["metrics"].items() if isinstance(v, (int, float))}
-    metrics["time/eval"] = time.perf_counter() - t0
-    log.info("evaluation: %s", ", ".join(f"{k} {v:.3f}" for k, v in metrics.items()))
-    return metrics
+Recipe = SerlRecipe

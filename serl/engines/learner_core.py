@@ -1,0 +1,360 @@
+"""What every learner shares: micro-batching, token log-probs and entropy, the objective
+loop and its metrics. ``TorchLearner`` and ``DeepSpeedLearner`` add only what differs
+(how models load, how backward and the optimizer step run, sharding, save and load).
+
+- Sequences are sorted by length and cut into micro-batches of ``micro_batch_size``, so
+  a micro-batch pads only up to its own longest sequence, and the LM head runs only on
+  the positions that predict response tokens. Pair objectives (DPO) keep each pair in
+  one micro-batch.
+- Each PPO epoch is one optimizer step over the whole batch (gradient accumulation over
+  micro-batches); the objective's loss is normalised over the whole batch, so the
+  micro-batching does not change it.
+- A non-finite loss or gradient norm skips the update: the optimizer and the LR schedule
+  do not move, ``actor/skipped`` is 1.0, and the next call trains normally.
+"""
+from __future__ import annotations
+
+import math
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from serl.algos.kl import canonical_kl
+from serl.algos.losses import LOSS_AGGREGATIONS
+from serl.algos.objectives import ObjectiveInput, get_objective
+from serl.engines.base import TrainBatch
+
+
+@dataclass
+class LearnerConfig:
+    """Optimisation settings of a learner (defaults follow SeRL's scripts)."""
+
+    lr: float = 5e-7  # peak learning rate of AdamW
+    weight_decay: float = 0.0  # AdamW decoupled weight decay, on matrices only (not norms)
+    adam_betas: tuple[float, float] = (0.9, 0.95)  # AdamW betas (OpenRLHF's default)
+    warmup_ratio: float = 0.03  # fraction of total_steps with linear warm-up
+    min_lr_ratio: float = 0.1  # the cosine decays to lr * min_lr_ratio
+    total_steps: int = 100  # optimizer steps the schedule spans (after it: min LR)
+    micro_batch_size: int = 4  # sequences per forward/backward pass
+    max_grad_norm: float = 1.0  # clip the global gradient norm to this (<= 0: no clipping)
+    bf16: bool = False  # bf16 compute; master weights and Adam stay fp32
+    grad_checkpointing: bool = False  # recompute activations in backward to save memory
+    eps_clip_low: float = 0.2  # PPO clip range below 1
+    eps_clip_high: float = 0.2  # PPO clip range above 1 (DAPO "clip-higher" when larger)
+    loss_agg: str = "token_mean"  # "token_mean" over the step or per-sequence "seq_mean"
+    use_kl_loss: bool = False  # add kl_loss_coef * KL(policy, ref) to the loss (GRPO style)
+    kl_loss_coef: float = 0.0  # weight of the KL loss term
+    kl_estimator: str = "k3"  # k1 | k2 | k3, for the KL loss term
+    temperature: float = 1.0  # logits are divided by this (match the sampling temperature)
+    ppo_epochs: int = 1  # optimizer steps per ``step`` call, each over the whole batch
+    objective: str = "ppo_clip"  # a name in serl.algos.objectives (ppo_clip | pg | dpo)
+    objective_args: dict = field(default_factory=dict)  # the objective's own settings (DPO: beta, ...)
+    device: str = "cpu"  # where the models and batches live: cpu or cuda
+    seed: int = 0  # torch seed set at construction
+
+    def __post_init__(self) -> None:
+        if self.loss_agg not in LOSS_AGGREGATIONS:
+            raise ValueError(f"LearnerConfig.loss_agg: {self.loss_agg!r} is not one of "
+                             f"{LOSS_AGGREGATIONS}")
+        canonical_kl(self.kl_estimator)
+        get_objective(self.objective)
+        for name in ("micro_batch_size", "total_steps", "ppo_epochs"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"LearnerConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if not 0.0 <= self.warmup_ratio <= 1.0 or not 0.0 <= self.min_lr_ratio <= 1.0:
+            raise ValueError("LearnerConfig.warmup_ratio and min_lr_ratio must lie in [0, 1]")
+        if self.temperature <= 0:
+            raise ValueError(f"LearnerConfig.temperature must be > 0, got {self.temperature}")
+
+
+def lr_multiplier(update: int, cfg: LearnerConfig) -> float:
+    """LR factor for the ``update``-th optimizer step (0-based): warm-up, then cosine to min.
+
+    Unlike Hugging Face's schedule, whose first update runs at LR 0, warm-up here uses
+    (update+1)/warmup so no step is wasted.
+    """
+    warm = math.ceil(cfg.warmup_ratio * cfg.total_steps)
+    if update < warm:
+        return (update + 1) / warm
+    progress = min(1.0, (update - warm) / max(1, cfg.total_steps - warm))
+    return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def attn_implementation(device: str) -> str | None:
+    """flash-attn on a GPU when installed, SDPA otherwise; transformers' default on CPU."""
+    if device != "cuda":
+        return None
+    import importlib.util
+
+    return "flash_attention_2" if importlib.util.find_spec("flash_attn") else "sdpa"
+
+
+@dataclass
+class Micro:
+    """One padded micro-batch: sequence indices, inputs and response layout."""
+
+    index: list[int]
+    input_ids: Tensor         # [b, L]
+    attention_mask: Tensor    # [b, L]
+    resp_mask: Tensor         # [b, R] bool, True on response tokens
+    pred_rows: Tensor         # [N] row of each response token's predicting position
+    pred_cols: Tensor         # [N] column of that position (one before the token)
+    targets: Tensor           # [N] the response token ids, row-major
+    lengths: list[int] = field(default_factory=list)  # response lengths
+    pairs: Tensor | None = None  # [P, 2] rows of (chosen, rejected), for pair objectives
+
+    def to(self, device: str) -> "Micro":
+        if device == "cpu":
+            return self
+        mv = lambda t: None if t is None else t.to(device, non_blocking=True)  # noqa: E731
+        return Micro(self.index, mv(self.input_ids), mv(self.attention_mask), mv(self.resp_mask),
+                     mv(self.pred_rows), mv(self.pred_cols), mv(self.targets), self.lengths, mv(self.pairs))
+
+
+def micro_batches(prompt_ids: list[list[int]], response_ids: list[list[int]], size: int, pad_id: int,
+                  units: list[list[int]] | None = None) -> list[Micro]:
+    """Micro-batches of about ``size`` sequences, longest first. ``units`` are groups of
+    sequence indices that must share a micro-batch (DPO pairs); default: each alone."""
+    if len(prompt_ids) != len(response_ids):
+        raise ValueError(f"{len(prompt_ids)} prompts but {len(response_ids)} responses")
+    for i, p in enumerate(prompt_ids):
+        if not p:
+            raise ValueError(f"sequence {i}: empty prompt (the first response token "
+                             "needs a position to be predicted from)")
+    total = lambda i: len(prompt_ids[i]) + len(response_ids[i])  # noqa: E731
+    units = [[i] for i in range(len(prompt_ids))] if units is None else units
+    units = sorted(units, key=lambda u: -max(total(i) for i in u))
+    groups: list[list[list[int]]] = []
+    for u in units:
+        if groups and sum(map(len, groups[-1])) + len(u) <= size:
+            groups[-1].append(u)
+        else:
+            groups.append([u])
+    return [_pad_micro(prompt_ids, response_ids, g, pad_id) for g in groups]
+
+
+def _pad_micro(prompt_ids, response_ids, group: list[list[int]], pad_id: int) -> Micro:
+    idx = [i for u in group for i in u]
+    lens = [len(prompt_ids[i]) + len(response_ids[i]) for i in idx]
+    rl = [len(response_ids[i]) for i in idx]
+    L, R = max(lens), max(rl) if rl else 0
+    ids = torch.full((len(idx), L), pad_id, dtype=torch.long)
+    att = torch.zeros((len(idx), L), dtype=torch.long)
+    resp = torch.zeros((len(idx), max(R, 1)), dtype=torch.bool)
+    rows, cols, tgts = [], [], []
+    for b, i in enumerate(idx):
+        seq = list(prompt_ids[i]) + list(response_ids[i])
+        ids[b, :len(seq)] = torch.tensor(seq, dtype=torch.long)
+        att[b, :len(seq)] = 1
+        p, r = len(prompt_ids[i]), len(response_ids[i])
+        resp[b, :r] = True
+        rows.extend([b] * r)
+        cols.extend(range(p - 1, p + r - 1))
+        tgts.extend(response_ids[i])
+    pairs = None
+    if any(len(u) == 2 for u in group):
+        pairs = torch.tensor([[2 * k, 2 * k + 1] for k in range(len(group))], dtype=torch.long)
+    return Micro(idx, ids, att, resp, torch.tensor(rows, dtype=torch.long), torch.tensor(cols, dtype=torch.long),
+                 torch.tensor(tgts, dtype=torch.long), rl, pairs)
+
+
+def pad_values(values: list[Tensor], idx: list[int], like: Tensor, what: str, lengths: list[int]) -> Tensor:
+    out = torch.zeros(like.shape, dtype=torch.float32)
+    for b, i in enumerate(idx):
+        v = torch.as_tensor(values[i], dtype=torch.float32).reshape(-1)
+        if v.numel() != lengths[b]:
+            raise ValueError(f"TrainBatch.{what}[{i}] has {v.numel()} entries, "
+                             f"response has {lengths[b]} tokens")
+        out[b, :v.numel()] = v
+    return out
+
+
+class Scorer(torch.nn.Module):
+    """The causal LM, returning only the logits of positions that predict response tokens
+    (DeepSpeed needs its engine to be the root of every forward)."""
+
+    def __init__(self, lm):
+        super().__init__()
+        self.lm = lm
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor, rows: Tensor, cols: Tensor) -> Tensor:
+        lm = self.lm
+        if getattr(lm.config, "final_logit_softcapping", None) or getattr(lm.config, "logit_scale", None):
+            # models that transform logits after the head: take them whole
+            return lm(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits[rows, cols]
+        base = getattr(lm, lm.base_model_prefix)
+        hidden = base(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
+        return lm.get_output_embeddings()(hidden[rows, cols])
+
+
+class LearnerCore:
+    """The Learner protocol's shared half. Subclasses set ``cfg``, ``pad_id``, ``device``,
+    ``updates``, ``skipped_total`` and the nets, and implement the hooks below."""
+
+    cfg: LearnerConfig
+    pad_id: int = 0
+    device: str = "cpu"
+    rank: int = 0
+    world: int = 1
+
+    # ---- hooks ---------------------------------------------------------------------------
+    def _net(self, model: str):
+        """The scorer for "policy" or "ref" (raise if there is no such model)."""
+        raise NotImplementedError
+
+    def _autocast(self):
+        return nullcontext()
+
+    def _even_out(self, mbs: list[Micro]) -> list[Micro]:
+        """Data parallel: pad this rank's micro-batches to the longest rank's count."""
+        return mbs
+
+    def _gather(self, mine: dict[int, Tensor]) -> dict[int, Tensor]:
+        return mine
+
+    def _all_reduce(self, sums: Tensor) -> None:
+        pass
+
+    def _zero_grad(self) -> None:
+        raise NotImplementedError
+
+    def _backward(self, loss: Tensor, finite: bool) -> None:
+        raise NotImplementedError
+
+    def _apply_update(self, lr: float, finite: bool) -> tuple[bool, float]:
+        """Clip, step the optimizer at ``lr`` (unless not ``finite``); (applied, grad norm)."""
+        raise NotImplementedError
+
+    # ---- shared --------------------------------------------------------------------------
+    def _micro(self, prompt_ids, response_ids, units=None) -> tuple[list[Micro], int]:
+        """This rank's micro-batches (sequence indices are global) plus dummies to even out."""
+        units = [[i] for i in range(len(prompt_ids))] if units is None else units
+        mine = units[self.rank::self.world]
+        mbs = []
+        if mine:
+            local = [i for u in mine for i in u]
+            where = {i: k for k, i in enumerate(local)}
+            mbs = micro_batches([prompt_ids[i] for i in local], [response_ids[i] for i in local],
+                                self.cfg.micro_batch_size, self.pad_id,
+                                units=[[where[i] for i in u] for u in mine])
+            for mb in mbs:
+                mb.index = [local[i] for i in mb.index]
+        real = len(mbs)
+        return self._even_out(mbs), real
+
+    def _dummy(self) -> Micro:
+        """A one-token prompt and response: keeps a short rank in step with the others."""
+        return micro_batches([[self.pad_id]], [[self.pad_id]], 1, self.pad_id)[0]
+
+    def _token_logprobs(self, net, mb: Micro, want_entropy: bool = False) -> tuple[Tensor, Tensor | None]:
+        """Flat [N] log-probs of the response tokens (and their entropies)."""
+        mb = mb.to(self.device)
+        with self._autocast():
+            logits = net(mb.input_ids, mb.attention_mask, mb.pred_rows, mb.pred_cols)
+        logits = logits.float()
+        if self.cfg.temperature != 1.0:
+            logits = logits / self.cfg.temperature
+        lse = torch.logsumexp(logits, dim=-1)
+        logp = logits.gather(-1, mb.targets[:, None]).squeeze(-1) - lse
+        ent = None
+        if want_entropy:
+            with torch.no_grad():
+                ent = lse - (torch.softmax(logits, -1) * logits).sum(-1)
+        return logp, ent
+
+    def _to_rows(self, flat: Tensor, mb: Micro) -> Tensor:
+        mask = mb.resp_mask.to(flat.device)
+        out = flat.new_zeros(mask.shape)
+        out[mask] = flat  # row-major order matches pred_rows/pred_cols
+        return out
+
+    @torch.no_grad()
+    def logprobs(self, prompt_ids: list[list[int]], response_ids: list[list[int]],
+                 model: str = "policy") -> list[Tensor]:
+        """Log-probs of each response token under "policy" or "ref" (1-D fp32 CPU tensors);
+        collective under data parallel: every rank gets the full list."""
+        net = self._net(model)
+        mbs, real = self._micro(prompt_ids, response_ids)
+        mine: dict[int, Tensor] = {}
+        for k, mb in enumerate(mbs):
+            rows = self._to_rows(self._token_logprobs(net, mb)[0], mb).cpu()
+            if k < real:
+                for b, i in enumerate(mb.index):
+                    mine[i] = rows[b, :mb.lengths[b]].clone()
+        merged = self._gather(mine)
+        return [merged[i] for i in range(len(prompt_ids))]
+
+    def step(self, batch: TrainBatch) -> dict[str, float]:
+        """``ppo_epochs`` optimizer steps over the batch; metrics averaged over them."""
+        cfg = self.cfg
+        obj = get_objective(batch.objective or cfg.objective)
+        if not batch.response_ids or not any(batch.response_ids):
+            raise ValueError("TrainBatch has no response tokens to train on")
+        units = None
+        if obj.units == "pairs":
+            if not batch.pairs:
+                raise ValueError(f"objective {obj.name} needs TrainBatch.pairs (chosen, rejected)")
+            units = [[int(c), int(r)] for c, r in batch.pairs]
+        elif batch.advantages is None:
+            raise ValueError(f"objective {obj.name} needs TrainBatch.advantages")
+        ref_lp = batch.ref_logprobs
+        if obj.needs_ref(cfg) and ref_lp is None:
+            ref_lp = self.logprobs(batch.prompt_ids, batch.response_ids, model="ref")
+        old_lp = batch.old_logprobs
+        if old_lp is None and cfg.ppo_epochs > 1 and obj.units == "sequences":
+            old_lp = self.logprobs(batch.prompt_ids, batch.response_ids, model="policy")  # pre-update values
+        mbs, real = self._micro(batch.prompt_ids, batch.response_ids, units)
+        pad = lambda vals, mb, what: None if vals is None else pad_values(  # noqa: E731
+            vals, mb.index, mb.resp_mask, what, mb.lengths).to(self.device)
+        per_mb = [(pad(batch.advantages, mb, "advantages"), pad(old_lp, mb, "old_logprobs"),
+                   pad(ref_lp if obj.needs_ref(cfg) else None, mb, "ref_logprobs")) for mb in mbs[:real]]
+        paired = units if units is not None else [[i] for i in range(len(batch.response_ids))]
+        totals = dict(num_tokens=float(sum(len(batch.response_ids[i]) for u in paired for i in u)),
+                      num_seqs=float(sum(len(u) for u in paired)), num_pairs=float(len(units or [])) or 1.0)
+        runs = [self._one_update(obj, mbs, real, per_mb, totals) for _ in range(cfg.ppo_epochs)]
+        metrics = {k: sum(r[k] for r in runs) / len(runs) for k in runs[0]}
+        metrics["actor/skipped"] = max(r["actor/skipped"] for r in runs)
+        metrics["actor/skipped_total"] = float(self.skipped_total)
+        metrics["actor/updates"] = float(self.updates)
+        metrics["actor/tokens"] = totals["num_tokens"]
+        return metrics
+
+    def _one_update(self, obj, mbs: list[Micro], real: int, per_mb, totals: dict) -> dict[str, float]:
+        cfg = self.cfg
+        keys = list(obj.metrics)
+        sums = torch.zeros(len(keys) + 2, dtype=torch.float64)  # + entropy, + non-finite losses
+        self._zero_grad()
+        net = self._net("policy")
+        for k, mb in enumerate(mbs):
+            flat, ent = self._token_logprobs(net, mb, want_entropy=True)
+            logp = self._to_rows(flat, mb)
+            if k >= real:  # a dummy pass: zero weight, but the same collectives as the others
+                self._backward(logp.sum() * 0.0, True)
+                continue
+            adv, old, ref = per_mb[k]
+            mask = mb.resp_mask.to(logp.device)
+            inp = ObjectiveInput(logp, mask, adv, old, ref, None if mb.pairs is None else mb.pairs.to(logp.device),
+                                 **totals)
+            loss, m = obj.fn(inp, cfg)
+            for j, key in enumerate(keys):
+                sums[j] += m.get(key, 0.0)
+            sums[-2] += float(ent.sum())
+            finite = bool(torch.isfinite(loss))
+            if not finite:
+                sums[-1] += 1
+            self._backward(loss, finite)
+        self._all_reduce(sums)
+        lr = cfg.lr * lr_multiplier(self.updates, cfg)
+        applied, grad_norm = self._apply_update(lr, finite=sums[-1].item() == 0)
+        s = sums.tolist()
+        div = {"tokens": max(totals["num_tokens"], 1.0), "pairs": max(totals["num_pairs"], 1.0), "sum": 1.0}
+        out = {key: s[j] / div[obj.metrics[key]] for j, key in enumerate(keys)}
+        out.update({"actor/entropy": s[-2] / max(totals["num_tokens"], 1.0), "actor/grad_norm": grad_norm,
+                    "actor/lr": lr if applied else 0.0, "actor/skipped": 0.0 if applied else 1.0})
+        return out
+
+    def sync_ref(self) -> None:
+        """Copy the policy's current weights into the reference model (recipes that refresh it)."""
+        raise NotImplementedError

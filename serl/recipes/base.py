@@ -1,0 +1,144 @@
+"""The recipe interface: what a self-play recipe provides to the runner.
+
+The runner (``serl.runner``) owns everything that is not the recipe: the run directory,
+config and resume, checkpoints, evaluation during training, metrics sinks, progress,
+the report, and the engines' lifetime. A recipe owns its data, its step and its state:
+
+    class MyRecipe(Recipe):
+        @classmethod
+        def prepare(cls, cfg): ...           # read and check inputs; nothing written yet
+        def __init__(self, ctx, data): ...   # ctx: engines, tokenizer, run dir, logger
+        def step(self, step) -> dict: ...    # one training step; returns its metrics
+        def state_dict(self) -> dict: ...    # what a resume needs besides the policy
+        def load_state_dict(self, state): ...
+        def close(self): ...
+
+The cross-cutting rules a recipe decides are class methods here, read once by the engine
+factory and the runner: whether the learner needs a reference model, how many optimizer
+steps a training step makes (for the LR schedule), which objective the learner runs, and
+which options a resume must refuse to change.
+"""
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from serl.config import TrainConfig
+
+# Options of every recipe that make a resume a different run if changed.
+RUN_DEFINING_COMMON = ("recipe", "model", "prompt_data", "input_key", "label_key", "max_samples", "seed",
+                       "advantage_estimator", "reward_mode", "n_samples_per_prompt", "rollout_batch_size",
+                       "init_kl_coef", "use_kl_loss", "gamma", "actor_learning_rate", "generator",
+                       "learner", "train_batch_size")
+
+
+@dataclass
+class RunContext:
+    """What the runner hands a recipe."""
+
+    cfg: TrainConfig
+    run_dir: Path
+    model_path: str
+    tokenizer: Any
+    generator: Any        # engines.base.Generator
+    learner: Any          # engines.base.Learner
+    checker: Any          # engines.base.Checker
+    logger: Any           # metrics.MetricsLogger
+    progress: str = "plain"
+    resume_step: int = 0    # the newest checkpoint's step when resuming (0: none yet)
+    resuming: bool = False  # the run directory holds an earlier run of this config
+
+
+class Recipe:
+    """Base class of recipes; subclasses override ``step`` and whatever else they need."""
+
+    # options (beyond RUN_DEFINING_COMMON) that a resume must refuse to change
+    resume_fixed: tuple[str, ...] = ()
+
+    # ---- rules read by the engine factory and the runner -------------------------------
+    @classmethod
+    def prepare(cls, cfg) -> Any:
+        """Read and check the recipe's inputs before anything is written (raise DataError,
+        ConfigError, ...). The result is passed to ``__init__``."""
+        return None
+
+    @classmethod
+    def needs_reference(cls, cfg) -> bool:
+        """Whether the learner loads a reference model."""
+        return False
+
+    @classmethod
+    def updates_per_step(cls, cfg) -> int:
+        """Optimizer steps per training step (the LR schedule spans steps × this)."""
+        return 1
+
+    @classmethod
+    def objective(cls, cfg) -> str:
+        """The learner's objective (a name in serl.algos.objectives)."""
+        return "ppo_clip"
+
+    @classmethod
+    def objective_args(cls, cfg) -> dict:
+        """The objective's own settings (DPO: beta, loss_type, label_smoothing)."""
+        return {}
+
+    @classmethod
+    def run_defining(cls) -> tuple[str, ...]:
+        return RUN_DEFINING_COMMON + tuple(cls.resume_fixed)
+
+    # ---- the recipe's life ---------------------------------------------------------------
+    def __init__(self, ctx: RunContext, data: Any = None):
+        self.ctx, self.cfg = ctx, ctx.cfg
+        self.generator, self.learner, self.checker = ctx.generator, ctx.learner, ctx.checker
+        self.tok, self.run_dir, self.logger, self.progress = ctx.tokenizer, ctx.run_dir, ctx.logger, ctx.progress
+        self.times: dict[str, float] = {}
+
+    def step(self, step: int) -> dict[str, float]:
+        raise NotImplementedError
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def evaluate(self, problems) -> dict[str, float]:
+        """Greedy pass@1 (and maj@K / pass@K with --eval_k) on held-out math problems."""
+        from serl.eval import evaluate_math
+
+        cfg = self.cfg
+        t0 = time.perf_counter()
+        out = evaluate_math(self.generator, self.tok, problems, k=cfg.eval_k, checker=self.checker,
+                            max_new_tokens=cfg.generate_max_len, fallback=cfg.answer_fallback,
+                            temperature=cfg.temperature, top_p=cfg.top_p)
+        metrics = {k: v for k, v in out["metrics"].items() if isinstance(v, (int, float))}
+        metrics["time/eval"] = time.perf_counter() - t0
+        return metrics
+
+    # ---- small helpers recipes share ---------------------------------------------------------
+    @contextmanager
+    def timed(self, name: str):
+        """Add the block's wall time to ``self.times[name]`` (logged as ``time/NAME``)."""
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.times[name] = self.times.get(name, 0.0) + time.perf_counter() - t0
+
+    def chat_prompt(self, text: str, system_prompt: str | None = None) -> str:
+        """``text`` as a user turn in the model's chat template, with the run's instruction."""
+        sp = self.cfg.system_prompt if system_prompt is None else system_prompt
+        content = f"{text}\n{sp}" if sp else text
+        return self.tok.apply_chat_template([{"role": "user", "content": content}],
+                                            add_generation_prompt=True, tokenize=False)
+
+    def sync_weights(self) -> None:
+        """Serve the learner's current weights from the generator."""
+        with self.timed("sync"):
+            self.generator.load_weights(self.learner.named_weights())

@@ -1,0 +1,203 @@
+"""The run around a recipe: run directory, config and resume, engines, the step loop with
+evaluation and checkpoints, metrics sinks, progress, and the report. One runner serves
+every recipe; Ray mode hands in its own engines (``run(..., engines=...)``).
+
+``--resume RUN_DIR`` continues a run from its newest complete checkpoint: the same
+recipe state, RNG states, data order and learning-rate position, so that (with the
+transformers generator) the steps after it are the steps an uninterrupted run makes.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+from datetime import datetime
+from pathlib import Path
+
+from serl.config import ConfigError, TrainConfig, dump, load_yaml, parse_args
+from serl.data.seeds import DataError, read_seeds
+from serl.models import ModelError, load_tokenizer, resolve_model
+
+log = logging.getLogger("serl")
+
+# Exceptions that mean "the user's input is wrong": one message, exit code 2.
+USER_ERRORS = (ConfigError, DataError, ModelError)
+
+
+def new_run_dir(cfg: TrainConfig) -> Path:
+    if cfg.run_dir:
+        d = Path(cfg.run_dir)
+        if d.exists() and any(d.iterdir()):
+            raise ConfigError(f"run_dir: {d} already exists and is not empty "
+                              f"(use --resume {d} to continue it, or choose another directory)")
+        return d
+    return Path("runs") / datetime.now().strftime(f"{cfg.recipe}-%Y%m%d-%H%M%S")
+
+
+def prepare(cfg: TrainConfig, run_dir: Path | None = None):
+    """Everything that can fail on bad input, before anything is written:
+    (recipe data, model path, eval problems, run dir)."""
+    from serl.recipes import recipe_class
+
+    data = recipe_class(cfg.recipe).prepare(cfg)
+    model_path = resolve_model(cfg.model)
+    return data, model_path, load_eval_sets(cfg), run_dir or new_run_dir(cfg)
+
+
+def load_eval_sets(cfg: TrainConfig) -> list:
+    """Held-out labelled problems (--eval_data) and benchmark files, as eval problems."""
+    from serl.eval.data import DataError as EvalDataError, MathProblem, load_math_benchmark
+
+    problems = []
+    if cfg.eval_data:
+        rows = read_seeds(cfg.eval_data, cfg.input_key, cfg.label_key or None,
+                          limit=cfg.eval_samples or None)
+        unlabelled = [i for i, r in enumerate(rows) if r.label is None]
+        if unlabelled:
+            raise DataError(f"{cfg.eval_data}: row {unlabelled[0] + 1} has no '{cfg.label_key}' "
+                            f"(held-out problems need labels)")
+        problems += [MathProblem(benchmark="heldout", idx=i, question=r.text, gold=r.label)
+                     for i, r in enumerate(rows)]
+    names = [n.strip() for n in cfg.eval_benchmarks.split(",") if n.strip()]
+    if names and not cfg.eval_data_dir:
+        raise ConfigError("eval_benchmarks: needs --eval_data_dir")
+    try:
+        for name in names:
+            problems += load_math_benchmark(cfg.eval_data_dir, name, cfg.eval_limit or None)
+    except EvalDataError as e:
+        raise DataError(str(e)) from e
+    return problems
+
+
+def resume_config(run_dir: Path, argv: list[str]) -> TrainConfig:
+    """The saved config, with flags given now applied; refuses run-defining changes."""
+    from serl.config import config_from_dict
+    from serl.recipes import recipe_class
+
+    saved_file = run_dir / "config.yaml"
+    if not saved_file.is_file():
+        raise ConfigError(f"--resume {run_dir}: no config.yaml there (not a serl run directory)")
+    saved = config_from_dict(load_yaml(str(saved_file)))
+    cfg, _ = parse_args(["--config", str(saved_file), *argv])
+    cfg.run_dir = str(run_dir)
+    if type(cfg) is not type(saved):
+        raise ConfigError(f"--resume: option 'recipe' was {saved.recipe!r} in {saved_file}, now "
+                          f"{cfg.recipe!r}; that makes it a different run")
+    changed = {f.name: (getattr(saved, f.name), getattr(cfg, f.name))
+               for f in dataclasses.fields(cfg) if getattr(saved, f.name) != getattr(cfg, f.name)}
+    fixed = recipe_class(cfg.recipe).run_defining()
+    bad = {k: v for k, v in changed.items() if k in fixed}
+    if bad:
+        k, (was, now) = next(iter(bad.items()))
+        raise ConfigError(f"--resume: option '{k}' was {was!r} in {saved_file}, now {now!r}; "
+                          f"that makes it a different run (start a new run directory instead)")
+    if changed:
+        with open(run_dir / "config_changes.jsonl", "a") as f:
+            f.write(json.dumps({"time": datetime.now().isoformat(timespec="seconds"),
+                                "changes": {k: {"was": a, "now": b} for k, (a, b) in changed.items()}},
+                               default=str) + "\n")
+        dump(cfg, saved_file)
+        log.info("resume with changed options: %s", ", ".join(changed))
+    return cfg
+
+
+def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None) -> Path:
+    """Train ``cfg.recipe`` to ``cfg.steps``; ``engines`` (Ray) replaces the local ones."""
+    data, model_path, eval_set, run_dir = prepare(cfg, resume_dir)  # fail fast, before heavy imports
+
+    from serl.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint
+    from serl.engines.factory import build_engines
+    from serl.metrics import MetricsLogger
+    from serl.progress import print_step_summary, progress_mode
+    from serl.recipes import recipe_class
+    from serl.recipes.base import RunContext
+
+    mode = progress_mode(cfg.progress)
+    if mode != "bar":  # transformers' per-load bars are noise in plain logs
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    t_start = time.time()
+    ckpt = latest_checkpoint(run_dir) if resume_dir else None
+    done = int(ckpt.name.split("_")[1]) if ckpt else 0
+    tok = load_tokenizer(model_path)
+    log.info("recipe %s, model %s, run directory %s", cfg.recipe, model_path, run_dir)
+    engines = engines or build_engines(cfg, model_path, tok)
+    recipe, logger = None, None
+    evals: dict[int, dict] = {}
+    history = []
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)  # only now: bad input never leaves a directory
+        if not resume_dir:
+            dump(cfg, run_dir / "config.yaml")
+        logger = MetricsLogger(run_dir, tensorboard_dir=cfg.use_tensorboard or None,
+                               use_wandb=cfg.use_wandb, wandb_project=cfg.wandb_project,
+                               wandb_run_name=cfg.wandb_run_name or run_dir.name, config=cfg.to_dict(),
+                               resume=resume_dir is not None)
+        if resume_dir:
+            logger.truncate_after(done)
+        ctx = RunContext(cfg, run_dir, model_path, tok, engines.generator, engines.learner, engines.checker,
+                         logger, mode, resume_step=done, resuming=resume_dir is not None)
+        recipe = recipe_class(cfg.recipe)(ctx, data)
+        if ckpt is not None:
+            engines.learner.load(str(ckpt / "policy"))
+            engines.generator.load_weights(engines.learner.named_weights())
+            recipe.load_state_dict(load_trainer_state(ckpt))
+            log.info("resumed from %s: continuing at step %d", ckpt, done + 1)
+        if eval_set and done == 0:
+            evals[0] = _evaluate(recipe, eval_set, logger, 0)
+        for step in range(done + 1, cfg.steps + 1):
+            m = recipe.step(step)
+            logger.log(step, m)
+            if eval_set and (step == cfg.steps or (cfg.eval_steps and step % cfg.eval_steps == 0)):
+                evals[step] = _evaluate(recipe, eval_set, logger, step)
+                m.update(evals[step])
+            history.append(m)
+            print_step_summary(step, m, mode)
+            if step == cfg.steps or (cfg.save_steps and step % cfg.save_steps == 0):
+                save_checkpoint(run_dir, step, engines.learner, recipe.state_dict(), keep=cfg.max_ckpt_num)
+        if cfg.save_model:
+            engines.learner.save(str(run_dir / "model"))
+    finally:
+        if recipe is not None:
+            recipe.close()
+        engines.close()
+        if logger is not None:
+            logger.close()
+    summarise(run_dir, history, evals, time.time() - t_start)
+    return run_dir
+
+
+def _evaluate(recipe, problems, logger, step: int) -> dict:
+    metrics = recipe.evaluate(problems)
+    log.info("evaluation: %s", ", ".join(f"{k} {v:.3f}" for k, v in metrics.items()))
+    logger.log(step, metrics)
+    return metrics
+
+
+def summarise(run_dir: Path, history: list[dict], evals: dict[int, dict], secs: float) -> None:
+    try:
+        from serl.report import write_report
+
+        write_report(run_dir)
+    except Exception as e:  # a report problem must not hide a finished run
+        log.warning("could not write the report: %s", e)
+
+    def first_last(key):
+        vals = [h[key] for h in history if key in h and h[key] == h[key]]
+        return (vals[0], vals[-1]) if vals else None
+
+    print(f"\nrun finished in {secs:.0f} s: {run_dir}")
+    for key in ("reward/mean", "reward/agreement", "train/batch_prompts", "pool/size"):
+        fl = first_last(key)
+        if fl:
+            print(f"  {key:22s} first step: {fl[0]:.3f}  ->  last step: {fl[1]:.3f}")
+    if len(evals) >= 2:
+        first, last = evals[min(evals)], evals[max(evals)]
+        for key in sorted(first):
+            if key in last:
+                a, b = first[key], last[key]
+                verdict = "improved" if b > a else ("unchanged" if b == a else "got worse")
+                print(f"  {key:22s} step {min(evals)}: {a:.3f}  ->  step {max(evals)}: {b:.3f} ({verdict})")
+    print(f"  metrics: {run_dir / 'metrics.jsonl'}   report: {run_dir / 'report'}")
