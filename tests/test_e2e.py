@@ -9,10 +9,12 @@ pytestmark = pytest.mark.slow
 
 def test_two_steps_of_the_loop(tmp_path, smol_path, smol_tokenizer, monkeypatch):
     from serl.config import parse_args
+    from serl.engines.factory import build_engines
     from serl.metrics import MetricsLogger
     from serl.models import load_causal_lm
-    from serl.train import prepare
-    from serl.trainer import Trainer, make_generator, make_learner
+    from serl.recipes.base import RunContext
+    from serl.recipes.serl.recipe import SerlRecipe
+    from serl.runner import prepare
 
     monkeypatch.chdir(tmp_path.parent)
     cfg, _ = parse_args([
@@ -26,15 +28,19 @@ def test_two_steps_of_the_loop(tmp_path, smol_path, smol_tokenizer, monkeypatch)
         "--micro_train_batch_size", "4", "--progress", "quiet"])
     seeds, model_path, _, run_dir = prepare(cfg)
     run_dir.mkdir(parents=True)
-    gen = make_generator(cfg, model_path, smol_tokenizer)
-    learner = make_learner(cfg, model_path, smol_tokenizer)
+    engines = build_engines(cfg, model_path, smol_tokenizer)
+    gen, learner = engines.generator, engines.learner
     logger = MetricsLogger(run_dir)
-    trainer = Trainer(cfg, run_dir, seeds, model_path, smol_tokenizer, gen, learner, logger, "quiet")
+    ctx = RunContext(cfg, run_dir, model_path, smol_tokenizer, gen, learner, engines.checker, logger, "quiet")
+    trainer = SerlRecipe(ctx, seeds)
     n_seeds = len(trainer.pool)
     try:
         metrics = [trainer.step(1), trainer.step(2)]
+        for step, m in enumerate(metrics, 1):
+            logger.log(step, m)
     finally:
         trainer.close()
+        engines.close()
         logger.close()
 
     # the pool grew by self-instruction, and the new items are the model's own text

@@ -119,14 +119,17 @@ def _check_run(run_dir: Path, smol_path: str) -> None:
 @needs_ray
 @needs_ds
 def test_run_with_ray_one_step_on_local_cluster(smol_path, tmp_path):
-    """The trainer's step with a 2-rank DeepSpeed learner group, an HF engine, a reference
-    worker and a reward worker, all Ray actors on a local 2-CPU cluster."""
+    """The recipe's step with a 2-rank DeepSpeed learner group, an HF engine, a reference
+    worker and a reward worker, all Ray actors on a local 2-CPU cluster; held-out
+    evaluation before and after runs through the same actors."""
     import ray
 
     from serl.config import parse_args
     from serl.distributed import run_with_ray
 
-    cfg, _ = parse_args(_tiny_run_flags(tmp_path / "run"))
+    flags = _tiny_run_flags(tmp_path / "run") + [
+        "--eval_data", str(ROOT / "dataset" / "arith_heldout.jsonl"), "--eval_samples", "2"]
+    cfg, _ = parse_args(flags)
     temp = _short_temp_dir()  # Ray's socket paths must stay under 108 bytes
     ray.init(num_cpus=2, include_dashboard=False, _temp_dir=temp)
     try:
@@ -135,6 +138,11 @@ def test_run_with_ray_one_step_on_local_cluster(smol_path, tmp_path):
         ray.shutdown()
         shutil.rmtree(temp, ignore_errors=True)
     _check_run(tmp_path / "run", smol_path)
+    # evaluation ran through the Ray groups (generator and reward checker) before and after
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    evals = {r["step"]: r for r in rows if any(k.startswith("eval/") for k in r)}
+    assert sorted(evals) == [0, 1], rows
+    assert all(0.0 <= v <= 1.0 for r in evals.values() for k, v in r.items() if k.endswith("pass@1"))
 
 
 @pytest.mark.slow

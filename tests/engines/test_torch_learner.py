@@ -64,11 +64,17 @@ def test_logprobs_match_a_plain_forward(tiny_path):
 
 
 def test_no_reference_model_unless_needed(tiny_path):
+    """need_ref alone decides (the recipe's rule, read by the factory); a KL-loss batch
+    without reference log-probs on a learner without a reference is an error, not a guess."""
     assert TorchLearner(tiny_path, _cfg(), need_ref=False).ref is None
     assert TorchLearner(tiny_path, _cfg(), need_ref=True).ref is not None
-    assert TorchLearner(tiny_path, _cfg(use_kl_loss=True), need_ref=False).ref is not None
+    no_ref = TorchLearner(tiny_path, _cfg(use_kl_loss=True), need_ref=False)
+    assert no_ref.ref is None
     with pytest.raises(ValueError, match="no reference model"):
-        TorchLearner(tiny_path, _cfg(), need_ref=False).logprobs(PROMPTS, RESPONSES, model="ref")
+        no_ref.logprobs(PROMPTS, RESPONSES, model="ref")
+    adv = [torch.ones(len(r)) for r in RESPONSES]
+    with pytest.raises(ValueError, match="no reference model"):
+        no_ref.step(TrainBatch(PROMPTS, RESPONSES, adv))
 
 
 def test_named_weights_are_live_hf_names(tiny_path):
@@ -171,7 +177,7 @@ def test_inf_gradient_skips(tiny_path):
 
 def test_kl_loss_term(tiny_path):
     learner = TorchLearner(tiny_path, _cfg(use_kl_loss=True, kl_loss_coef=0.5, ppo_epochs=2),
-                           need_ref=False)
+                           need_ref=True)
     batch = _batch(learner)
     m1 = learner.step(batch)
     # epoch 1: policy == ref, k3 = 0; epoch 2: policy moved, k3 > 0 -> mean > 0

@@ -1,15 +1,15 @@
-"""Trainer.make_batch: which log-prob passes a step pays for, and the advantages it builds."""
+"""SerlRecipe.make_batch: which log-prob passes a step pays for, and the advantages it builds."""
 from contextlib import nullcontext
 from types import SimpleNamespace
 
 import pytest
 import torch
 
-from serl.config import TrainConfig
+from serl.recipes.serl.config import SerlConfig as TrainConfig
 from serl.engines.base import Completion
 from serl.instruct.pool import PoolItem
 from serl.rewards.vote import GroupScore
-from serl.trainer import Rollout, Trainer
+from serl.recipes.serl.recipe import Rollout, SerlRecipe as Trainer
 
 
 class RecordingLearner:
@@ -107,8 +107,9 @@ def test_train_batch_size_gives_one_update_per_minibatch_with_old_logprobs():
 
 
 def test_schedule_spans_every_update():
-    from serl.engines.torch_learner import learner_config, updates_per_step
+    from serl.engines.factory import learner_config
 
+    updates_per_step = Trainer.updates_per_step
     cfg = TrainConfig(steps=10, rollout_batch_size=16, n_samples_per_prompt=16, train_batch_size=16)
     assert updates_per_step(cfg) == 16 and learner_config(cfg).total_steps == 160  # SeRL's templates
     assert updates_per_step(TrainConfig(rollout_batch_size=4, n_samples_per_prompt=4, train_batch_size=0)) == 1
