@@ -25,6 +25,9 @@ def _f(default, doc: str, aliases: tuple[str, ...] = (), choices: tuple | None =
     return field(default=default, metadata=md)
 
 
+option = _f  # for recipes: ``name: int = option(3, "one-line doc shown by --help")``
+
+
 @dataclass
 class TrainConfig:
     """Options every recipe shares; a recipe adds its own section (serl/recipes/NAME/config.py)."""

@@ -138,6 +138,33 @@ class Recipe:
         return self.tok.apply_chat_template([{"role": "user", "content": content}],
                                             add_generation_prompt=True, tokenize=False)
 
+    def group_batch(self, groups, rewards, estimator: str | None = None, metrics: dict | None = None):
+        """Sampled groups (one per prompt) and one reward per completion -> a ``TrainBatch``
+        with per-token advantages from ``estimator`` (default: the run's). Empty responses
+        are dropped; truncation and length stats go into ``metrics`` when given."""
+        import torch
+
+        from serl.algos import compute_advantages
+        from serl.engines.base import TrainBatch
+
+        rows = [(g, c, float(r)) for g, (group, rs) in enumerate(zip(groups, rewards))
+                for c, r in zip(group, rs) if c.token_ids]
+        if not rows:
+            return None
+        lens = [len(c.token_ids) for _, c, _ in rows]
+        mask = torch.zeros(len(rows), max(lens))
+        for i, n in enumerate(lens):
+            mask[i, :n] = 1
+        adv = compute_advantages(estimator or self.cfg.advantage_estimator,
+                                 torch.tensor([r for _, _, r in rows]), torch.tensor([g for g, _, _ in rows]),
+                                 mask, gamma=self.cfg.gamma)
+        if metrics is not None:
+            metrics["response/length_mean"] = sum(lens) / len(lens)
+            metrics["response/truncated_frac"] = sum(c.finish_reason == "length" for _, c, _ in rows) / len(rows)
+        return TrainBatch(prompt_ids=[list(c.prompt_ids) for _, c, _ in rows],
+                          response_ids=[list(c.token_ids) for _, c, _ in rows],
+                          advantages=[adv[i, :n] for i, n in enumerate(lens)])
+
     def sync_weights(self) -> None:
         """Serve the learner's current weights from the generator."""
         with self.timed("sync"):
