@@ -6,9 +6,9 @@ current player as bracketed strings (``"[bet]"``, ``"[4]"``), ``step(action)`` a
 returns False, changing nothing, for anything else. When ``done``, ``winner()`` is 0, 1 or None (draw)
 and ``payoffs()`` the native zero-sum payoffs (chips in Kuhn Poker, otherwise +1/-1/0).
 
-Invalid moves and turn limits are judged by the caller (see ``runner.py``): the game itself only says
+Invalid moves and turn limits are judged by the caller (see ``lockstep.py``): the game itself only says
 whether a move is legal. ``max_turns`` is a safety limit: a game still running after that many moves
-is scored as a draw by the runner, as SPIRAL (Liu et al., 2025) does with truncated games.
+is scored as a draw by the lockstep runner, as SPIRAL (Liu et al., 2025) does with truncated games.
 """
 from __future__ import annotations
 
