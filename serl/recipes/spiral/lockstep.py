@@ -79,15 +79,17 @@ class Turn:
 
 @dataclass
 class Episode:
-    index: int
-    game: str
+    """How one game ended, with both players' rewards (see ``RewardRule``)."""
+
+    index: int  # position of the game in the batch (``Turn.episode`` refers to it)
+    game: str  # registry name
     seats: tuple[str, str]  # policy id of seat 0 and seat 1
     rewards: tuple[float, float]
     payoffs: tuple[float, float]  # native payoffs; (0, 0) when ended by an invalid move or the turn limit
     winner: int | None  # an invalid move hands the win to the other player
     invalid_player: int | None
     truncated: bool  # hit the turn limit
-    turns: int
+    turns: int  # moves made, the invalid one included
 
     def outcome(self, player: int) -> str:
         return "draw" if self.winner is None else "win" if self.winner == player else "loss"

@@ -71,7 +71,7 @@ class KuhnPoker(Game):
         mover = len(history) % 2
         game.cards = (card, other) if mover == 0 else (other, card)
         for code in history:
-            assert game.step("[check]" if code == "c" else "[bet]")
+            game.step("[check]" if code == "c" else "[bet]")  # always legal on these four histories
         return game
 
     @property
