@@ -200,10 +200,14 @@ def _group(items: list[tuple[str, str | None, str]], size: int) -> list[Cluster]
     for para, group, where in items:
         (groups.setdefault(group, []) if group is not None else loose).append((para, where))
     clusters: list[Cluster] = []
+    used: set[str] = set()
     for name, rows in list(groups.items()) + [("", loose)]:
         for k in range(0, len(rows), size):
             chunk = rows[k:k + size]
             cid = name if name and len(rows) <= size else f"{name or 'chunk'}#{k // size}"
+            while cid in used:  # ids key the history memory, so they must be unique
+                cid += "+"
+            used.add(cid)
             clusters.append(Cluster(cid, [r[0] for r in chunk], [r[1] for r in chunk]))
     return clusters
 

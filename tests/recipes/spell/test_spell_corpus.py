@@ -76,6 +76,13 @@ def test_a_json_file_given_directly_is_read_as_jsonl(tmp_path):
     assert read_corpus(p).clusters[0].paragraphs == ["A document that is long enough."]
 
 
+def test_cluster_ids_stay_unique(tmp_path):
+    rows = [{"text": f"Paragraph {i} of group g is long enough.", "cluster": "g"} for i in range(2)]
+    rows += [{"text": "A group whose name clashes, long enough.", "cluster": "g#0"}]
+    c = read_corpus(write_jsonl(tmp_path / "c.jsonl", rows), cluster_size=1)
+    assert [cl.id for cl in c.clusters] == ["g#0", "g#1", "g#0+"]
+
+
 def test_custom_text_key(tmp_path):
     p = write_jsonl(tmp_path / "c.jsonl", [{"body": "A body text that is long enough."}])
     assert read_corpus(p, text_key="body").clusters[0].paragraphs == ["A body text that is long enough."]
