@@ -1,0 +1,162 @@
+"""Pull the questioner's ``{"question": ..., "answer": ...}`` out of messy model text.
+
+SPELL (Tongyi-Zhiwen 2025) asks the questioner to end with a JSON block and counts
+an unparseable one as bad format (reward -1). Small models wrap the block in code
+fences, add prose, use single quotes, leave trailing commas or write several blocks,
+so we look harder than ``json.loads`` before calling it bad format:
+
+1. Keep the text after the last ``</think>``; an unclosed ``<think>`` is bad format.
+2. Look at the last ``max_chars`` characters only (the block is at the end), and
+   find every balanced top-level ``{...}`` span in one linear pass (braces inside
+   double-quoted strings do not count).
+3. From the last span backwards, try ``json.loads``; then the same after repairs:
+   curly quotes to straight, trailing commas removed, single-quoted strings turned
+   into JSON strings, bare keys quoted. The first span that yields an object with a
+   non-empty string ``question`` and a string or number ``answer`` wins.
+
+Nothing is ever evaluated; the work is linear in ``max_chars`` times the (bounded)
+number of spans tried.
+"""
+from __future__ import annotations
+
+import json
+import re
+
+MAX_CHARS = 8000      # tail of the response that is searched
+MAX_SPANS = 16        # at most this many {...} spans are tried, last first
+MAX_ANSWER_CHARS = 200  # longer answers are "too_long" (upstream drops > 40 tokens unpenalised)
+
+_TRAILING_COMMA = re.compile(r",\s*([}\]])")
+_BARE_KEY = re.compile(r"([{,]\s*)([A-Za-z_][A-Za-z0-9_]*)(\s*:)")
+_CURLY = str.maketrans({"\u201c": '"', "\u201d": '"', "\u2018": "'", "\u2019": "'"})
+
+
+def _scan(text: str) -> tuple[list[str], int]:
+    """Balanced top-level {...} spans in order, and where an unclosed '{' began (-1 if none).
+    Braces inside "strings" are skipped."""
+    out, depth, start, in_str, esc = [], 0, -1, False, False
+    for i, c in enumerate(text):
+        if in_str:
+            if esc:
+                esc = False
+            elif c == "\\":
+                esc = True
+            elif c == '"':
+                in_str = False
+        elif c == '"' and depth > 0:
+            in_str = True
+        elif c == "{":
+            if depth == 0:
+                start = i
+            depth += 1
+        elif c == "}" and depth > 0:
+            depth -= 1
+            if depth == 0:
+                out.append(text[start:i + 1])
+    return out, (start if depth > 0 else -1)
+
+
+def _spans(text: str, max_restarts: int = 8) -> list[str]:
+    """Spans of :func:`_scan`; a stray unclosed '{' (prose such as "use {x") would hide
+    everything after it, so the scan restarts just past it, a bounded number of times."""
+    out: list[str] = []
+    for _ in range(max_restarts + 1):
+        found, unclosed = _scan(text)
+        out.extend(found)
+        if unclosed < 0:
+            break
+        text = text[unclosed + 1:]
+    return out
+
+
+def _single_to_double(s: str) -> str:
+    """Turn 'single-quoted' strings into JSON strings. A quote inside such a string
+    ends it only when the next non-space character is , : } ] or the end, so an
+    apostrophe ('Tobin's job') stays text."""
+    out, i, n = [], 0, len(s)
+    while i < n:
+        c = s[i]
+        if c == '"':  # copy a double-quoted string as is
+            j = i + 1
+            while j < n and s[j] != '"':
+                j += 2 if s[j] == "\\" else 1
+            out.append(s[i:j + 1])
+            i = j + 1
+            continue
+        if c != "'":
+            out.append(c)
+            i += 1
+            continue
+        buf, j = [], i + 1
+        while j < n:
+            d = s[j]
+            if d == "\\" and j + 1 < n:
+                buf.append("'" if s[j + 1] == "'" else s[j:j + 2])
+                j += 2
+                continue
+            if d == "'":
+                rest = s[j + 1:].lstrip()
+                if not rest or rest[0] in ",:}]":
+                    break
+            buf.append('\\"' if d == '"' else d)
+            j += 1
+        out.append('"' + "".join(buf) + '"')
+        i = j + 1
+    return "".join(out)
+
+
+def _loads(span: str):
+    attempts = [span]
+    fixed = _TRAILING_COMMA.sub(r"\1", span.translate(_CURLY))
+    attempts.append(fixed)
+    if "'" in fixed:
+        attempts.append(_TRAILING_COMMA.sub(r"\1", _single_to_double(fixed)))
+    attempts.append(_BARE_KEY.sub(r'\1"\2"\3', attempts[-1]))
+    for a in attempts:
+        try:
+            return json.loads(a)
+        except (json.JSONDecodeError, RecursionError):
+            continue
+    return None
+
+
+def _as_qa(obj) -> dict | None:
+    if not isinstance(obj, dict):
+        return None
+    keys = {str(k).strip().lower(): v for k, v in obj.items()}
+    q, a = keys.get("question"), keys.get("answer")
+    if not isinstance(q, str) or not q.strip():
+        return None
+    if isinstance(a, bool) or not isinstance(a, (str, int, float)):
+        return None
+    a = a.strip() if isinstance(a, str) else str(a)
+    if not a:
+        return None
+    return {"question": q.strip(), "answer": a}
+
+
+def extract_qa(text: str, max_chars: int = MAX_CHARS) -> dict | None:
+    """``{"question": str, "answer": str}`` from the last valid block, or None."""
+    if "</think>" in text:
+        text = text.rsplit("</think>", 1)[1]
+    elif "<think>" in text:
+        return None
+    for span in reversed(_spans(text[-max_chars:])[-MAX_SPANS:]):
+        qa = _as_qa(_loads(span))
+        if qa is not None:
+            return qa
+    return None
+
+
+def parse_questioner(text: str, max_answer_chars: int = MAX_ANSWER_CHARS) -> tuple[str, dict | None]:
+    """(status, qa): ``("ok", qa)``, ``("bad_format", None)`` or ``("too_long", qa)``.
+
+    ``too_long`` answers are dropped without penalty, as upstream does for answers
+    over 40 tokens: long answers make cover-EM meaningless rather than being wrong.
+    """
+    qa = extract_qa(text)
+    if qa is None:
+        return "bad_format", None
+    if len(qa["answer"]) > max_answer_chars:
+        return "too_long", qa
+    return "ok", qa
