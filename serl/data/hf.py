@@ -49,7 +49,6 @@ def _datasets():
     except ImportError as e:  # a dependency of serl; only a broken install gets here
         raise DataError("reading Hugging Face datasets needs the 'datasets' package "
                         "(pip install datasets)") from e
-    datasets.disable_progress_bars()
     return datasets
 
 
@@ -95,35 +94,50 @@ def _pick_split(obj, source: str, split: str):
     return obj
 
 
+def _load(datasets, p: Path, where: str, split: str):
+    if is_saved_dataset(p):
+        return datasets.load_from_disk(str(p))
+    if p.is_dir():
+        return datasets.load_dataset(str(p))
+    if p.is_file():
+        builder = FILE_BUILDERS.get(p.suffix.lower())
+        if builder is None:
+            raise DataError(f"{where}: unknown data file type '{p.suffix}' (expected one "
+                            f"of {', '.join(sorted(FILE_BUILDERS))})")
+        return datasets.load_dataset(builder, data_files=str(p))
+    if not looks_like_hub_id(where):
+        raise DataError(f"seed file not found: {where}")
+    repo_id, _, config = where.partition(":")
+    if _offline():
+        try:
+            return datasets.load_dataset(repo_id, config or None, split=split)
+        except Exception as e:
+            raise DataError(f"{where}: no local file or folder of that name, and with "
+                            f"HF_HUB_OFFLINE/HF_DATASETS_OFFLINE set only the local datasets "
+                            f"cache is searched for dataset '{repo_id}' ({type(e).__name__}: "
+                            f"{str(e)[:300]})") from e
+    _check_hub(where, repo_id)
+    return datasets.load_dataset(repo_id, config or None, split=split)  # only this split
+
+
 def load_hf_dataset(source: str | Path, split: str = "train"):
     """The ``split`` of ``source`` as a ``datasets.Dataset`` (see the module doc for sources)."""
     datasets = _datasets()
-    p = Path(source)
     where = str(source)
+    bars_were_on = not datasets.are_progress_bars_disabled()
+    datasets.disable_progress_bars()  # serl prints its own progress; restored below
     try:
-        if is_saved_dataset(p):
-            obj = datasets.load_from_disk(str(p))
-        elif p.is_dir():
-            obj = datasets.load_dataset(str(p))
-        elif p.is_file():
-            builder = FILE_BUILDERS.get(p.suffix.lower())
-            if builder is None:
-                raise DataError(f"{where}: unknown data file type '{p.suffix}' (expected one "
-                                f"of {', '.join(sorted(FILE_BUILDERS))})")
-            obj = datasets.load_dataset(builder, data_files=str(p))
-        elif looks_like_hub_id(where):
-            repo_id, _, config = where.partition(":")
-            if not _offline():
-                _check_hub(where, repo_id)
-            obj = datasets.load_dataset(repo_id, config or None)
-        else:
-            raise DataError(f"seed file not found: {where}")
+        obj = _load(datasets, Path(source), where, split)
     except DataError:
         raise
     except Exception as e:  # datasets raises many types; all mean "cannot read this"
-        hint = " (offline: only the local datasets cache is used)" if _offline() else ""
-        raise DataError(f"{where}: not readable as a Hugging Face dataset{hint} "
+        if "corresponds to no data" in str(e):  # datasets' words for a file without rows
+            raise DataError(f"{where}: split '{split}' is empty (no rows)") from e
+        raise DataError(f"{where}: not readable as a Hugging Face dataset "
                         f"({type(e).__name__}: {str(e)[:300]})") from e
+    finally:
+        if bars_were_on:
+            datasets.enable_progress_bars()
     ds = _pick_split(obj, where, split)
     if len(ds) == 0:
         raise DataError(f"{where}: split '{split}' is empty")

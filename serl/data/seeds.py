@@ -4,8 +4,9 @@ Every failure names the file, and the line and key where there is one, so that a
 user with 500 seed rows can fix the one that is wrong.
 
 Sources (``read_seeds``): a ``.jsonl``/``.json`` (JSON Lines) or ``.parquet`` file is read
-here, with exact line numbers; CSV/Arrow files, dataset folders (``save_to_disk`` or a
-folder of data files) and hub ids go through ``serl.data.hf``.
+here, with exact line numbers; CSV/Arrow files, ``.json`` files holding one JSON array,
+dataset folders (``save_to_disk`` or a folder of data files) and hub ids go through
+``serl.data.hf``.
 
 Human answers (``output_key``, for SFT and SPIN) are read into ``Problem.solution``. A
 GSM8K-style answer, a worked solution whose last line is ``#### 42``, becomes the same
@@ -106,7 +107,7 @@ def read_seeds(path: str | Path, input_key: str = "problem", label_key: str | No
     """
     p = Path(path)
     suffix = p.suffix.lower()
-    if p.is_file() and suffix in (".jsonl", ".json", ".parquet"):
+    if p.is_file() and suffix in (".jsonl", ".json", ".parquet") and not _json_array(p):
         if split != "train":
             raise DataError(f"{p}: a single file has one split, 'train', not '{split}'")
         problems = (_read_parquet(p, input_key, label_key, output_key) if suffix == ".parquet"
@@ -122,6 +123,14 @@ def read_seeds(path: str | Path, input_key: str = "problem", label_key: str | No
     if not problems:
         raise DataError(f"{p}: no seed problems in file")
     return problems[:limit] if limit else problems
+
+
+def _json_array(p: Path) -> bool:
+    """A ``.json`` file holding one JSON array (not JSON Lines): datasets reads it."""
+    if p.suffix.lower() != ".json":
+        return False
+    with open(p, "rb") as f:
+        return f.read(4096).lstrip()[:1] == b"["
 
 
 def _read_parquet(p: Path, input_key, label_key, output_key) -> list[Problem]:
