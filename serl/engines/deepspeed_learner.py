@@ -175,6 +175,12 @@ class DeepSpeedLearner(LearnerCore):
         self.engine, self.optimizer, _, _ = deepspeed.initialize(
             model=Scorer(lm), optimizer=optimizer, config=conf,
             model_parameters=None if optimizer else [p for p in lm.parameters() if p.requires_grad])
+        if self.lora is not None:
+            # DeepSpeed's exclude_frozen_parameters drops frozen parameters by their listed
+            # names, so a tied (frozen) LM head would still be saved; keep the adapter only.
+            full_sd = self.engine.module_state_dict
+            self.engine.module_state_dict = lambda *a, **k: {  # noqa: E731
+                n: t for n, t in full_sd(*a, **k).items() if ".lora_" in n}
         self.ref = None
         if need_ref and self.lora is not None:  # the base with the adapter off: no second model
             from serl.engines.lora import ReferenceNet
