@@ -1,4 +1,5 @@
-"""DeepSpeedLearner with LoRA, one rank under torchrun (ZeRO-2, DS_ACCELERATOR=cpu, gloo).
+"""DeepSpeedLearner with LoRA under torchrun (DS_ACCELERATOR=cpu, gloo): one rank on ZeRO-2,
+two ranks on ZeRO-3.
 
 Checked against the torch learner with the same adapter on the same batch: scores, the
 update's metrics and the merged weights; the reference (adapter off) equals the base;
@@ -54,12 +55,13 @@ def _worker_module():
     return mod
 
 
-def test_zero2_lora_one_rank_matches_torch_learner_and_resumes(tiny_llama, tmp_path):
+@pytest.mark.parametrize("ranks,stage", [(1, 2), (2, 3)], ids=["zero2-1rank", "zero3-2ranks"])
+def test_lora_matches_torch_learner_and_resumes(tiny_llama, tmp_path, ranks, stage):
     torchrun = Path(sys.executable).with_name("torchrun")
     env = dict(os.environ, DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1",
                PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
-    cmd = [str(torchrun), "--nproc_per_node", "1", "--master_addr", "127.0.0.1", "--master_port", str(_port()),
-           str(WORKER), "--model", tiny_llama, "--out", str(tmp_path), "--stage", "2", "--kl",
+    cmd = [str(torchrun), "--nproc_per_node", str(ranks), "--master_addr", "127.0.0.1", "--master_port", str(_port()),
+           str(WORKER), "--model", tiny_llama, "--out", str(tmp_path), "--stage", str(stage), "--kl",
            "--lora_rank", "4"]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
