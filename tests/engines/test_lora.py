@@ -257,3 +257,16 @@ def test_smollm2_reference_exact_and_merge_matches_peft(smol_path, smol_tokenize
     assert list(ours) == list(theirs)
     for k in ours:
         torch.testing.assert_close(ours[k], theirs[k], rtol=0, atol=1e-6)
+
+
+def test_gradient_checkpointing_gives_the_same_update(tiny_path):
+    runs = []
+    for ckpt in (False, True):
+        ln = TorchLearner(tiny_path, _cfg(grad_checkpointing=ckpt), need_ref=False)
+        m = ln.step(_batch(ln))
+        runs.append((m, _adapter(ln)))
+    (m0, w0), (m1, w1) = runs
+    for key in ("loss/policy", "actor/grad_norm", "actor/entropy"):
+        assert m1[key] == pytest.approx(m0[key], rel=1e-5, abs=1e-7), key
+    for k in w0:
+        torch.testing.assert_close(w1[k], w0[k], rtol=0, atol=1e-6)
