@@ -105,6 +105,7 @@ class LoraAdapter:
         self.identity = base_identity(model_path)
         self.ref_adapter: dict[str, Tensor] | None = None  # None: the reference is the bare base
         self._layers = {n: m for n, m in lm.named_modules() if _is_lora_layer(m)}
+        self._dropouts = [m for n, m in lm.named_modules() if n.split(".")[-2:-1] == ["lora_dropout"]]
 
     # ---------------------------------------------------------------- parameters
     def adapter_params(self) -> list[tuple[str, torch.nn.Parameter]]:
@@ -148,8 +149,7 @@ class LoraAdapter:
     @contextmanager
     def no_dropout(self):
         """LoRA dropout off (scoring passes), restored after."""
-        drops = [m for n, m in self.lm.named_modules() if n.split(".")[-2:-1] == ["lora_dropout"]
-                 and m.training]
+        drops = [m for m in self._dropouts if m.training]
         for m in drops:
             m.eval()
         try:

@@ -1,6 +1,8 @@
-"""A tiny SeRL run with LoRA on SmolLM2 (transformers generator): 2 steps in one go and
-1 step + --resume 1 step give the same metrics and the same final adapter; the final save
-is a PEFT adapter and, with --save_merged, the merged model in Hugging Face layout."""
+"""A tiny SeRL run with LoRA on SmolLM2 (transformers generator): 2 steps in one go on the
+JSONL seeds, and 1 step + --resume 1 step on the same rows saved as a `save_to_disk`
+folder, give the same metrics and the same final adapter (so LoRA resumes exactly and a
+dataset folder trains as the JSONL does); the final save is a PEFT adapter and, with
+--save_merged, the merged model in Hugging Face layout."""
 import json
 
 import pytest
@@ -20,17 +22,29 @@ def test_serl_lora_run_resumes_exactly_and_saves_adapter_and_merged(tmp_path, se
                                                                      smol_path):
     from safetensors.torch import load_file
 
-    lora = ["--lora_rank", "8", "--lora_alpha", "16", "--actor_learning_rate", "1e-3", "--save_model", "true"]
+    import datasets
+
+    jsonl = tiny_train_args[tiny_train_args.index("--prompt_data") + 1]
+    folder = tmp_path / "seeds_hf"
+    rows = [json.loads(line) for line in open(jsonl) if line.strip()]
+    datasets.DatasetDict({"train": datasets.Dataset.from_list(rows)}).save_to_disk(folder)
+    # smaller than the shared tiny run: this test makes four steps
+    lora = ["--lora_rank", "8", "--lora_alpha", "16", "--actor_learning_rate", "1e-3", "--save_model", "true",
+            "--few_shot_generation", "2", "--instruction_max_len", "40", "--generate_max_len", "16"]
     a, b = tmp_path / "a", tmp_path / "b"
     r = serl_train("--run_dir", a, *tiny_train_args, *lora, "--steps", "2", "--save_merged", "true")
     assert r.returncode == 0, r.stderr[-3000:]
-    r = serl_train("--run_dir", b, *tiny_train_args, *lora, "--steps", "1", "--save_merged", "true")
+    r = serl_train("--run_dir", b, *tiny_train_args, *lora, "--steps", "1", "--save_merged", "true",
+                   "--prompt_data", folder)
     assert r.returncode == 0, r.stderr[-3000:]
     r = serl_train("--resume", b, "--steps", "2")
     assert r.returncode == 0, r.stderr[-3000:]
     ma, mb = _metrics(a), _metrics(b)
     assert [m["step"] for m in mb] == [1, 2]
     assert ma == mb
+    pool = lambda d: [e["item"]["text"] for e in map(json.loads, filter(str.strip, (d / "pool.jsonl").read_text().splitlines()))  # noqa: E731
+                      if e.get("e") == "add"]
+    assert pool(a) == pool(b)
     assert ma[-1]["actor/updates"] == 2.0
 
     ad_a = load_file(str(a / "model" / "adapter_model.safetensors"))
