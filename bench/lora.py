@@ -152,10 +152,10 @@ def main(argv=None) -> int:
         v = s.get("vllm_sync_s", {}).get("median", float("nan"))
         print(f"| {s['mode']} | named_weights {s['named_weights_s']['median']:.3f} | "
               f"+ HF load_weights {s['hf_sync_s']['median']:.3f} | vLLM {v:.3f} |")
-    append_result({"bench": "lora", "settings": {k: v for k, v in vars(args).items() if k not in ("worker", "out")},
-                   "updates": updates, "syncs": syncs, "median_step_ratio_lora8_vs_full": round(
-                       statistics.median(updates[1]["step_s"]["runs"]) / statistics.median(updates[0]["step_s"]["runs"]), 3)},
-                  **({"out": args.out} if args.out else {}))
+    ratio = statistics.median(updates[1]["step_s"]["runs"]) / statistics.median(updates[0]["step_s"]["runs"])
+    settings = {k: v for k, v in vars(args).items() if k not in ("worker", "out")}
+    append_result({"bench": "lora", "settings": settings, "updates": updates, "syncs": syncs,
+                   "median_step_ratio_lora8_vs_full": round(ratio, 3)}, **({"out": args.out} if args.out else {}))
     return 0
 
 
