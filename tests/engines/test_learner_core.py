@@ -69,8 +69,9 @@ def test_dpo_step_loss_matches_the_formula_and_micro_batching(tiny_path, loss_ty
     assert ma["dpo/accuracy"] == pytest.approx(
         sum((seq[c] - rseq[c]) > (seq[r] - rseq[r]) for c, r in PAIRS) / 3)
     wa, wb = dict(a.named_weights()), dict(b.named_weights())
-    for n in wa:  # the same update whatever the micro-batch size
-        torch.testing.assert_close(wa[n], wb[n], rtol=1e-4, atol=1e-6)
+    for n in wa:  # the same update whatever the micro-batch size (Adam moves by ~lr = 1e-2:
+        # a 1e-5 difference is rounding in a near-zero gradient that Adam normalises)
+        torch.testing.assert_close(wa[n], wb[n], rtol=1e-4, atol=1e-5)
 
 
 def test_dpo_raises_chosen_over_rejected(tiny_path):
