@@ -27,7 +27,7 @@ USER_ERRORS = (ConfigError, DataError, ModelError)
 RUN_DEFINING = ("model", "prompt_data", "input_key", "label_key", "max_samples", "seed",
                 "advantage_estimator", "reward_mode", "n_samples_per_prompt", "rollout_batch_size",
                 "enable_self_evolution", "reward_difficulty_bounds", "init_kl_coef", "use_kl_loss",
-                "gamma", "actor_learning_rate", "replay_window", "generator")
+                "gamma", "actor_learning_rate", "replay_window", "generator", "learner", "train_batch_size")
 
 
 def _new_run_dir(cfg: TrainConfig) -> Path:

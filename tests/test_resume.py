@@ -50,6 +50,21 @@ def test_sigkill_at_rollout_update_and_checkpoint_then_resume_is_exact(tmp_path,
     assert not list((b / "checkpoints").glob(".tmp-*"))
 
 
+@pytest.mark.parametrize("flag, value", [
+    ("--learner", "deepspeed"),         # another engine: other numerics, other optimizer state
+    ("--train_batch_size", "4"),        # the batch shape: optimizer steps per training step
+    ("--advantage_estimator", "rloo"),
+    ("--reward_difficulty_bounds", "0.1 0.9"),
+])
+def test_resume_refuses_run_defining_changes(tmp_path, flag, value):
+    from serl.train import resume_config
+
+    dump(TrainConfig(steps=3), tmp_path / "config.yaml")
+    with pytest.raises(ConfigError, match=f"option '{flag[2:]}' was .* that makes it a different run"):
+        resume_config(tmp_path, [flag, *value.split()])
+    assert not (tmp_path / "config_changes.jsonl").exists()
+
+
 def test_resume_refuses_a_different_run_and_records_harmless_changes(tmp_path):
     from serl.train import resume_config
 
