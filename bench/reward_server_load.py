@@ -1,7 +1,7 @@
 """Load on `serl serve-reward`: N samples from C concurrent clients, one sample per request.
 
-    python bench/reward_server_load.py [--samples 10000] [--clients 32] [--group_size 8] [--runs 3]
-                                       [--connection keepalive|new] [--workers 2] [--no-record]
+    python bench/reward_server_load.py [--samples 10000] [--clients 32] [--group_size 8] [--runs 5]
+                                       [--connection both|new|keepalive] [--workers 2] [--no-record]
 
 This is how OpenRLHF 0.11 calls a remote reward server: every sample is its own POST,
 the n samples of a prompt are sent one after another (prompt-major order), and the
@@ -11,12 +11,14 @@ are the same number written in different ways (one needs math-verify), the other
 numbers or no answer, shuffled; so every reward is known and is checked.
 
 The server is a real `serl serve-reward` process on 127.0.0.1 (port picked by the OS).
-`--connection keepalive` reuses one connection per client; `new` opens a connection per
-request (a client without a session). Clients are threads of this process, so they share
-the machine with the server: the numbers are for both on one box. One warm-up group
-(which starts the worker pool) is sent before the clock starts.
+`--connection new` opens a connection per request, as OpenRLHF 0.11 does (a fresh
+`aiohttp.ClientSession` per call); `keepalive` reuses one connection per client; `both`
+(default) runs each. Clients are threads of this process, so they share the machine
+with the server: the numbers are for both on one box. One warm-up group (which starts
+the worker pool) is sent before the clock starts; each run has a fresh server.
 
-Target: >= 500 requests/s with 32 clients, 0 errors, 0 wrong rewards.
+Target: >= 500 requests/s with 32 clients (new connection per request), 0 errors,
+0 wrong rewards.
 """
 from __future__ import annotations
 
@@ -175,6 +177,23 @@ def one_run(a, samples) -> dict:
     }
 
 
+def measure(a, samples, connection: str) -> dict:
+    a.connection = connection
+    runs = []
+    for i in range(a.runs):
+        r = one_run(a, samples)
+        runs.append(r)
+        print(f"{connection} run {i + 1}/{a.runs}: {r['requests']} requests in {r['seconds']:.2f} s = "
+              f"{r['req_per_s']:.0f} req/s, errors {r['errors']}, wrong rewards {r['wrong_rewards']}, partial "
+              f"groups {r['partial_groups']}, latency p50 {r['latency_ms']['p50']} ms p99 {r['latency_ms']['p99']} "
+              f"ms max {r['latency_ms']['max']} ms", flush=True)
+    rate = spread([r["req_per_s"] for r in runs])
+    ok = all(r["errors"] == 0 and r["wrong_rewards"] == 0 and r["requests"] == len(samples) for r in runs)
+    print(f"{connection}: median {rate['median']:.0f} req/s (min {rate['min']:.0f}, max {rate['max']:.0f}, spread "
+          f"{100 * rate['spread']:.0f} %); all rewards right and no errors: {ok}")
+    return {"req_per_s": rate, "all_right": ok, "runs": runs}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--samples", type=int, default=10000, help="samples (= requests) per run")
@@ -182,9 +201,9 @@ def main(argv=None) -> int:
     ap.add_argument("--group_size", type=int, default=8, help="samples per prompt (server --group_size)")
     ap.add_argument("--group_wait", type=float, default=60.0, help="server --group_wait (s)")
     ap.add_argument("--workers", type=int, default=2, help="server --workers (math-verify processes)")
-    ap.add_argument("--connection", choices=("keepalive", "new"), default="keepalive",
-                    help="reuse one connection per client, or open one per request")
-    ap.add_argument("--runs", type=int, default=3, help="runs, each with a fresh server")
+    ap.add_argument("--connection", choices=("both", "new", "keepalive"), default="both",
+                    help="a new connection per request (as OpenRLHF), one kept alive per client, or both")
+    ap.add_argument("--runs", type=int, default=5, help="runs per connection mode, each with a fresh server")
     ap.add_argument("--timeout", type=float, default=60.0, help="per-request client timeout (s)")
     ap.add_argument("--deadline", type=float, default=600.0, help="a run is stopped after this many seconds")
     ap.add_argument("--seed", type=int, default=0)
@@ -193,24 +212,17 @@ def main(argv=None) -> int:
     if a.clients < a.group_size:
         ap.error("--clients must be >= --group_size: fewer clients than a group could never complete one")
     samples = make_samples(a.samples, a.group_size, a.seed)
-    runs = []
-    for i in range(a.runs):
-        r = one_run(a, samples)
-        runs.append(r)
-        print(f"run {i + 1}/{a.runs}: {r['requests']} requests in {r['seconds']:.2f} s = {r['req_per_s']:.0f} req/s, "
-              f"errors {r['errors']}, wrong rewards {r['wrong_rewards']}, partial groups {r['partial_groups']}, "
-              f"latency p50 {r['latency_ms']['p50']} ms p99 {r['latency_ms']['p99']} ms max {r['latency_ms']['max']} ms",
-              flush=True)
-    rate = spread([r["req_per_s"] for r in runs])
-    ok = all(r["errors"] == 0 and r["wrong_rewards"] == 0 and r["requests"] == len(samples) for r in runs)
-    met = ok and rate["median"] >= 500 and a.clients >= 32
-    print(f"median {rate['median']:.0f} req/s (min {rate['min']:.0f}, max {rate['max']:.0f}, spread "
-          f"{100 * rate['spread']:.0f} %); all rewards right and no errors: {ok}; target (>= 500 req/s, 32 clients): "
+    modes = ("new", "keepalive") if a.connection == "both" else (a.connection,)
+    results = {mode: measure(a, samples, mode) for mode in modes}
+    ok = all(r["all_right"] for r in results.values())
+    head = results.get("new", next(iter(results.values())))
+    met = ok and "new" in results and head["req_per_s"]["median"] >= 500 and a.clients >= 32
+    print(f"target (>= 500 req/s, 32 clients, new connection per request, all right): "
           f"{'met' if met else 'not met'}; load avg {load_avg()}")
     if not a.no_record:
         append_result({"bench": "reward_server", "samples": len(samples), "clients": a.clients,
-                       "group_size": a.group_size, "workers": a.workers, "connection": a.connection,
-                       "req_per_s": rate, "all_right": ok, "target_met": met, "runs": runs})
+                       "group_size": a.group_size, "workers": a.workers, "all_right": ok, "target_met": met,
+                       "modes": results})
     return 0 if ok else 1
 
 

@@ -29,13 +29,15 @@ def pool_events(run_dir):
 
 
 # The difficulty filter on with a real band (4 samples: only a 2-2 split, agreement 0.5,
-# is kept) and up to 3 refill rounds, so resume must also restore what the filter and the
-# refill loop consumed. Later flags override TINY_TRAIN's.
-FILTER_ON = ["--n_samples_per_prompt", "4", "--reward_difficulty_bounds", "0.3", "0.7", "--max_refill_rounds", "3"]
+# is kept) and a refill round, so resume must also restore what the filter and the refill
+# loop consumed. Later flags override TINY_TRAIN's.
+FILTER_ON = ["--n_samples_per_prompt", "4", "--reward_difficulty_bounds", "0.3", "0.7", "--max_refill_rounds", "2"]
 
 
 def _start(args, err_file, fault=None):
-    env = dict(os.environ, SERL_FAULT=fault or "")
+    # one intra-op thread: the runs share a small machine (spin-waiting threads on busy cores
+    # are many times slower), and the reference and resumed runs must use the same count
+    env = dict(os.environ, SERL_FAULT=fault or "", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     with open(err_file, "w") as err:  # the child keeps its own copy of the descriptor
         return subprocess.Popen([sys.executable, "-m", "serl.cli", "train", *map(str, args)], cwd=ROOT, env=env,
                                 stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
@@ -46,13 +48,14 @@ def _finish(proc, kill_after=None) -> tuple[int, bool]:
     main process, as the OOM killer does). Returns (exit code, killed by us)."""
     killed = False
     try:
-        proc.wait(timeout=kill_after if kill_after is not None else 900)
+        proc.wait(timeout=kill_after if kill_after is not None else 1800)
     except subprocess.TimeoutExpired:
-        if kill_after is None:
-            raise
         proc.kill()
         proc.wait(timeout=60)
         killed = True
+        if kill_after is None:  # a hung run: leave nothing behind, then fail
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise
     time.sleep(1.0)  # its reward workers see the closed pipe and exit; clear any straggler
     try:
         os.killpg(proc.pid, signal.SIGKILL)
