@@ -38,7 +38,7 @@ def test_pattern(text, bad):
 def test_no_absolute_shared_data_paths():
     offenders = []
     for path in _tracked_text_files():
-        if not path.exists():
+        if not path.exists() or path == Path(__file__).resolve():  # this file's examples
             continue
         for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
             if ABSOLUTE_SHARED.search(line) or MACHINE_DIR in line:
