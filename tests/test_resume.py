@@ -124,12 +124,13 @@ def test_sigkill_injected_and_from_outside_then_resume_is_exact_to_the_last_weig
     # the filter and the refill really worked in the reference run
     assert sum(m["filter/difficulty/too_easy"] + m["filter/difficulty/too_hard"] for m in ma) > 0, ma
     assert max(m["filter/rounds"] for m in ma) > 1, ma
-    assert sum(m["train/batch_prompts"] for m in ma) > 0, ma
+    updated = [m["step"] for m in ma if m["train/batch_prompts"] > 0]  # a step may keep no prompt
+    assert updated, ma
 
     rng = random.Random(16)
     # (kind, what): an injected fault "name:step", or an outside kill after a random delay
     plan = [("fault", "generate:2"), ("kill", rng.uniform(0.1, 0.5) * whole), ("fault", "checkpoint:2"),
-            ("kill", rng.uniform(0.1, 0.5) * whole), ("fault", "learner:3"), ("final", None)]
+            ("kill", rng.uniform(0.1, 0.5) * whole), ("fault", f"learner:{max(updated)}"), ("final", None)]
     log, done = [], False
     for n, (kind, what) in enumerate(plan):
         before = _last_ckpt_step(b)
