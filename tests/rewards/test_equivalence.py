@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from serl.rewards import EquivalenceChecker
-from serl.rewards.equivalence import RewardPoolError, WorkerStartError
+from serl.rewards.equivalence import RewardPoolError
 from serl.rewards.normalize import cheap_compare, normalize
 
 
