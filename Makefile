@@ -22,7 +22,7 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(VENV)/bin/python -m pytest -q -rs -m "not slow" tests
 
-# The five benchmarks of bench/README.md (about 45 min on a quiet 2-core machine); TRL goes
+# The six benchmarks of bench/README.md (about 45 min on a quiet 2-core machine); TRL goes
 # into a separate .venv-bench that sees serl's venv, never into serl's own.
 $(BENCH_STAMP): $(STAMP) bench/requirements.txt bench/install.sh
 	bash bench/install.sh $(VENV) $(BENCH_VENV)

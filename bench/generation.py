@@ -35,10 +35,10 @@ def main(argv=None) -> int:
     from vllm import LLM, SamplingParams
 
     from serl.engines.base import Sampling
-    from serl.engines.vllm_generator import VLLMGenerator
+    from serl.engines.factory import make_generator
 
     path = smollm2_path()
-    serl_gen = VLLMGenerator(path, seed=0, max_model_len=args.max_model_len)
+    serl_gen = make_generator("vllm", path, seed=0, max_model_len=args.max_model_len)  # as serl train builds it
     raw = LLM(model=path, dtype="bfloat16", max_model_len=args.max_model_len, seed=0, enforce_eager=True)
     tok = raw.get_tokenizer()
     prompts = [tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True,

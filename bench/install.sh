@@ -14,6 +14,8 @@ site=$("$SERL_VENV/bin/python" -c "import sysconfig; print(sysconfig.get_paths()
 bsite=$("$BENCH_VENV/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
 echo "$site" > "$bsite/serl_env.pth"
 echo "[bench install] pip install -r bench/requirements.txt into $BENCH_VENV (on top of $SERL_VENV)"
-"$BENCH_VENV/bin/python" -m pip install -q -r bench/requirements.txt 2>&1 \
-  | grep -vE "^WARNING: Location|is ignored|dependency conflicts|requires .* which is not installed|requires .* but you have" || true
+rc=0; out=$("$BENCH_VENV/bin/python" -m pip install -q -r bench/requirements.txt 2>&1) || rc=$?
+printf '%s\n' "$out" \
+  | grep -vE "^WARNING: Location|is ignored|dependency conflicts|requires .* which is not installed|requires .* but you have|^$" >&2 || true
+[ "$rc" = 0 ] || { echo "[bench install] ERROR: pip install -r bench/requirements.txt failed (exit $rc); stopping." >&2; exit 1; }
 "$BENCH_VENV/bin/python" -c "import trl, serl, torch; print('[bench install] ok: trl', trl.__version__, 'torch', torch.__version__)"

@@ -21,7 +21,8 @@ import torch
 from _common import RESULTS, cpu_model  # noqa: E402  (also puts the repo on sys.path)
 
 from serl.engines.base import TrainBatch  # noqa: E402
-from serl.engines.torch_learner import LearnerConfig, TorchLearner  # noqa: E402
+from serl.engines.learner_core import LearnerConfig  # noqa: E402
+from serl.engines.torch_learner import TorchLearner  # noqa: E402
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 

@@ -1,4 +1,4 @@
-"""Run the five benchmarks one after another, then print the summary table (`make bench`).
+"""Run the six benchmarks one after another, then print the summary table (`make bench`).
 
 Each bench is its own process (engines and thread pools do not leak into the next one);
 a failing bench is reported and the others still run; the exit code is 1 if any failed.
@@ -19,7 +19,7 @@ from summary import ORDER, newest, table
 
 HERE = Path(__file__).resolve().parent
 SCRIPTS = {"rl_step": "rl_step.py", "generation": "generation.py", "weight_sync": "weight_sync.py",
-           "reward_vote": "reward_vote.py", "learner": "learner.py"}
+           "reward_vote": "reward_vote.py", "reward_server": "reward_server_load.py", "learner": "learner.py"}
 
 
 def main(argv=None) -> int:

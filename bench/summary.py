@@ -1,4 +1,4 @@
-"""The five targets in one markdown table, from the newest record of each bench in results.jsonl.
+"""The six targets in one markdown table, from the newest record of each bench in results.jsonl.
 
     python bench/summary.py [--since 2026-11-22T09:00]     # what bench/README.md's table shows
 """
@@ -9,7 +9,7 @@ import json
 
 from _common import RESULTS
 
-ORDER = ("rl_step", "generation", "weight_sync", "reward_vote", "learner")
+ORDER = ("rl_step", "generation", "weight_sync", "reward_vote", "reward_server", "learner")
 
 
 def _rl_step(r):
@@ -41,6 +41,17 @@ def _reward_vote(r):
             ">= 10x", best >= 10)
 
 
+def _reward_server(r):
+    if "modes" not in r:
+        return "old record format", ">= 500 req/s", None
+    m = r["modes"]
+    parts = [f"{'new connection per request' if k == 'new' else 'keep-alive'} "
+             f"{v['req_per_s']['median']:.0f} req/s (min {v['req_per_s']['min']:.0f})" for k, v in m.items()]
+    right = "yes" if r["all_right"] else "NO"
+    return (f"**{', '.join(parts)}**, {r['clients']} clients, 0 errors and right rewards: {right}",
+            ">= 500 req/s", r["target_met"])
+
+
 def _learner(r):
     parts = [f"{x['dtype']} {100 * x['mfu']:.0f} %" for x in r["results"]]
     met = " / ".join(f"{x['dtype']} {'yes' if x['mfu'] >= 0.40 else 'no'}" for x in r["results"])
@@ -51,6 +62,7 @@ ROWS = {"rl_step": ("Full RL step vs TRL GRPOTrainer", _rl_step),
         "generation": ("Generation: serl / raw vLLM", _generation),
         "weight_sync": ("Weight sync into vLLM", _weight_sync),
         "reward_vote": ("Reward: vote vs pairwise", _reward_vote),
+        "reward_server": ("Reward server, one sample per request", _reward_server),
         "learner": ("Learner MFU", _learner)}
 
 

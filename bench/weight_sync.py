@@ -34,12 +34,12 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
     args = parse_args(argv)
     from serl.engines.base import Sampling
-    from serl.engines.vllm_generator import VLLMGenerator
+    from serl.engines.factory import make_generator
     from serl.models import load_causal_lm
 
     path = smollm2_path()
     policy = load_causal_lm(path, dtype=torch.float32)
-    gen = VLLMGenerator(path, seed=0, max_model_len=512)
+    gen = make_generator("vllm", path, seed=0, max_model_len=512)  # as serl train builds it
     prompt = gen.tokenizer.apply_chat_template([{"role": "user", "content": "What is 12 times 7?"}],
                                                add_generation_prompt=True, tokenize=False)
     greedy = Sampling(max_new_tokens=24, temperature=0.0)

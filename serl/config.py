@@ -341,30 +341,22 @@ def build_parser(cls=None, prog: str = "serl train") -> argparse.ArgumentParser:
     return ap
 
 
-def _recipe_in_argv(argv: list[str]) -> str | None:
+def _flag_value(argv: list[str], flag: str) -> str | None:
+    """The value of ``--flag V`` or ``--flag=V`` in ``argv`` (None if absent)."""
     for i, a in enumerate(argv):
-        if a == "--recipe" and i + 1 < len(argv):
+        if a == flag and i + 1 < len(argv):
             return argv[i + 1]
-        if a.startswith("--recipe="):
-            return a.split("=", 1)[1]
-    return None
-
-
-def _config_in_argv(argv: list[str]) -> str | None:
-    for i, a in enumerate(argv):
-        if a == "--config" and i + 1 < len(argv):
-            return argv[i + 1]
-        if a.startswith("--config="):
+        if a.startswith(flag + "="):
             return a.split("=", 1)[1]
     return None
 
 
 def recipe_from_args(argv: list[str]) -> str:
     """The recipe a command line asks for: ``--recipe``, else the YAML's ``recipe``, else serl."""
-    name = _recipe_in_argv(argv)
+    name = _flag_value(argv, "--recipe")
     if name is not None:
         return _recipe_of(name, "--recipe")
-    conf = _config_in_argv(argv)
+    conf = _flag_value(argv, "--config")
     if conf:
         p, data = _read_yaml(conf)
         return _recipe_of(data.get("recipe"), f"{p}: option 'recipe'")

@@ -4,6 +4,17 @@ Keys are namespaced ("reward/mean", "filter/length/passed", "time/learner", ...)
 and each sink receives exactly the same keys. The JSONL file is the record the
 report reads: one line per ``log`` call, flushed and fsynced so a crash loses at
 most the step being written.
+
+Resume and W&B: a run that crashes after logging step N but before the
+checkpoint of step N re-runs (and re-logs) the steps after its last checkpoint.
+The JSONL file and TensorBoard drop the stale records (``truncate_after`` and
+``purge_step``).  W&B cannot take a step back: it ignores a step lower than one
+it already has.  So the resumed run continues the *same* W&B run (its id is kept
+in ``wandb_run_id.txt``, ``resume="allow"``) and does not send W&B the steps it
+already received (the highest is kept in ``wandb_last_step.txt``); those steps
+keep the values from before the crash in W&B (identical with the transformers
+generator, whose resumed runs reproduce exactly), and ``metrics.jsonl`` has the
+values of the resumed run.  ``wandb_skipped`` counts the records not sent.
 """
 
 from __future__ import annotations
@@ -18,6 +29,7 @@ from typing import Any, Mapping
 
 METRICS_FILE = "metrics.jsonl"
 WANDB_ID_FILE = "wandb_run_id.txt"
+WANDB_STEP_FILE = "wandb_last_step.txt"  # the highest step sent to W&B
 # Fields of a JSONL line that are not metrics.
 META_KEYS = ("step", "wall_time")
 LOGGING_EXTRA = "pip install 'serl[logging]'"
@@ -163,6 +175,9 @@ class MetricsLogger:
         self._closed = False
 
         self._wandb_run = None
+        self._wandb_had = -1  # steps up to this one reached W&B before this process started
+        self._wandb_sent = -1
+        self.wandb_skipped = 0
         if use_wandb:
             try:
                 self._wandb_run = self._start_wandb(wandb_project, wandb_run_name, config)
@@ -188,7 +203,25 @@ class MetricsLogger:
             dir=None if os.environ.get("WANDB_DIR") else str(self.run_dir),
         )
         id_file.write_text(run.id + "\n")
+        if self.resume:
+            step_file = self.run_dir / WANDB_STEP_FILE
+            try:
+                self._wandb_had = int(step_file.read_text().strip())
+            except (OSError, ValueError):  # none yet, or torn by a crash: W&B's own count below
+                self._wandb_had = -1
+            self._wandb_had = max(self._wandb_had, int(getattr(run, "step", 0) or 0) - 1)
         return run
+
+    def _send_wandb(self, step: int, values: dict) -> None:
+        if step <= self._wandb_had:  # W&B has this step from before the crash and ignores it
+            self.wandb_skipped += 1
+            return
+        self._wandb_run.log(values, step=step)
+        if step != self._wandb_sent:
+            self._wandb_sent = step
+            tmp = self.run_dir / (WANDB_STEP_FILE + ".tmp")
+            tmp.write_text(f"{step}\n")
+            os.replace(tmp, self.run_dir / WANDB_STEP_FILE)
 
     def _tb_writer(self, first_step: int):
         if self._tb is None:
@@ -223,7 +256,7 @@ class MetricsLogger:
                 writer.add_scalar(key, value, step)
             writer.flush()
         if self._wandb_run is not None:
-            self._wandb_run.log(dict(values), step=step)
+            self._send_wandb(step, dict(values))
 
     def truncate_after(self, step: int) -> int:
         """Drop JSONL lines with a step greater than ``step``; returns how many were dropped.

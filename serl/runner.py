@@ -15,6 +15,8 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+import numpy as np
+
 from serl.config import ConfigError, TrainConfig, dump, load_yaml, parse_args
 from serl.data.seeds import DataError, read_seeds
 from serl.models import ModelError, load_tokenizer, resolve_model
@@ -134,6 +136,7 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None) -> Path:
 
         hf_logging.disable_progress_bar()
     t_start = time.time()
+    np.random.seed(cfg.seed)  # library code that draws from numpy's global RNG is seeded too
     ckpt = latest_checkpoint(run_dir) if resume_dir else None
     done = int(ckpt.name.split("_")[1]) if ckpt else 0
     tok = load_tokenizer(model_path)

@@ -286,6 +286,39 @@ def test_wandb_offline_run_has_the_jsonl_keys(tmp_path, monkeypatch):
     assert [(row["_step"], row["reward/mean"]) for row in wait_for_history(resumed, 1)] == [(4, 1.0)]
 
 
+def test_wandb_resume_after_a_crash_between_logging_and_checkpoint(tmp_path, monkeypatch):
+    """Steps 1-3 reached W&B, the checkpoint only step 1: the resumed run re-runs 2 and 3.
+    It continues the same W&B run, does not send 2 and 3 again (W&B would drop them as
+    going back in time), and sends 4 on; metrics.jsonl has the resumed run's values."""
+    pytest.importorskip("wandb", reason="wandb not installed (pip install 'serl[logging]')")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.delenv("WANDB_DIR", raising=False)  # W&B files go in the run dir
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    run_dir = tmp_path / "run"
+    with MetricsLogger(run_dir, use_wandb=True) as log:
+        for step in (0, 1, 1, 2, 3):  # step 1 twice: train metrics, then an evaluation
+            log.log(step, {"reward/mean": step / 10})
+    assert log.wandb_skipped == 0 and (run_dir / "wandb_last_step.txt").read_text() == "3\n"
+    (first,) = (run_dir / "wandb").glob("offline-run-*/run-*.wandb")
+    run_id = (run_dir / "wandb_run_id.txt").read_text().strip()
+    assert [row["_step"] for row in wait_for_history(first, 4)] == [0, 1, 2, 3]
+
+    time.sleep(1.1)  # offline run folders are named by the second they start
+    with MetricsLogger(run_dir, use_wandb=True, resume=True) as log:
+        assert log._wandb_run.id == run_id
+        assert log.truncate_after(1) == 2
+        for step in (2, 3, 4, 4, 5):
+            log.log(step, {"reward/mean": step / 10 + 1})
+    assert log.wandb_skipped == 2
+    assert (run_dir / "wandb_last_step.txt").read_text() == "5\n"
+    resumed = next(f for f in (run_dir / "wandb").glob("offline-run-*/run-*.wandb") if f != first)
+    assert run_id in resumed.name
+    assert [(r["_step"], r["reward/mean"]) for r in wait_for_history(resumed, 2)] == [(4, 1.4), (5, 1.5)]
+    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [(m["step"], m["reward/mean"]) for m in lines] == [
+        (0, 0.0), (1, 0.1), (1, 0.1), (2, 1.2), (3, 1.3), (4, 1.4), (4, 1.4), (5, 1.5)]
+
+
 # -- progress ------------------------------------------------------------------
 
 

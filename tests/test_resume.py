@@ -1,9 +1,19 @@
-"""A run killed with SIGKILL at several points resumes as if nothing happened."""
+"""A run killed with SIGKILL at several points, injected and from outside, resumes as if
+nothing happened: same metrics, pool, policy weights and optimizer state."""
 import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
 from serl.config import ConfigError, TrainConfig, dump
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def metrics(run_dir):
@@ -18,24 +28,137 @@ def pool_events(run_dir):
     return [json.loads(l) for l in (run_dir / "pool.jsonl").read_text().splitlines() if l.strip()]
 
 
+# The difficulty filter on with a real band (4 samples: only a 2-2 split, agreement 0.5,
+# is kept) and a refill round, so resume must also restore what the filter and the refill
+# loop consumed. Later flags override TINY_TRAIN's.
+FILTER_ON = ["--n_samples_per_prompt", "4", "--reward_difficulty_bounds", "0.3", "0.7", "--max_refill_rounds", "2"]
+
+
+def _start(args, err_file, fault=None):
+    # one intra-op thread: the runs share a small machine (spin-waiting threads on busy cores
+    # are many times slower), and the reference and resumed runs must use the same count
+    env = dict(os.environ, SERL_FAULT=fault or "", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    with open(err_file, "w") as err:  # the child keeps its own copy of the descriptor
+        return subprocess.Popen([sys.executable, "-m", "serl.cli", "train", *map(str, args)], cwd=ROOT, env=env,
+                                stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+
+
+def _finish(proc, kill_after=None) -> tuple[int, bool]:
+    """Wait for the run; with ``kill_after`` seconds, SIGKILL it from outside then (only the
+    main process, as the OOM killer does). Returns (exit code, killed by us)."""
+    killed = False
+    try:
+        proc.wait(timeout=kill_after if kill_after is not None else 1800)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=60)
+        killed = True
+        if kill_after is None:  # a hung run: leave nothing behind, then fail
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise
+    time.sleep(1.0)  # its reward workers see the closed pipe and exit; clear any straggler
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    return proc.returncode, killed
+
+
+def _last_ckpt_step(run_dir) -> int:
+    from serl.checkpoint import latest_checkpoint
+
+    c = latest_checkpoint(run_dir)
+    return int(c.name.split("_")[1]) if c else 0
+
+
+def _differences(a, b, path="") -> list[str]:
+    """Paths where two nested checkpoint objects differ (tensors bit for bit)."""
+    import numpy as np
+    import torch
+
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        same = (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype == b.dtype
+                and a.shape == b.shape and torch.equal(a, b))
+        return [] if same else [path]
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return [] if np.array_equal(a, b) else [path]
+    if isinstance(a, dict) and isinstance(b, dict):
+        if set(a) != set(b):
+            return [f"{path} keys {sorted(map(str, set(a) ^ set(b)))}"]
+        return [d for k in a for d in _differences(a[k], b[k], f"{path}/{k}")]
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        if len(a) != len(b):
+            return [f"{path} length {len(a)} != {len(b)}"]
+        return [d for i, (x, y) in enumerate(zip(a, b)) for d in _differences(x, y, f"{path}[{i}]")]
+    return [] if a == b else [path]
+
+
+def _checkpoint_differences(a_ckpt, b_ckpt) -> list[str]:
+    import torch
+    from safetensors.torch import load_file
+
+    out = []
+    files = sorted(p.name for p in (a_ckpt / "policy").glob("*.safetensors"))
+    assert files and files == sorted(p.name for p in (b_ckpt / "policy").glob("*.safetensors"))
+    for name in files:  # the policy weights, bit for bit
+        out += _differences(load_file(a_ckpt / "policy" / name), load_file(b_ckpt / "policy" / name), name)
+    for rel in ("policy/learner_state.pt", "trainer_state.pt"):  # optimizer moments, schedule, RNGs, data order
+        out += _differences(torch.load(a_ckpt / rel, weights_only=False),
+                            torch.load(b_ckpt / rel, weights_only=False), rel)
+    return out
+
+
 @pytest.mark.slow
-def test_sigkill_at_rollout_update_and_checkpoint_then_resume_is_exact(tmp_path, serl_train, tiny_train_args):
+def test_sigkill_injected_and_from_outside_then_resume_is_exact_to_the_last_weight(tmp_path, tiny_train_args):
+    """SIGKILL at three points the code injects (rollout, checkpoint write, update) and at
+    random moments from outside (seeded), with the difficulty filter and refill on. The
+    resumed run ends with the same metrics, pool, policy weights (bit for bit), optimizer
+    state and RNG states as one run without interruption."""
     a, b = tmp_path / "a", tmp_path / "b"
-    r = serl_train("--run_dir", str(a), *tiny_train_args)
-    assert r.returncode == 0, r.stderr[-3000:]
+    args = [*tiny_train_args, *FILTER_ON]
+    t = time.monotonic()
+    rc, _ = _finish(_start(["--run_dir", a, *args], tmp_path / "a.err"))
+    whole = time.monotonic() - t
+    assert rc == 0, (tmp_path / "a.err").read_text()[-3000:]
+    ma = metrics(a)
+    # the filter and the refill really worked in the reference run
+    assert sum(m["filter/difficulty/too_easy"] + m["filter/difficulty/too_hard"] for m in ma) > 0, ma
+    assert max(m["filter/rounds"] for m in ma) > 1, ma
+    updated = [m["step"] for m in ma if m["train/batch_prompts"] > 0]  # a step may keep no prompt
+    assert updated, ma
 
-    kills = ["generate:2", "checkpoint:2", "learner:3"]
-    r = serl_train("--run_dir", str(b), *tiny_train_args, fault=kills[0])
-    assert r.returncode == -9, r.stderr[-3000:]
-    for fault in kills[1:] + [None]:
-        r = serl_train("--resume", str(b), fault=fault)
-        assert r.returncode == (-9 if fault else 0), (fault, r.stderr[-3000:])
-        if fault == "checkpoint:2":  # the half-written checkpoint never looks complete
-            assert not (b / "checkpoints/step_000002/COMPLETE").exists()
+    rng = random.Random(16)
+    # (kind, what): an injected fault "name:step", or an outside kill after a random delay
+    plan = [("fault", "generate:2"), ("kill", rng.uniform(0.1, 0.5) * whole), ("fault", "checkpoint:2"),
+            ("kill", rng.uniform(0.1, 0.5) * whole), ("fault", f"learner:{max(updated)}"), ("final", None)]
+    log, done = [], False
+    for n, (kind, what) in enumerate(plan):
+        before = _last_ckpt_step(b)
+        if kind == "fault" and int(what.split(":")[1]) <= before:
+            log.append((kind, what, "skipped: step already checkpointed"))
+            continue
+        first = not (b / "config.yaml").exists()  # killed before the run dir was set up: start again
+        cmd = ["--run_dir", b, *args] if first else ["--resume", b]
+        err = tmp_path / f"b{n}.err"
+        proc = _start(cmd, err, fault=what if kind == "fault" else None)
+        rc, killed = _finish(proc, kill_after=what if kind == "kill" else None)
+        log.append((kind, what, f"rc {rc}, killed from outside {killed}, checkpoint {before} -> {_last_ckpt_step(b)}"))
+        if kind == "fault":
+            assert rc == -9, (log, err.read_text()[-3000:])
+            if what == "checkpoint:2":  # the half-written checkpoint never looks complete
+                assert not (b / "checkpoints/step_000002/COMPLETE").exists()
+        elif not killed:
+            assert rc == 0, (log, err.read_text()[-3000:])
+            done = True
+            break
+    assert done, log
+    assert sum(1 for k, _, res in log if k == "kill" and "outside True" in res) >= 1, log
+    assert sum(1 for k, _, res in log if k == "fault" and not res.startswith("skipped")) >= 2, log
+    print("kills:", *log, sep="\n  ")
 
-    ma, mb = metrics(a), metrics(b)
-    assert [m["step"] for m in mb] == [1, 2, 3]          # continuous, nothing duplicated
-    assert ma == mb                                       # the same run, to the last digit
+    mb = metrics(b)
+    assert [m["step"] for m in mb] == [1, 2, 3], log      # continuous, nothing duplicated
+    assert ma == mb, log                                  # the same run, to the last digit
 
     adds = lambda d: [e["item"] for e in pool_events(d) if e["e"] == "add"]
     ids = [i["id"] for i in adds(b)]
@@ -45,9 +168,46 @@ def test_sigkill_at_rollout_update_and_checkpoint_then_resume_is_exact(tmp_path,
     from serl.checkpoint import complete_checkpoints
     ckpts = complete_checkpoints(b)
     assert [c.name for c in ckpts] == ["step_000002", "step_000003"]  # keeps the newest 2
+    assert _checkpoint_differences(complete_checkpoints(a)[-1], ckpts[-1]) == [], log
     from transformers import AutoModelForCausalLM
     AutoModelForCausalLM.from_pretrained(ckpts[-1] / "policy")        # the final checkpoint loads
     assert not list((b / "checkpoints").glob(".tmp-*"))
+
+
+def test_checkpoint_comparison_finds_one_changed_bit(tmp_path):
+    """The comparison the resume test relies on sees a single flipped bit and a changed moment."""
+    import torch
+    from safetensors.torch import save_file
+
+    for d in ("x", "y"):
+        (tmp_path / d / "policy").mkdir(parents=True)
+        save_file({"w": torch.ones(3)}, tmp_path / d / "policy" / "model.safetensors")
+        torch.save({"optimizer": {"state": {0: {"exp_avg": torch.zeros(3)}}}, "updates": 3},
+                   tmp_path / d / "policy" / "learner_state.pt")
+        torch.save({"rng": (3, (1, 2), None)}, tmp_path / d / "trainer_state.pt")
+    x, y = tmp_path / "x", tmp_path / "y"
+    assert _checkpoint_differences(x, y) == []
+    w = torch.ones(3)
+    w.view(torch.int32)[1] ^= 1  # one bit of one weight
+    save_file({"w": w}, y / "policy" / "model.safetensors")
+    torch.save({"optimizer": {"state": {0: {"exp_avg": torch.tensor([0.0, 0.0, 1e-30])}}}, "updates": 3},
+               y / "policy" / "learner_state.pt")
+    assert _checkpoint_differences(x, y) == ["model.safetensors/w", "policy/learner_state.pt/optimizer/state/0/exp_avg"]
+
+
+@pytest.mark.parametrize("flag, value", [
+    ("--learner", "deepspeed"),         # another engine: other numerics, other optimizer state
+    ("--train_batch_size", "4"),        # the batch shape: optimizer steps per training step
+    ("--advantage_estimator", "rloo"),
+    ("--reward_difficulty_bounds", "0.1 0.9"),
+])
+def test_resume_refuses_run_defining_changes(tmp_path, flag, value):
+    from serl.train import resume_config
+
+    dump(TrainConfig(steps=3), tmp_path / "config.yaml")
+    with pytest.raises(ConfigError, match=f"option '{flag[2:]}' was .* that makes it a different run"):
+        resume_config(tmp_path, [flag, *value.split()])
+    assert not (tmp_path / "config_changes.jsonl").exists()
 
 
 def test_resume_refuses_a_different_run_and_records_harmless_changes(tmp_path):

@@ -38,13 +38,18 @@ def test_missing_model_path(tmp_path):
     assert not run_dir.exists()
 
 
-def test_existing_run_dir_is_refused(tmp_path):
+def test_existing_run_dir_is_refused(tmp_path, smol_path):
+    """Everything else is valid (a real model, good seeds): only the run dir is wrong."""
     seeds = tmp_path / "seeds.jsonl"
     seeds.write_text('{"problem": "What is 1 + 1?", "answer": "2"}\n')
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "keep.txt").write_text("x")
-    r, _ = run_train(tmp_path, "--prompt_data", str(seeds), "--model", str(tmp_path / "nope.gguf"))
-    assert r.returncode == 2
+    r, run_dir = run_train(tmp_path, "--prompt_data", str(seeds), "--model", str(smol_path))
+    assert r.returncode == 2, r.stderr
+    assert f"run_dir: {run_dir} already exists and is not empty" in r.stderr
+    assert f"--resume {run_dir}" in r.stderr and "Traceback" not in r.stderr
+    assert sorted(p.name for p in run_dir.iterdir()) == ["keep.txt"]  # nothing written into it
+    assert (run_dir / "keep.txt").read_text() == "x"
 
 
 def test_eval_sets_load_and_fail_clearly(tmp_path):

@@ -158,16 +158,19 @@ def _fmt(x) -> str:
 
 
 def format_table(results: dict, k: int) -> str:
-    cols = [c for c in ("pass@1", f"maj@{k}", f"pass@{k}", f"mean@{k}")
+    # MMLU-Pro adds strict accuracy and the share decided by the lone-letter fallback
+    cols = [c for c in ("pass@1", f"maj@{k}", f"pass@{k}", f"mean@{k}", "strict_pass@1", "fallback@1",
+                        f"strict_mean@{k}", f"fallback@{k}")
             if any(c in e for e in results["benchmarks"].values())]
-    lines = [f"{'benchmark':<22}{'n':>6}" + "".join(f"{c:>9}" for c in cols)]
+    width = {c: max(9, len(c) + 2) for c in cols}
+    lines = [f"{'benchmark':<22}{'n':>6}" + "".join(f"{c:>{width[c]}}" for c in cols)]
     rows = []
     for name, entry in results["benchmarks"].items():
         rows.append((name, entry))
         if name == MMLU:
             rows += [(f"  {g}", e) for g, e in entry["by_group"].items()]
     for name, entry in rows:
-        lines.append(f"{name:<22}{entry['n']:>6}" + "".join(f"{_fmt(entry.get(c)):>9}" for c in cols))
+        lines.append(f"{name:<22}{entry['n']:>6}" + "".join(f"{_fmt(entry.get(c)):>{width[c]}}" for c in cols))
     return "\n".join(lines)
 
 

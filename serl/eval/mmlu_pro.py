@@ -9,6 +9,14 @@ until the prompt fits the token budget.
 Differences from the reference, on purpose:
 * an unanswered question counts as wrong (the reference picks a random option);
 * each extraction pattern takes its *last* match (the model's final statement).
+
+The official last fallback, the last standalone capital A-J, also reads the
+article "A" and the pronoun "I" as answers.  It stays in the headline numbers
+(``pass@1``, ``maj@K``, ...) so they compare with published ones; next to them
+``strict_pass@1`` / ``strict_mean@K`` count only answers stated with "answer is
+(X)" or "Answer: X", and ``fallback@1`` / ``fallback@K`` give the share of
+answers that only the fallback decided.  A weak model near chance (10 %) with a
+large fallback share is mostly being scored on stray letters.
 """
 from __future__ import annotations
 
@@ -34,13 +42,23 @@ _ANSWER_COLON = re.compile(r"[aA]nswer:\s*\(?([A-J])\b")
 _LONE_LETTER = re.compile(r"\b([A-J])\b")
 
 
-def extract_choice(text: str) -> str | None:
-    """"answer is (X)" -> "Answer: X" -> the last standalone letter A-J; else None."""
-    for pattern in (_ANSWER_IS, _ANSWER_COLON, _LONE_LETTER):
+_RULES = (("answer_is", _ANSWER_IS), ("answer_colon", _ANSWER_COLON), ("fallback", _LONE_LETTER))
+
+
+def extract_choice_rule(text: str) -> tuple[str | None, str | None]:
+    """(letter, rule that found it): "answer_is", "answer_colon" or "fallback"; (None, None)."""
+    for rule, pattern in _RULES:
         hits = pattern.findall(text)
         if hits:
-            return hits[-1]
-    return None
+            return hits[-1], rule
+    return None, None
+
+
+def extract_choice(text: str, strict: bool = False) -> str | None:
+    """"answer is (X)" -> "Answer: X" -> the last standalone letter A-J (the official
+    protocol); ``strict`` drops that last fallback. None when nothing matches."""
+    letter, rule = extract_choice_rule(text)
+    return None if strict and rule == "fallback" else letter
 
 
 def _header(category: str) -> str:
@@ -128,7 +146,9 @@ def evaluate_mmlu_pro(generator, tokenizer, questions: list[MMLUQuestion],
                       prefix: str = "eval", chunk: int = 64, log=None) -> dict:
     """Same return shape as ``evaluate_math``; benchmark name ``mmlu_pro``, with
     ``by_category`` and ``by_group`` (counts-weighted) breakdowns. maj@K votes with
-    ``majority_vote`` (needs ``checker``) over the extracted letters."""
+    ``majority_vote`` (needs ``checker``) over the extracted letters. Besides the
+    official-protocol columns: ``strict_pass@1``, ``fallback@1`` (greedy) and
+    ``strict_mean@K``, ``fallback@K`` (samples); see the module doc."""
     shots = shots_by_category(validation, n_shots)
     built = [build_prompt(q, shots.get(q.category, []), tokenizer, prompt_style, max_prompt_tokens)
              for q in questions]
@@ -146,42 +166,48 @@ def evaluate_mmlu_pro(generator, tokenizer, questions: list[MMLUQuestion],
             full[i] = g
         return full
 
-    def record(i, kind, j, c, letter, ok):
+    def record(i, kind, j, c, letter, rule, ok):
         q = questions[i]
         return {"benchmark": "mmlu_pro", "idx": q.question_id, "kind": kind, "sample": j,
-                "category": q.category, "gold": q.answer, "answer": letter, "correct": ok,
+                "category": q.category, "gold": q.answer, "answer": letter, "extracted_by": rule,
+                "correct": ok,
                 "shots": built[i][1], "prompt_tokens": built[i][2],
                 "response": c.text if c else None, "finish_reason": c.finish_reason if c else "prompt_too_long",
                 "n_tokens": len(c.token_ids) if c else 0}
 
     if greedy:
         groups = run(1, Sampling(max_new_tokens, 0.0, 1.0, stop=stop), f"{prefix} mmlu_pro greedy")
-        col = []
+        col, strict, fell = [], [], []
         for i, g in enumerate(groups):
-            letter = extract_choice(g[0].text) if g else None
+            letter, rule = extract_choice_rule(g[0].text) if g else (None, None)
             ok = letter == questions[i].answer
             col.append(float(ok))
-            records.append(record(i, "greedy", 0, g[0] if g else None, letter, ok))
-        cols["pass@1"] = col
+            strict.append(float(ok and rule != "fallback"))
+            fell.append(float(rule == "fallback"))
+            records.append(record(i, "greedy", 0, g[0] if g else None, letter, rule, ok))
+        cols |= {"pass@1": col, "strict_pass@1": strict, "fallback@1": fell}
     if k > 0:
         if checker is None:
             raise ValueError("maj@K needs an EquivalenceChecker")
         groups = run(k, Sampling(max_new_tokens, temperature, top_p, stop=stop, seed=seed),
                      f"{prefix} mmlu_pro sample x{k}")
-        maj, pk, mk = [], [], []
+        maj, pk, mk, smk, fk = [], [], [], [], []
         for i, g in enumerate(groups):
             gold = questions[i].answer
-            letters = [extract_choice(c.text) for c in g] if g else [None] * k
+            found = [extract_choice_rule(c.text) for c in g] if g else [(None, None)] * k
+            letters = [x for x, _ in found]
             oks = [x == gold for x in letters]
+            smk.append(mean(float(ok and r != "fallback") for ok, (_, r) in zip(oks, found)))
+            fk.append(mean(float(r == "fallback") for _, r in found))
             vote = majority_vote(letters, checker)
             maj.append(float(vote.label == gold))
             pk.append(pass_at_k(k, sum(oks), k))
             mk.append(mean(map(float, oks)))
             for j in range(k):
-                rec = record(i, "sample", j, g[j] if g else None, letters[j], oks[j])
+                rec = record(i, "sample", j, g[j] if g else None, letters[j], found[j][1], oks[j])
                 rec["in_majority"] = bool(vote.rewards[j] > 0)
                 records.append(rec)
-        cols |= {f"maj@{k}": maj, f"pass@{k}": pk, f"mean@{k}": mk}
+        cols |= {f"maj@{k}": maj, f"pass@{k}": pk, f"mean@{k}": mk, f"strict_mean@{k}": smk, f"fallback@{k}": fk}
     return _summarise(questions, cols, fits, prefix) | {"records": records}
 
 

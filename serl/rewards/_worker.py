@@ -1,6 +1,7 @@
 """Code that runs inside an equivalence worker process.
 
-A worker receives jobs over a pipe and answers each with one message.  Before
+A worker first sends ``"ready"``, then receives jobs over a pipe and answers each
+with one message.  Before
 every expensive unit (one math-verify ``parse`` or one ``verify``) it writes
 ``(start time, kind, i, j)`` into a small shared array; the parent reads it and
 kills the worker when a unit runs past the hard timeout, so a check that hangs
@@ -93,7 +94,8 @@ class Worker:
         self.soft = soft_timeout
         self.max_chars = max_chars
         self.cache: OrderedDict[str, object] = OrderedDict()
-        self.counters = {"verify_calls": 0, "parse_calls": 0, "soft_timeouts": 0, "skipped_long": 0, "too_big": 0}
+        self.counters = {"verify_calls": 0, "parse_calls": 0, "soft_timeouts": 0, "skipped_long": 0, "too_big": 0,
+                         "check_errors": 0}
 
     # -- timed units --------------------------------------------------------
     def _unit(self, kind: float, i: int, j: int, fn):
@@ -107,6 +109,9 @@ class Worker:
             return True, fn()
         except _SoftTimeout:
             self.counters["soft_timeouts"] += 1
+            return False, None
+        except Exception:  # math-verify failed on this input: the check fails, counted
+            self.counters["check_errors"] += 1
             return False, None
         finally:
             if self.soft:
@@ -124,9 +129,11 @@ class Worker:
             lambda: parse("\\boxed{" + s + "}", extraction_config=_LATEX_ONLY, parsing_timeout=None),
         )
         value = value if ok else None
-        if value is not None and too_big(value):
-            self.counters["too_big"] += 1
-            value = None
+        if value is not None:
+            ok, big = self._unit(PARSE, i, -1, lambda: too_big(value))
+            if not ok or big:
+                self.counters["too_big"] += 1
+                value = None
         self.cache[s] = value
         if len(self.cache) > 4096:
             self.cache.popitem(last=False)
@@ -222,6 +229,7 @@ def worker_main(conn, progress, soft_timeout, max_chars, max_memory_mb) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when we stop
     safety.install_guards(max_memory_mb)
     worker = Worker(progress, soft_timeout, max_chars)
+    conn.send("ready")  # the parent counts a death before this as a start failure
     while True:
         try:
             msg = conn.recv()
@@ -235,7 +243,7 @@ def worker_main(conn, progress, soft_timeout, max_chars, max_memory_mb) -> None:
         before = safety.blocked_count
         try:
             result, error = worker.run(job), None
-        except Exception as e:  # a bug or MemoryError: report, keep serving
+        except Exception as e:  # outside any check (a bug): the parent raises
             result, error = None, f"{type(e).__name__}: {e}"[:500]
         counters = dict(worker.counters, blocked=safety.blocked_count - before)
         conn.send((task_id, result, error, counters))

@@ -15,10 +15,31 @@ math-verify ``parse`` (cached per worker) and ``verify(gold=a, target=b)``.
 Whole groups are shipped to a worker as one job (see :mod:`serl.rewards.vote`),
 so the pool runs one group per worker in parallel and the per-job overhead is
 one pipe round trip.
+
+Failing loudly:
+
+* Workers never re-import the user's ``__main__``.  multiprocessing's
+  forkserver and spawn starts normally re-run the parent's main script (or read
+  ``<stdin>``) in every child, so a plain script that uses the checker at module
+  level, with no ``if __name__ == "__main__":`` guard, made every worker die at
+  start.  The worker target lives in this package and needs nothing from
+  ``__main__``, so our own starts drop the main-module entries from the child's
+  preparation data (multiprocessing has no public switch for this; the filter
+  is scoped to this thread's worker starts and leaves every other use alone).
+* A worker says "ready" once it is up.  A worker that dies (or is silent for
+  ``start_timeout`` s) before that is a start failure; ``max_start_failures``
+  of them in a row raise :class:`WorkerStartError` instead of restarting
+  forever.
+* A check that raises inside math-verify counts as "not equal", like a timeout,
+  and is counted in ``stats["check_errors"]``.  A job the pool cannot finish (a
+  worker error outside any check, or three crashes outside any check) raises
+  :class:`RewardPoolError`: no reward is ever computed from checks that did
+  not run.  After any error the pool is torn down and restarts on the next call.
 """
 from __future__ import annotations
 
 import multiprocessing as mp
+import sys
 import threading
 import time
 from collections import deque
@@ -29,7 +50,17 @@ from serl.rewards.normalize import cheap_compare
 _STAT_KEYS = (
     "calls", "string_matches", "verify_calls", "parse_calls", "timeouts", "soft_timeouts",
     "hard_timeouts", "restarts", "crashes", "skipped_long", "too_big", "blocked", "jobs",
+    "check_errors", "start_failures",
 )
+READY = "ready"  # a worker's first message
+
+
+class RewardPoolError(RuntimeError):
+    """The worker pool could not finish a job; no reward is given for it."""
+
+
+class WorkerStartError(RewardPoolError):
+    """Worker processes keep dying before they are ready."""
 
 
 def _worker_entry(*args) -> None:
@@ -38,6 +69,34 @@ def _worker_entry(*args) -> None:
     from serl.rewards._worker import worker_main
 
     worker_main(*args)
+
+
+_starting = threading.local()  # set while this thread starts one of our workers
+
+
+def _without_main(get_preparation_data):
+    def wrapper(name):
+        data = get_preparation_data(name)
+        if getattr(_starting, "worker", False):  # our worker needs nothing from __main__
+            data.pop("init_main_from_path", None)
+            data.pop("init_main_from_name", None)
+        return data
+
+    wrapper.serl_without_main = True
+    return wrapper
+
+
+def _start_without_main(proc) -> None:
+    """``proc.start()`` without the child re-running the parent's main script."""
+    from multiprocessing import spawn
+
+    if not getattr(spawn.get_preparation_data, "serl_without_main", False):
+        spawn.get_preparation_data = _without_main(spawn.get_preparation_data)
+    _starting.worker = True
+    try:
+        proc.start()
+    finally:
+        _starting.worker = False
 
 
 class _Slot:
@@ -55,9 +114,11 @@ class _Slot:
         self.proc = self.ctx.Process(
             target=_worker_entry, args=(child, self.progress, *self.args), daemon=True
         )
-        self.proc.start()
+        _start_without_main(self.proc)
         child.close()
         self.job: int | None = None
+        self.ready = False  # until the worker's READY message arrives
+        self.started_at = time.monotonic()
 
     def kill(self):
         if self.proc.is_alive():
@@ -88,6 +149,9 @@ class EquivalenceChecker:
     ``max_memory_mb``: address-space limit of each worker.
     ``start_method``: ``forkserver`` (default; safe when the parent has threads,
     and restarts are fast because the server preloads math-verify) or ``spawn``.
+    ``max_start_failures``: workers dying before they are ready this many times
+    in a row raise :class:`WorkerStartError`.  ``start_timeout``: seconds a new
+    worker may take to become ready (counts as a start failure past it).
 
     Thread-safe: calls from several threads are served one batch at a time.
     Pickling keeps only the settings; the copy starts its own pool on first use.
@@ -102,17 +166,24 @@ class EquivalenceChecker:
         max_answer_chars: int = 2000,
         max_memory_mb: int | None = 4096,
         start_method: str = "forkserver",
+        max_start_failures: int = 3,
+        start_timeout: float = 120.0,
     ):
         if timeout <= 0:
             raise ValueError(f"timeout must be > 0, got {timeout}")
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
+        if max_start_failures < 1 or start_timeout <= 0:
+            raise ValueError("max_start_failures must be >= 1 and start_timeout > 0")
         self.timeout = float(timeout)
         self.workers = int(workers)
         self.soft_timeout = bool(soft_timeout)
         self.max_answer_chars = int(max_answer_chars)
         self.max_memory_mb = max_memory_mb
         self.start_method = start_method
+        self.max_start_failures = int(max_start_failures)
+        self.start_timeout = float(start_timeout)
+        self._start_failures = 0  # in a row
         self.stats: dict[str, int] = {k: 0 for k in _STAT_KEYS}
         self._slots: list[_Slot] = []
         self._lock = threading.Lock()
@@ -137,6 +208,13 @@ class EquivalenceChecker:
                 slot.stop()
             self._slots = []
             self._closed = True
+
+    def _tear_down(self) -> None:
+        """Kill every worker (jobs in flight would answer the next call); the
+        next call starts a fresh pool."""
+        for slot in self._slots:
+            slot.kill()
+        self._slots = []
 
     def __enter__(self):
         return self
@@ -219,8 +297,9 @@ class EquivalenceChecker:
         """Run worker jobs (see :mod:`serl.rewards._worker`) over the pool.
 
         Returns one result per job.  A job whose worker is killed for a
-        timeout is re-sent with the offending check marked bad; a job that hits
-        a worker error gets ``None`` for its result.
+        timeout is re-sent with the offending check marked bad.  A job the pool
+        cannot finish raises :class:`RewardPoolError`; workers that keep dying
+        at start raise :class:`WorkerStartError`.
         """
         if not jobs:
             return []
@@ -231,7 +310,11 @@ class EquivalenceChecker:
                 job.setdefault("bad_pairs", set())
                 job.setdefault("strikes", {})
             self.stats["jobs"] += len(jobs)
-            return self._dispatch(jobs)
+            try:
+                return self._dispatch(jobs)
+            except BaseException:
+                self._tear_down()
+                raise
 
     def _dispatch(self, jobs: list[dict]) -> list:
         results: list = [None] * len(jobs)
@@ -243,9 +326,12 @@ class EquivalenceChecker:
                     j = pending.popleft()
                     try:
                         slot.conn.send((j, jobs[j]))
-                    except (OSError, ValueError):
+                    except (OSError, ValueError):  # the worker is gone
                         pending.appendleft(j)
-                        self._replace(slot, crashed=True)
+                        if slot.ready:
+                            self._replace(slot, crashed=True)
+                        else:
+                            self._start_failed(slot, "its pipe closed before it was ready")
                         continue
                     slot.job = j
                     busy[j] = slot
@@ -254,30 +340,65 @@ class EquivalenceChecker:
                 slot = conns[conn]
                 j = slot.job
                 try:
-                    task_id, result, error, counters = conn.recv()
+                    msg = conn.recv()
                 except (EOFError, OSError):
-                    self._on_stuck(slot, jobs[j], crashed=True)
                     busy.pop(j)
-                    if jobs[j].get("_crashes", 0) <= 2:
-                        pending.appendleft(j)
+                    pending.appendleft(j)
+                    if not slot.ready:
+                        self._start_failed(slot)
+                        continue
+                    self._on_stuck(slot, jobs[j], crashed=True)
+                    if jobs[j].get("_crashes", 0) > 2:
+                        raise RewardPoolError(
+                            "a reward worker died 3 times on the same job outside any check "
+                            "(see stderr for its error); no reward was computed for it")
                     continue
+                if msg == READY:
+                    slot.ready = True
+                    self._start_failures = 0
+                    continue
+                task_id, result, error, counters = msg
                 for k, v in counters.items():
                     if k == "soft_timeouts":
                         self.stats["timeouts"] += v
                     self.stats[k] = self.stats.get(k, 0) + v
-                results[task_id] = result
-                if error:
-                    self.stats["crashes"] += 1
                 slot.job = None
                 busy.pop(j)
+                if error or task_id != j:
+                    self.stats["crashes"] += 1
+                    raise RewardPoolError(f"a reward worker failed on a job: {error or 'reply out of order'}; "
+                                          "no reward was computed for it")
+                results[j] = result
             now = time.monotonic()
             for j, slot in list(busy.items()):
+                if not slot.ready and now - slot.started_at > self.start_timeout:
+                    busy.pop(j)
+                    pending.appendleft(j)
+                    self._start_failed(slot, f"it was not ready after {self.start_timeout:g} s")
+                    continue
                 started = slot.progress[0]
                 if started > 0 and now - started > self.timeout:
                     self._on_stuck(slot, jobs[j], crashed=False, seen_start=started)
                     busy.pop(j)
                     pending.appendleft(j)
         return results
+
+    def _start_failed(self, slot: _Slot, why: str | None = None) -> None:
+        """A worker died before it was ready: restart it, or raise after too many in a row."""
+        slot.kill()
+        why = why or f"it exited with code {slot.proc.exitcode} before it was ready"
+        self._start_failures += 1
+        self.stats["start_failures"] += 1
+        if self._start_failures >= self.max_start_failures:
+            self._start_failures = 0
+            raise WorkerStartError(
+                f"reward worker processes failed to start {self.max_start_failures} times in a row "
+                f"(last one: {why}); their own error is on stderr above. The workers do not "
+                f"re-run your __main__ script, so a missing `if __name__ == \"__main__\":` guard is "
+                f"not the cause. Check that `{sys.executable} -c 'import math_verify'` works, and that "
+                f"max_memory_mb={self.max_memory_mb} leaves room for math-verify.")
+        slot.start()
+        self.stats["restarts"] += 1
 
     def _next_wakeup(self, busy: dict) -> float:
         """Seconds until the earliest running check would pass its deadline."""

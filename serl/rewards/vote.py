@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from serl.rewards.extract import extract_answer, normalize_label
-from serl.rewards.normalize import cheap_compare, normalize
+from serl.rewards.normalize import normalize
 
 MODES = ("majority", "rule", "auto")
 
@@ -66,13 +66,6 @@ def _group_job(uniques: list[str], label: str | None) -> dict:
         job["label"] = len(strings)
         strings.append(label)
     return job
-
-
-def _cheap_cluster(job: dict) -> dict:
-    """Fallback when a worker gave up on a job: cluster by the cheap rules only."""
-    from serl.rewards._worker import cluster
-
-    return cluster(job, lambda jb, i, j: bool(cheap_compare(jb["strings"][i], jb["strings"][j])))
 
 
 def _needs_worker(uniques: list[str], label: str | None) -> bool:
@@ -135,9 +128,7 @@ def _score_answer_groups(groups: list[list[str | None]], labels: list[str | None
         if job is None:
             res = _trivial_result(uniques, label)
         else:
-            res = next(results)
-            if res is None:
-                res = _cheap_cluster(job)
+            res = next(results)  # the pool raises rather than return a job it could not finish
         out.append(_score(answers, index, uniques, res, label, "rule" if label is not None else "majority"))
     return out
 

@@ -112,7 +112,12 @@ def _check_run(run_dir: Path, smol_path: str) -> None:
         old.update(load_file(str(f)))
     assert set(new) <= set(old) and "model.embed_tokens.weight" in new
     changed = sum(not new[k].float().equal(old[k].float()) for k in new)
-    assert changed > len(new) // 2
+    # with equal rewards in the group (and KL exactly 0 at step 1) every advantage is 0, the
+    # gradient too, and AdamW leaves the weights as they were: which happens is up to sampling
+    if m["actor/grad_norm"] > 0:
+        assert changed > len(new) // 2
+    else:
+        assert changed == 0
 
 
 @pytest.mark.slow

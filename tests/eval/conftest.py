@@ -5,7 +5,8 @@ import pytest
 from serl.engines.base import Completion
 from serl.rewards import EquivalenceChecker
 
-DATA = Path("/work/shared/data")
+# The shared data sits next to the repository: ROOT/../shared/data.
+DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 MATH_DIR = DATA / "serl_math_benchmarks"
 MMLU_DIR = DATA / "mmlu_pro"
 

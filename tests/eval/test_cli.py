@@ -114,6 +114,8 @@ def test_real_model_vllm_path(tmp_path, math_dir, smol_path):
     ({"gsm8k": {"n": 2, "pass@1": 0.5}}, 0, ["benchmark", "n", "pass@1"]),
     ({"gsm8k": {"n": 2, "maj@8": 0.5, "pass@8": 1.0, "mean@8": 0.25}}, 8,
      ["benchmark", "n", "maj@8", "pass@8", "mean@8"]),
+    ({"mmlu_pro": {"n": 2, "pass@1": 0.5, "strict_pass@1": 0.0, "fallback@1": 1.0, "by_group": {}}}, 0,
+     ["benchmark", "n", "pass@1", "strict_pass@1", "fallback@1"]),
 ])
 def test_table_shows_only_what_ran(bench, k, header):
     from serl.eval.cli import format_table

@@ -2,7 +2,8 @@
 import pytest
 
 from serl.eval.data import MMLUQuestion, load_mmlu_pro
-from serl.eval.mmlu_pro import build_prompt, evaluate_mmlu_pro, extract_choice, group_of, stratified
+from serl.eval.mmlu_pro import (build_prompt, evaluate_mmlu_pro, extract_choice, extract_choice_rule, group_of,
+                                stratified)
 
 
 @pytest.mark.parametrize("text,letter", [
@@ -19,6 +20,18 @@ from serl.eval.mmlu_pro import build_prompt, evaluate_mmlu_pro, extract_choice, 
 ])
 def test_extract_choice(text, letter):
     assert extract_choice(text) == letter
+
+
+@pytest.mark.parametrize("text,letter,rule", [
+    ("so the answer is (C).", "C", "answer_is"),
+    ("Answer: (G)", "G", "answer_colon"),
+    ("A careful look gives nothing.", "A", "fallback"),       # the article "A"
+    ("I am not sure.", "I", "fallback"),                      # the pronoun "I"
+    ("no capital letters here", None, None),
+])
+def test_extract_choice_rule_and_strict(text, letter, rule):
+    assert extract_choice_rule(text) == (letter, rule)
+    assert extract_choice(text, strict=True) == (None if rule == "fallback" else letter)
 
 
 def q(qid, cat, answer="A", n_opts=4):
@@ -78,7 +91,9 @@ def test_accuracy_weighted_by_counts(scripted, checker, smol_tokenizer):
     # STEM: math 1/2 and physics 1/1 -> 2/3 over questions (not the 0.75 mean of categories)
     assert e["by_group"]["STEM"]["pass@1"] == pytest.approx(2 / 3)
     assert e["by_group"]["Humanities"] == {"n": 2, "pass@1": 0.5, "maj@3": 0.0, "pass@3": 0.5,
-                                           "mean@3": pytest.approx(1 / 6)}
+                                           "mean@3": pytest.approx(1 / 6), "strict_pass@1": 0.5,
+                                           "fallback@1": 0.0, "strict_mean@3": 0.0,
+                                           "fallback@3": 0.5}  # q5's bare "(B)", "(A)", "(B)"
     assert e["by_category"]["math"]["maj@3"] == 0.5  # A right; C (2 of 3) wrong
     assert e["maj@3"] == pytest.approx(2 / 5)        # q1 A, q3 C
     assert out["metrics"]["eval/mmlu_pro/pass@3"] == pytest.approx(4 / 5)
@@ -92,3 +107,25 @@ def test_prompt_over_budget_counts_wrong(scripted, checker, smol_tokenizer):
     e = out["benchmarks"]["mmlu_pro"]
     assert (e["pass@1"], e["skipped_prompt_too_long"]) == (0.0, 1)
     assert out["records"][0]["finish_reason"] == "prompt_too_long" and gen.calls == []
+
+
+def test_strict_accuracy_and_fallback_share(scripted, checker, smol_tokenizer):
+    """The official protocol counts stray "A"/"I" letters; strict does not (worked out by hand)."""
+    qs = [q(1, "math", "A"), q(2, "math", "B"), q(3, "law", "C"), q(4, "law", "D")]
+    texts = ["A careful look gives nothing.",  # fallback "A": right by luck
+             "the answer is (B)",              # explicit, right
+             "I am not sure.",                 # fallback "I": wrong
+             "Answer: D"]                      # explicit, right
+    samples = [["the answer is (A)", "A"], ["I", "Answer: B"], ["x", "y"], ["C", "D"]]
+    built = [build_prompt(x, [], smol_tokenizer, "chat")[0] for x in qs]
+    gen = scripted(dict(zip(built, texts)), dict(zip(built, samples)))
+    out = evaluate_mmlu_pro(gen, smol_tokenizer, qs, [], k=2, checker=checker, prompt_style="chat")
+    e = out["benchmarks"]["mmlu_pro"]
+    assert (e["pass@1"], e["strict_pass@1"], e["fallback@1"]) == (3 / 4, 2 / 4, 2 / 4)
+    # samples: right (A, A) (B) () (D) -> mean 2/4; explicit and right: q1 one, q2 one -> 1/4;
+    # decided by the fallback: q1 1/2, q2 1/2, q3 0, q4 2/2 -> 2/4
+    assert (e["mean@2"], e["strict_mean@2"], e["fallback@2"]) == (0.5, 0.25, 0.5)
+    assert out["metrics"]["eval/mmlu_pro/strict_pass@1"] == 0.5
+    assert e["by_category"]["law"]["strict_pass@1"] == 0.5 and e["by_category"]["law"]["fallback@1"] == 0.5
+    greedy = [r for r in out["records"] if r["kind"] == "greedy"]
+    assert [r["extracted_by"] for r in greedy] == ["fallback", "answer_is", "fallback", "answer_colon"]

@@ -1,6 +1,7 @@
 """Real few-shot generation with SmolLM2 (slow: loads the model, a few seconds of decoding)."""
 import json
 import random
+from pathlib import Path
 
 import pytest
 import torch
@@ -9,7 +10,9 @@ from serl.data.seeds import read_seeds
 from serl.instruct import InstructConfig, PromptPool, SelfInstruct, parse_items
 from serl.instruct.cli import cli_main
 
-SEED_FILE = "/work/shared/data/serl_seed/0_2_0_8_train_with_idx_sample_500.jsonl"
+# The shared data sits next to the repository: ROOT/../shared/data.
+DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+SEED_FILE = DATA / "serl_seed" / "0_2_0_8_train_with_idx_sample_500.jsonl"
 
 
 def _short_seeds(n=24):

@@ -1,8 +1,15 @@
+import operator
+import os
 import pickle
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import pytest
 
 from serl.rewards import EquivalenceChecker
+from serl.rewards.equivalence import RewardPoolError
 from serl.rewards.normalize import cheap_compare, normalize
 
 
@@ -119,7 +126,7 @@ def test_closed_checker_refuses_work():
         ch.equal("1/2", "0.5")
 
 
-@pytest.mark.parametrize("kwargs", [{"timeout": 0}, {"workers": 0}])
+@pytest.mark.parametrize("kwargs", [{"timeout": 0}, {"workers": 0}, {"max_start_failures": 0}, {"start_timeout": 0}])
 def test_bad_settings(kwargs):
     with pytest.raises(ValueError):
         EquivalenceChecker(**kwargs)
@@ -132,3 +139,113 @@ def test_thread_safe(checker):
     with ThreadPoolExecutor(4) as ex:
         results = list(ex.map(lambda p: checker.equal(*p), pairs))
     assert results == [True] * 8
+
+
+# -- a pool that fails loudly ------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[2]
+USER_SCRIPT = textwrap.dedent("""\
+    from serl.rewards import EquivalenceChecker, score_groups
+    with open("runs.log", "a") as f:  # a side effect: must happen once, not once per worker
+        f.write("ran\\n")
+    c = EquivalenceChecker()
+    print(score_groups([["\\\\boxed{\\\\sqrt{4}}", "\\\\boxed{2}", "\\\\boxed{3}"]], None, c)[0].rewards)
+    print(c.stats["restarts"], c.stats["crashes"], c.stats["start_failures"])
+""")
+
+
+def _python(tmp_path, args, stdin=None, pythonpath=()):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([*map(str, pythonpath), str(ROOT)]))
+    return subprocess.run([sys.executable, *args], cwd=tmp_path, input=stdin, env=env,
+                          capture_output=True, text=True, timeout=180)
+
+
+@pytest.mark.parametrize("how", ["file", "stdin", "module"])
+def test_script_without_main_guard(tmp_path, how):
+    """A plain script using the checker at module level: the workers must not re-run it."""
+    (tmp_path / "user_script.py").write_text(USER_SCRIPT)
+    if how == "file":
+        r = _python(tmp_path, ["user_script.py"])
+    elif how == "stdin":
+        r = _python(tmp_path, ["-"], stdin=USER_SCRIPT)
+    else:
+        r = _python(tmp_path, ["-m", "user_script"], pythonpath=[tmp_path])
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["[1.0, 1.0, 0.0]", "0 0 0"]
+    assert "Traceback" not in r.stderr
+    assert (tmp_path / "runs.log").read_text() == "ran\n"
+
+
+def _fake_math_verify(tmp_path, body: str) -> Path:
+    pkg = tmp_path / "fake" / "math_verify"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text(body)
+    (pkg / "parser.py").write_text("parse_expr = None\n")  # the worker's guards patch it
+    return pkg.parent
+
+
+def test_workers_that_cannot_start_raise_one_clear_error(tmp_path):
+    """math-verify broken in the workers' Python: K start failures, then one error."""
+    fake = _fake_math_verify(tmp_path, "raise ImportError('math_verify is broken here')\n")
+    script = textwrap.dedent("""\
+        from serl.rewards import EquivalenceChecker
+        from serl.rewards.equivalence import WorkerStartError
+        c = EquivalenceChecker(workers=2, max_start_failures=3)
+        try:
+            c.equal("\\\\sqrt{4}", "2")
+        except WorkerStartError as e:
+            print("ERROR", e)
+        print(c.stats["start_failures"], c.stats["restarts"])
+    """)
+    r = _python(tmp_path, ["-"], stdin=script, pythonpath=[fake])
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("ERROR reward worker processes failed to start 3 times in a row")
+    assert "import math_verify" in lines[0]
+    assert lines[1] == "3 2"  # 3 failures, 2 restarts in between, then the error
+    assert "math_verify is broken here" in r.stderr  # the workers' own error is shown
+
+
+FAKE_VERIFY = """\
+class LatexExtractionConfig:
+    pass
+def parse(s, *args, **kwargs):
+    return [s[len("\\\\boxed{"):-1]]
+def verify(a, b, **kwargs):
+    if "boom" in a[0] + b[0]:
+        raise ValueError("math-verify failed on this input")
+    return a[0].replace(" ", "") == b[0].replace(" ", "")
+"""
+
+
+def test_a_check_that_raises_is_unequal_and_counted(tmp_path):
+    fake = _fake_math_verify(tmp_path, FAKE_VERIFY)
+    script = textwrap.dedent("""\
+        from serl.rewards import EquivalenceChecker
+        with EquivalenceChecker(workers=1) as c:
+            print(c.equal_many([("x + y", "x+y"), ("boom", "x+y"), ("x+y", "x-y")]))
+            print(c.stats["check_errors"], c.stats["crashes"])
+    """)
+    r = _python(tmp_path, ["-"], stdin=script, pythonpath=[fake])
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["[True, False, False]", "1 0"]
+
+
+class _Boom:
+    """Unpickling it in the worker raises: the worker dies outside any check."""
+
+    def __reduce__(self):
+        return operator.truediv, (1, 0)
+
+
+@pytest.mark.parametrize("job, message", [
+    ({"kind": "no-such-kind", "strings": []}, "a reward worker failed on a job: ValueError"),
+    ({"kind": "pairs", "strings": ["1", "2"], "pairs": [(0, 1)], "poison": _Boom()}, "died 3 times"),
+])
+def test_a_job_the_pool_cannot_finish_raises(job, message):
+    with EquivalenceChecker(timeout=2.0, workers=1) as ch:
+        assert ch.healthy()
+        with pytest.raises(RewardPoolError, match=message):
+            ch.run_jobs([job])
+        assert ch._slots == []  # torn down: no stale reply can answer the next call
+        assert ch.equal("\\sqrt{4}", "2") and ch.healthy()  # a fresh pool on the next call

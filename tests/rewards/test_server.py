@@ -156,3 +156,111 @@ def test_openrlhf_client_against_our_server(serve):
     first, second = asyncio.run(two_samples())
     assert first[0]["rewards"] == [1.0] and second[0]["rewards"] == [1.0]
     assert first[0]["extra_logs"]["group_n"] == [2]
+
+
+# -- under real concurrency --------------------------------------------------
+
+def _one_sample(port, prompt, text, new_connection=True):
+    """POST one sample on a fresh connection; returns (seconds from connect to reply, rewards)."""
+    import http.client
+    import time
+
+    body = json.dumps({"query": [prompt + text], "prompts": [prompt], "labels": [None]}).encode()
+    t = time.perf_counter()
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    conn.request("POST", "/get_reward", body=body, headers={"Content-Type": "application/json"})
+    out = json.loads(conn.getresponse().read())
+    conn.close()
+    return time.perf_counter() - t, out["rewards"]
+
+
+def test_64_clients_connecting_at_once_are_served_well_under_a_second(serve, checker):
+    """The stdlib backlog of 5 made some of these wait for the kernel's 1 s SYN retry."""
+    assert checker.healthy()  # pool warm: the timing is about the server
+    url, service = serve(group_size=8, group_wait=30)
+    port = int(url.split(":")[2].split("/")[0])
+    n = 64
+    prompts = [f"{PROMPT}Question {k // 8}" for k in range(n)]  # 8 groups of 8
+    texts = ["\\boxed{7}" if k % 8 < 5 else f"\\boxed{{{100 + k}}}" for k in range(n)]  # 5 of 8 agree
+    barrier = threading.Barrier(n)
+
+    def client(k):
+        barrier.wait(timeout=30)
+        return _one_sample(port, prompts[k], texts[k])
+
+    with ThreadPoolExecutor(n) as ex:
+        results = list(ex.map(client, range(n)))
+    assert [r for _, r in results] == [[1.0] if k % 8 < 5 else [0.0] for k in range(n)]
+    slowest = max(t for t, _ in results)
+    assert slowest < 0.5, f"slowest request took {slowest:.2f} s"
+    assert service.counts["groups"] == 8 and service.counts["partial_groups"] == 0
+
+
+def test_keep_alive_replies_do_not_wait_for_delayed_acks(serve):
+    """One connection, 20 requests in a row: each reply leaves in one write with
+    TCP_NODELAY, so none waits ~40 ms for the client's delayed ACK."""
+    import http.client
+    import statistics
+    import time
+
+    url, _ = serve()
+    port = int(url.split(":")[2].split("/")[0])
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    body = json.dumps(request(["\\boxed{3}", "\\boxed{3}", "\\boxed{4}"])).encode()
+    times, socks = [], set()
+    for _ in range(20):
+        t = time.perf_counter()
+        conn.request("POST", "/get_reward", body=body, headers={"Content-Type": "application/json"})
+        r = conn.getresponse()
+        assert json.loads(r.read())["rewards"] == [1.0, 1.0, 0.0]
+        times.append(time.perf_counter() - t)
+        socks.add(id(conn.sock))
+    conn.close()
+    assert len(socks) == 1  # the connection was kept alive
+    assert statistics.median(times) < 0.03, times
+
+
+def test_connections_past_the_bound_get_503_and_idle_ones_are_closed(checker):
+    import socket
+    import time
+
+    server = make_server(RewardService(checker), "127.0.0.1", 0, max_connections=2, idle_timeout=1.0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    try:
+        idle = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(2)]
+        time.sleep(0.2)  # both accepted, each holding its thread
+        third = socket.create_connection(("127.0.0.1", port), timeout=10)
+        assert third.recv(4096).startswith(b"HTTP/1.1 503")
+        third.close()
+        assert server.refused == 1
+        for s in idle:  # closed by the server after idle_timeout
+            assert s.recv(1) == b""
+            s.close()
+        time.sleep(0.2)
+        status, out = post(f"http://127.0.0.1:{port}/get_reward", request(["\\boxed{1}"]))
+        assert status == 200 and out["rewards"] == [1.0]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_expect_100_continue_is_answered_at_once(serve):
+    import socket
+
+    url, _ = serve()
+    port = int(url.split(":")[2].split("/")[0])
+    body = json.dumps(request(["\\boxed{5}"])).encode()
+    s = socket.create_connection(("127.0.0.1", port), timeout=0.5)  # curl would wait 1 s
+    s.sendall(b"POST /get_reward HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n" % len(body))
+    assert s.recv(4096).startswith(b"HTTP/1.1 100")
+    s.sendall(body)
+    reply = b""
+    for _ in range(100):  # bounded: a closed socket returns b"" at once
+        chunk = s.recv(4096)
+        reply += chunk
+        if not chunk or b"rewards" in reply:
+            break
+    assert reply.startswith(b"HTTP/1.1 200") and b"rewards" in reply
+    s.close()
