@@ -41,6 +41,7 @@ def parse_args(argv=None):
     ap.add_argument("--response-len", type=int, default=64)
     ap.add_argument("--micro-batch", type=int, default=4)
     ap.add_argument("--no-vllm", action="store_true", help="skip the vLLM sync")
+    ap.add_argument("--only", choices=("update", "sync"), default=None, help="run one of the two parts")
     ap.add_argument("--worker", default="", help=argparse.SUPPRESS)
     ap.add_argument("--out", default=None, help="JSONL to append to (default bench/results.jsonl)")
     return ap.parse_args(argv)
@@ -138,8 +139,8 @@ def main(argv=None) -> int:
         print(json.dumps(res))
         return 0
     pass_on = [a for a in argv if a != "--worker"]
-    updates = [_run_worker("update", m, pass_on) for m in MODES]
-    syncs = [_run_worker("sync", m, pass_on) for m in ("full", "lora8")]
+    updates = [_run_worker("update", m, pass_on) for m in MODES] if args.only != "sync" else []
+    syncs = [_run_worker("sync", m, pass_on) for m in ("full", "lora8")] if args.only != "update" else []
     print(f"\nupdate: {args.seqs} sequences x ({args.prompt_len} prompt + {args.response_len} response) "
           f"tokens, micro-batch {args.micro_batch}, fp32, {args.runs} timed steps")
     print("| mode | trainable | s/step median (min-max) | update memory (peak RSS - loaded) | grads+Adam |")
@@ -152,10 +153,12 @@ def main(argv=None) -> int:
         v = s.get("vllm_sync_s", {}).get("median", float("nan"))
         print(f"| {s['mode']} | named_weights {s['named_weights_s']['median']:.3f} | "
               f"+ HF load_weights {s['hf_sync_s']['median']:.3f} | vLLM {v:.3f} |")
-    ratio = statistics.median(updates[1]["step_s"]["runs"]) / statistics.median(updates[0]["step_s"]["runs"])
     settings = {k: v for k, v in vars(args).items() if k not in ("worker", "out")}
-    append_result({"bench": "lora", "settings": settings, "updates": updates, "syncs": syncs,
-                   "median_step_ratio_lora8_vs_full": round(ratio, 3)}, **({"out": args.out} if args.out else {}))
+    record = {"bench": "lora", "settings": settings, "updates": updates, "syncs": syncs}
+    if updates:
+        record["median_step_ratio_lora8_vs_full"] = round(
+            statistics.median(updates[1]["step_s"]["runs"]) / statistics.median(updates[0]["step_s"]["runs"]), 3)
+    append_result(record, **({"out": args.out} if args.out else {}))
     return 0
 
 

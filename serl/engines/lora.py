@@ -11,7 +11,8 @@ base model instead of all its weights; ``LoraAdapter`` holds what both learners 
   reference, such as SPIN) it is the base plus a frozen snapshot of the adapter, swapped
   in for the reference pass and swapped back after it.
 - ``merged_weights`` yields every weight under the base model's Hugging Face names with
-  the adapter folded in, ``W + (alpha/r)·B·A`` per target, computed out of place: the
+  the adapter folded in, ``W + (alpha/r)·B·A`` per target (one fused ``addmm``), computed
+  out of place: the
   learner's own weights and adapter do not change, and generators (transformers, vLLM)
   receive a plain model. We push merged weights rather than use vLLM's LoRA support
   because the same path then serves every generator and backend (vLLM's CPU backend
@@ -182,10 +183,9 @@ class LoraAdapter:
                 with gather([p]):
                     yield f"{owner}.{leaf}", (p.detach().clone() if clone else p.detach())
                 continue
-            extra = [layer.lora_A[ADAPTER].weight, layer.lora_B[ADAPTER].weight]
-            with gather([p, *extra]):
-                delta = layer.get_delta_weight(ADAPTER)
-                yield f"{owner}.{leaf}", p.detach() + delta.to(p.dtype)
+            A, B = layer.lora_A[ADAPTER].weight, layer.lora_B[ADAPTER].weight
+            with gather([p, A, B]):
+                yield f"{owner}.{leaf}", _merge(p.detach(), A, B, layer.scaling[ADAPTER], layer.fan_in_fan_out)
 
     # ---------------------------------------------------------------- save / load
     def peft_state_dict(self, gather: Gather = _no_gather) -> dict[str, Tensor]:
@@ -255,6 +255,15 @@ class LoraAdapter:
         self.lm.save_pretrained(path, state_dict=sd)
         if tokenizer is not None:
             tokenizer.save_pretrained(path)
+
+
+def _merge(w: Tensor, a: Tensor, b: Tensor, scale: float, transposed: bool) -> Tensor:
+    """``w + scale * (b @ a)`` in one fused op (fp32 when ``w`` is 16-bit), as a new tensor;
+    ``transposed`` for weights stored (in, out) such as GPT-2's Conv1D."""
+    x, y = (a.T, b.T) if transposed else (b, a)
+    if w.dtype in (torch.float16, torch.bfloat16):
+        return torch.addmm(w.float(), x.float(), y.float(), alpha=scale).to(w.dtype)
+    return torch.addmm(w, x.to(w.dtype), y.to(w.dtype), alpha=scale)
 
 
 def _is_lora_name(name: str) -> bool:
