@@ -1,4 +1,4 @@
-"""Policy losses as pure functions: PPO-clip (for Reinforce++/GRPO/RLOO) and DPO."""
+"""Policy losses as pure functions: PPO-clip (for Reinforce++/GRPO/RLOO) and DPO variants."""
 from __future__ import annotations
 
 import torch
@@ -61,21 +61,59 @@ def ppo_clip_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tens
     return loss, metrics
 
 
+DPO_LOSS_TYPES = ("sigmoid", "hinge", "ipo")
+
+
 def dpo_loss(policy_chosen_logp: Tensor, policy_rejected_logp: Tensor,
              ref_chosen_logp: Tensor, ref_rejected_logp: Tensor, beta: float = 0.1,
-             label_smoothing: float = 0.0) -> tuple[Tensor, dict[str, float]]:
-    """Sigmoid DPO loss on sequence log-probs [B] (Rafailov et al. 2023).
+             label_smoothing: float = 0.0, loss_type: str = "sigmoid"
+             ) -> tuple[Tensor, dict[str, float]]:
+    """DPO-family loss on sequence log-probs [B], averaged over pairs.
 
-    loss = −log σ(β·((π_c − ref_c) − (π_r − ref_r))), averaged over pairs;
-    ``label_smoothing`` > 0 gives conservative DPO (cDPO, Mitchell 2023).
+    With h = (π_c − ref_c) − (π_r − ref_r), the log-ratio margin of each pair:
+
+    - ``sigmoid``: −log σ(β·h) (DPO, Rafailov et al. 2023). ``label_smoothing`` ε > 0
+      gives conservative DPO (cDPO, Mitchell 2023): −(1−ε)·log σ(β·h) − ε·log σ(−β·h).
+      SPIN's logistic loss (Chen et al. 2024) is this with chosen = the real answer,
+      rejected = the model's own answer and ref = the previous iteration's model.
+    - ``hinge``: max(0, 1 − β·h), the hinge option of the SPIN reference trainer
+      (uclaml/SPIN, ``spin/alignment/trainer.py``; from RSO, Liu et al. 2023).
+    - ``ipo``: (h − 1/(2β))², IPO (Azar et al. 2023, eq. 17, β there called τ). It
+      regresses h to a finite target instead of pushing it to infinity. TRL feeds IPO
+      per-token *mean* log-probs; that choice belongs to the caller.
+
+    ``label_smoothing`` only has a meaning for ``sigmoid`` and is refused elsewhere.
+    Metrics (β-scaled implicit rewards, as in TRL/SPIN): ``reward_chosen``,
+    ``reward_rejected``, ``reward_accuracy`` (fraction of pairs with chosen > rejected),
+    ``reward_margin``.
     """
-    margin = (policy_chosen_logp - ref_chosen_logp) - (policy_rejected_logp - ref_rejected_logp)
-    z = beta * margin
-    losses = -(1.0 - label_smoothing) * F.logsigmoid(z) - label_smoothing * F.logsigmoid(-z)
+    if loss_type not in DPO_LOSS_TYPES:
+        raise ValueError(f"unknown DPO loss type {loss_type!r}; expected one of {DPO_LOSS_TYPES}")
+    if not beta > 0:  # also catches NaN
+        raise ValueError(f"DPO beta must be > 0, got {beta}")
+    if not 0.0 <= label_smoothing < 0.5:
+        raise ValueError(f"DPO label_smoothing must be in [0, 0.5), got {label_smoothing}")
+    if label_smoothing and loss_type != "sigmoid":
+        raise ValueError(f"DPO label_smoothing applies only to loss type 'sigmoid', "
+                         f"not {loss_type!r}")
+    shapes = {tuple(t.shape) for t in (policy_chosen_logp, policy_rejected_logp,
+                                       ref_chosen_logp, ref_rejected_logp)}
+    if len(shapes) != 1:
+        raise ValueError(f"DPO log-probs must share one shape [B], got {sorted(shapes)}")
+    chosen_ratio = policy_chosen_logp - ref_chosen_logp
+    rejected_ratio = policy_rejected_logp - ref_rejected_logp
+    h = chosen_ratio - rejected_ratio
+    if loss_type == "sigmoid":
+        losses = (-(1.0 - label_smoothing) * F.logsigmoid(beta * h)
+                  - label_smoothing * F.logsigmoid(-beta * h))
+    elif loss_type == "hinge":
+        losses = torch.relu(1.0 - beta * h)
+    else:
+        losses = (h - 1.0 / (2.0 * beta)) ** 2
     loss = losses.mean()
     with torch.no_grad():
-        chosen = beta * (policy_chosen_logp - ref_chosen_logp)
-        rejected = beta * (policy_rejected_logp - ref_rejected_logp)
+        chosen = beta * chosen_ratio
+        rejected = beta * rejected_ratio
         metrics = {
             "reward_chosen": float(chosen.mean()),
             "reward_rejected": float(rejected.mean()),

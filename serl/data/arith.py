@@ -1,9 +1,22 @@
 """A deterministic generator of grade-school arithmetic word problems with exact answers.
 
-This is the seed set that ships with serl (``dataset/arith_seed.jsonl``), written by
-us so that the quickstart needs no downloaded data. Problems are short and easy on
+This is the data that ships with serl (``dataset/``), written by us so that the
+quickstart and the SPIN recipe need no downloaded data. Problems are short and easy on
 purpose: a 135M model must agree with itself often enough for majority voting to
-give a learning signal. Regenerate both files with ``python -m serl.data.arith``.
+give a learning signal. Every row has ``problem``, ``answer`` (the exact integer),
+``kind`` (the template) and ``solution``: a short worked solution in plain steps that
+ends in ``\\boxed{answer}``, the human answer for SFT and SPIN (``--output_key solution``).
+
+Files (regenerate all with ``python -m serl.data.arith``; each is fixed by its seed):
+
+- ``arith_seed.jsonl``: 200 SeRL seed problems (seed 1234).
+- ``arith_heldout.jsonl``: 64 held-out problems (seed 999), none in the seed file.
+- ``arith_spin_train.jsonl``: 256 SPIN training problems (seed 2024).
+- ``arith_spin_heldout.jsonl``: 256 SPIN held-out problems (seed 2025).
+
+The four files share no problem text. The solutions were added after the first two
+files shipped; drawing them takes no random numbers, so those files kept their
+problems, answers and order.
 """
 from __future__ import annotations
 
@@ -19,74 +32,112 @@ ITEMS = ["apples", "pencils", "marbles", "stickers", "books", "cookies", "stamps
 
 def _add(r):
     a, b, n, it = r.randint(2, 40), r.randint(2, 40), r.choice(NAMES), r.choice(ITEMS)
-    return f"{n} has {a} {it}. A friend gives {n} {b} more {it}. How many {it} does {n} have now?", a + b
+    return (f"{n} has {a} {it}. A friend gives {n} {b} more {it}. How many {it} does {n} have now?",
+            a + b, f"{n} starts with {a} {it} and gets {b} more: {a} + {b} = {a + b}.")
 
 
 def _sub(r):
     a = r.randint(10, 60)
     b, n, it = r.randint(1, a - 1), r.choice(NAMES), r.choice(ITEMS)
-    return f"{n} had {a} {it} and gave away {b} of them. How many {it} does {n} have left?", a - b
+    return (f"{n} had {a} {it} and gave away {b} of them. How many {it} does {n} have left?",
+            a - b, f"{n} starts with {a} {it} and gives away {b}: {a} - {b} = {a - b}.")
 
 
 def _mul(r):
     a, b, n, it = r.randint(2, 9), r.randint(2, 12), r.choice(NAMES), r.choice(ITEMS)
-    return f"{n} buys {a} bags with {b} {it} in each bag. How many {it} does {n} buy in total?", a * b
+    return (f"{n} buys {a} bags with {b} {it} in each bag. How many {it} does {n} buy in total?",
+            a * b, f"{a} bags with {b} {it} in each bag hold {a} * {b} = {a * b} {it}.")
 
 
 def _div(r):
     b, q, it = r.randint(2, 9), r.randint(2, 10), r.choice(ITEMS)
     n = r.choice(NAMES)
-    return f"{n} shares {b * q} {it} equally among {b} friends. How many {it} does each friend get?", q
+    return (f"{n} shares {b * q} {it} equally among {b} friends. How many {it} does each friend get?",
+            q, f"{b * q} {it} shared equally among {b} friends is {b * q} / {b} = {q} each.")
 
 
 def _two_step(r):
     a, b, c, n, it = r.randint(5, 30), r.randint(2, 20), r.randint(1, 5), r.choice(NAMES), r.choice(ITEMS)
     return (f"{n} has {a} {it}, finds {b} more, then loses {c}. How many {it} does {n} have?",
-            a + b - c)
+            a + b - c, f"After finding {b} more, {n} has {a} + {b} = {a + b} {it}.\n"
+                       f"After losing {c}, {n} has {a + b} - {c} = {a + b - c} {it}.")
 
 
 def _price(r):
     p, k, n = r.randint(2, 15), r.randint(2, 8), r.choice(NAMES)
-    return f"A notebook costs {p} dollars. {n} buys {k} notebooks. How many dollars does {n} pay?", p * k
+    return (f"A notebook costs {p} dollars. {n} buys {k} notebooks. How many dollars does {n} pay?",
+            p * k, f"{k} notebooks at {p} dollars each cost {k} * {p} = {p * k} dollars.")
 
 
 KINDS = [_add, _sub, _mul, _div, _two_step, _price]
 
 
-def make_problems(n: int = 200, seed: int = 1234) -> list[dict]:
+def make_problems(n: int = 200, seed: int = 1234, exclude: set[str] | frozenset = frozenset()
+                  ) -> list[dict]:
+    """``n`` distinct problems, templates in turn; texts in ``exclude`` are skipped.
+
+    Each kind draws its numbers and words from ``random.Random(seed)`` and returns the
+    problem, the answer and the worked steps; the solution adds the boxed answer.
+    """
     r = random.Random(seed)
-    out, seen = [], set()
+    out, seen = [], set(exclude)
     while len(out) < n:
         kind = KINDS[len(out) % len(KINDS)]
-        text, ans = kind(r)
+        text, ans, steps = kind(r)
         if text in seen:
             continue
         seen.add(text)
-        out.append({"problem": text, "answer": str(ans), "kind": kind.__name__.strip("_")})
+        out.append({"problem": text, "answer": str(ans), "kind": kind.__name__.strip("_"),
+                    "solution": f"{steps}\nThe answer is \\boxed{{{ans}}}"})
     return out
 
 
-def write(path: str | Path, n: int = 200, seed: int = 1234) -> Path:
+def _write_rows(path: str | Path, rows: list[dict]) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
-        for row in make_problems(n, seed):
-            f.write(json.dumps(row) + "\n")
-    return path
-
-
-def write_heldout(path: str | Path, n: int = 64, seed: int = 999, seed_file_n: int = 200) -> Path:
-    """Held-out problems from another seed, none of them in the seed file."""
-    taken = {r["problem"] for r in make_problems(seed_file_n)}
-    rows = [r for r in make_problems(n + seed_file_n, seed) if r["problem"] not in taken][:n]
-    path = Path(path)
     with open(path, "w", encoding="utf-8") as f:
         for row in rows:
             f.write(json.dumps(row) + "\n")
     return path
 
 
+def write(path: str | Path, n: int = 200, seed: int = 1234) -> Path:
+    return _write_rows(path, make_problems(n, seed))
+
+
+def write_heldout(path: str | Path, n: int = 64, seed: int = 999, seed_file_n: int = 200) -> Path:
+    """Held-out problems from another seed, none of them in the seed file."""
+    taken = {r["problem"] for r in make_problems(seed_file_n)}
+    rows = [r for r in make_problems(n + seed_file_n, seed) if r["problem"] not in taken][:n]
+    return _write_rows(path, rows)
+
+
+SPIN_TRAIN_SEED, SPIN_HELDOUT_SEED, SPIN_N = 2024, 2025, 256
+
+
+def shipped_problems() -> set[str]:
+    """Problem texts of the seed and held-out files, as their writers draw them."""
+    taken = {r["problem"] for r in make_problems(200)}
+    held = [r["problem"] for r in make_problems(64 + 200, 999) if r["problem"] not in taken][:64]
+    return taken | set(held)
+
+
+def spin_splits(n_train: int = SPIN_N, n_heldout: int = SPIN_N) -> tuple[list[dict], list[dict]]:
+    """SPIN train and held-out rows: disjoint from each other and from the shipped files.
+
+    Exclusion happens inside ``make_problems``, so the templates still come in turn.
+    """
+    taken = shipped_problems()
+    train = make_problems(n_train, SPIN_TRAIN_SEED, exclude=taken)
+    heldout = make_problems(n_heldout, SPIN_HELDOUT_SEED,
+                            exclude=taken | {r["problem"] for r in train})
+    return train, heldout
+
+
 if __name__ == "__main__":
     root = Path(__file__).resolve().parents[2] / "dataset"
     print(write(root / "arith_seed.jsonl"))
     print(write_heldout(root / "arith_heldout.jsonl"))
+    spin_train, spin_heldout = spin_splits()
+    print(_write_rows(root / "arith_spin_train.jsonl", spin_train))
+    print(_write_rows(root / "arith_spin_heldout.jsonl", spin_heldout))

@@ -1,11 +1,23 @@
-"""Seed problems: read JSONL/Parquet files with configurable keys.
+"""Seed problems: read JSONL/Parquet files and Hugging Face datasets with configurable keys.
 
 Every failure names the file, and the line and key where there is one, so that a
 user with 500 seed rows can fix the one that is wrong.
+
+Sources (``read_seeds``): a ``.jsonl``/``.json`` (JSON Lines) or ``.parquet`` file is read
+here, with exact line numbers; CSV/Arrow files, ``.json`` files holding one JSON array,
+dataset folders (``save_to_disk`` or a folder of data files) and hub ids go through
+``serl.data.hf``.
+
+Human answers (``output_key``, for SFT and SPIN) are read into ``Problem.solution``. A
+GSM8K-style answer, a worked solution whose last line is ``#### 42``, becomes the same
+solution ending in ``\\boxed{42}``, the answer format serl's rewards extract, and its
+``<<48/2=24>>`` calculator annotations are dropped (GSM8K's own format, see
+``gsm8k_to_boxed``). A label in that format is cut to the final answer.
 """
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,13 +31,40 @@ class Problem:
     text: str
     label: str | None = None
     meta: dict = field(default_factory=dict)
+    solution: str | None = None  # human-written answer (worked solution), from output_key
 
 
-def _row_to_problem(row, where: str, input_key: str, label_key: str | None) -> Problem:
+_GSM8K_FINAL = re.compile(r"(?:^|\n)[ \t]*####[ \t]*([^\n]*?)\s*\Z")  # the last line only
+_GSM8K_CALC = re.compile(r"<<[^<>\n]*>>")
+
+
+def gsm8k_final_answer(text: str) -> str | None:
+    """What follows GSM8K's final ``####`` marker line, or None when there is none."""
+    m = _GSM8K_FINAL.search(text)
+    return m.group(1).strip() if m else None
+
+
+def gsm8k_to_boxed(text: str) -> str:
+    """``"...\\n#### 42"`` -> ``"...\\n\\boxed{42}"``, without calculator annotations.
+
+    Text without a final ``####`` line is returned unchanged. The annotations
+    (``48/2 = <<48/2=24>>24``) are GSM8K's calculator calls, not prose; a model
+    fine-tuned on them would learn to write them.
+    """
+    m = _GSM8K_FINAL.search(text)
+    if not m:
+        return text
+    body = _GSM8K_CALC.sub("", text[:m.start()]).rstrip()
+    boxed = f"\\boxed{{{m.group(1).strip()}}}"
+    return f"{body}\n{boxed}" if body else boxed
+
+
+def _row_to_problem(row, where: str, input_key: str, label_key: str | None,
+                    output_key: str | None = None) -> Problem:
     if not isinstance(row, dict):
         raise DataError(f"{where}: expected a JSON object, got {type(row).__name__}")
+    keys = ", ".join(sorted(map(str, row))[:8])
     if input_key not in row:
-        keys = ", ".join(sorted(map(str, row))[:8])
         raise DataError(f"{where}: missing key '{input_key}' (keys present: {keys}); "
                         f"set --input_key")
     text = row[input_key]
@@ -34,48 +73,93 @@ def _row_to_problem(row, where: str, input_key: str, label_key: str | None) -> P
     label = None
     if label_key and row.get(label_key) is not None:
         label = str(row[label_key])
-    meta = {k: v for k, v in row.items() if k not in (input_key, label_key)
+        final = gsm8k_final_answer(label)
+        label = final if final else label
+    solution = None
+    if output_key:
+        if output_key not in row:
+            raise DataError(f"{where}: missing key '{output_key}' (keys present: {keys}); "
+                            f"set --output_key")
+        value = row[output_key]
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = str(value)
+        if not isinstance(value, str) or not value.strip():
+            raise DataError(f"{where}: key '{output_key}' is empty; every row needs a "
+                            f"non-empty answer")
+        if gsm8k_final_answer(value) == "":
+            raise DataError(f"{where}: key '{output_key}' ends in '####' with no answer")
+        solution = gsm8k_to_boxed(value.strip())
+    meta = {k: v for k, v in row.items() if k not in (input_key, label_key, output_key)
             and isinstance(v, (str, int, float, bool))}
-    return Problem(text=text.strip(), label=label, meta=meta)
+    return Problem(text=text.strip(), label=label, meta=meta, solution=solution)
 
 
 def read_seeds(path: str | Path, input_key: str = "problem", label_key: str | None = "answer",
-               limit: int | None = None) -> list[Problem]:
-    """Read problems from a ``.jsonl``/``.json`` or ``.parquet`` file.
+               limit: int | None = None, *, output_key: str | None = None,
+               split: str = "train") -> list[Problem]:
+    """Read problems from a file, dataset folder or hub id (see the module doc).
 
     ``label_key`` may be absent from rows (labels are optional for self-play);
-    ``input_key`` must be present in every row.
+    ``input_key`` must be present in every row, and so must ``output_key`` when
+    given, with a non-empty answer. ``limit`` keeps the first rows (``--max_samples``);
+    ``split`` names the split of a dataset folder or hub id (``--prompt_split``). A
+    single JSONL/Parquet/CSV file has one split, ``train``.
     """
     p = Path(path)
-    if not p.is_file():
+    suffix = p.suffix.lower()
+    if p.is_file() and suffix in (".jsonl", ".json", ".parquet") and not _json_array(p):
+        if split != "train":
+            raise DataError(f"{p}: a single file has one split, 'train', not '{split}'")
+        problems = (_read_parquet(p, input_key, label_key, output_key) if suffix == ".parquet"
+                    else _read_jsonl(p, input_key, label_key, output_key, limit))
+    elif not p.exists() and suffix in (".jsonl", ".json", ".parquet"):
         raise DataError(f"seed file not found: {p}")
-    problems: list[Problem] = []
-    if p.suffix == ".parquet":
-        try:
-            import pyarrow.parquet as pq
-        except ImportError as e:
-            raise DataError(f"{p}: reading Parquet needs pyarrow (pip install pyarrow)") from e
-        try:
-            rows = pq.read_table(p).to_pylist()
-        except Exception as e:
-            raise DataError(f"{p}: not a readable Parquet file ({e})") from e
-        for i, row in enumerate(rows):
-            problems.append(_row_to_problem(row, f"{p}: row {i}", input_key, label_key))
     else:
-        try:
-            lines = p.read_text(encoding="utf-8").splitlines()
-        except UnicodeDecodeError as e:
-            raise DataError(f"{p}: not UTF-8 text ({e})") from e
-        for no, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"{p}:{no}: not valid JSON ({e.msg} at column {e.colno})") from e
-            problems.append(_row_to_problem(row, f"{p}:{no}", input_key, label_key))
-            if limit and len(problems) >= limit:
-                break
+        from serl.data.hf import read_hf_rows
+
+        rows = read_hf_rows(path, split, limit, required=(input_key, output_key or ""))
+        problems = [_row_to_problem(row, f"{path} (split '{split}'): row {i}", input_key,
+                                    label_key, output_key) for i, row in enumerate(rows)]
     if not problems:
         raise DataError(f"{p}: no seed problems in file")
     return problems[:limit] if limit else problems
+
+
+def _json_array(p: Path) -> bool:
+    """A ``.json`` file holding one JSON array (not JSON Lines): datasets reads it."""
+    if p.suffix.lower() != ".json":
+        return False
+    with open(p, "rb") as f:
+        return f.read(4096).lstrip()[:1] == b"["
+
+
+def _read_parquet(p: Path, input_key, label_key, output_key) -> list[Problem]:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError as e:
+        raise DataError(f"{p}: reading Parquet needs pyarrow (pip install pyarrow)") from e
+    try:
+        rows = pq.read_table(p).to_pylist()
+    except Exception as e:
+        raise DataError(f"{p}: not a readable Parquet file ({e})") from e
+    return [_row_to_problem(row, f"{p}: row {i}", input_key, label_key, output_key)
+            for i, row in enumerate(rows)]
+
+
+def _read_jsonl(p: Path, input_key, label_key, output_key, limit) -> list[Problem]:
+    try:
+        lines = p.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as e:
+        raise DataError(f"{p}: not UTF-8 text ({e})") from e
+    problems: list[Problem] = []
+    for no, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DataError(f"{p}:{no}: not valid JSON ({e.msg} at column {e.colno})") from e
+        problems.append(_row_to_problem(row, f"{p}:{no}", input_key, label_key, output_key))
+        if limit and len(problems) >= limit:
+            break
+    return problems

@@ -1,4 +1,5 @@
 import math
+import re
 
 import pytest
 import torch
@@ -114,3 +115,79 @@ def test_dpo_label_smoothing():
     loss, _ = dpo_loss(z + 1, z, z, z, beta=1.0, label_smoothing=0.25)
     expected = 0.75 * math.log1p(math.exp(-1)) + 0.25 * math.log1p(math.exp(1))
     assert loss.item() == pytest.approx(expected, rel=1e-6)
+
+
+# Three pairs shared by the variant tests, β = 0.5.
+#   pair  π_c   π_r   ref_c  ref_r   chosen ratio  rejected ratio   h     β·h
+#   1     -1    -2    -1.5   -1.5        0.5          -0.5          1     0.5
+#   2     -3    -1    -2     -2         -1             1           -2    -1
+#   3      0    -4    -1     -1          1            -3            4     2
+# sigmoid: log(1+e^{-β·h}) = 0.474077, 1.313262, 0.126928 -> mean 0.638089;
+#   d/dπ_c = −β·σ(−β·h)/3 = −0.5·(0.377541, 0.731059, 0.119203)/3
+#          = −0.062923, −0.121843, −0.019867
+# cDPO ε=0.2: since log(1+e^{x}) = log(1+e^{−x}) + x, each loss is the sigmoid loss + ε·β·h:
+#   0.574077, 1.113262, 0.526928 -> mean 0.638089 + 0.2·0.5 = 0.738089;
+#   d/dπ_c = β·(ε − σ(−β·h))/3 = −0.029590, −0.088510, 0.013466
+# hinge: relu(1 − β·h) = 0.5, 2, 0 -> mean 2.5/3 = 0.833333; d/dπ_c = −β/3 where active
+#   = −1/6, −1/6, 0
+# ipo: (h − 1/(2β))² = (h − 1)² = 0, 9, 9 -> mean 6; d/dπ_c = 2(h − 1)/3 = 0, −2, 2
+PAIRS = dict(pc=[-1.0, -3.0, 0.0], pr=[-2.0, -1.0, -4.0], rc=[-1.5, -2.0, -1.0],
+             rr=[-1.5, -2.0, -1.0])
+
+
+@pytest.mark.parametrize("loss_type,smoothing,loss,grad", [
+    ("sigmoid", 0.0, 0.638089, [-0.062923, -0.121843, -0.019867]),
+    ("sigmoid", 0.2, 0.738089, [-0.029590, -0.088510, 0.013466]),
+    ("hinge", 0.0, 2.5 / 3, [-1 / 6, -1 / 6, 0.0]),
+    ("ipo", 0.0, 6.0, [0.0, -2.0, 2.0]),
+])
+def test_dpo_variants_by_hand(loss_type, smoothing, loss, grad):
+    pc = torch.tensor(PAIRS["pc"], requires_grad=True)
+    pr = torch.tensor(PAIRS["pr"], requires_grad=True)
+    got, m = dpo_loss(pc, pr, torch.tensor(PAIRS["rc"]), torch.tensor(PAIRS["rr"]), beta=0.5,
+                      label_smoothing=smoothing, loss_type=loss_type)
+    assert got.item() == pytest.approx(loss, abs=1e-6)
+    got.backward()
+    assert pc.grad.tolist() == pytest.approx(grad, abs=1e-6)
+    # every variant depends on h only, so the rejected side gets the opposite gradient
+    assert pr.grad.tolist() == pytest.approx([-g for g in grad], abs=1e-6)
+    # metrics do not depend on the variant: β·ratios 0.25, −0.5, 0.5 vs −0.25, 0.5, −1.5
+    assert m["reward_chosen"] == pytest.approx(0.25 / 3)
+    assert m["reward_rejected"] == pytest.approx(-1.25 / 3)
+    assert m["reward_accuracy"] == pytest.approx(2 / 3)
+    assert m["reward_margin"] == pytest.approx(0.5)
+
+
+def test_dpo_variants_are_exported():
+    from serl.algos import DPO_LOSS_TYPES
+
+    assert DPO_LOSS_TYPES == ("sigmoid", "hinge", "ipo")
+
+
+def test_ipo_minimum_is_at_half_over_beta():
+    # h = 1/(2β) = 2.5 for β=0.2 -> loss 0; h = 0 -> 2.5² = 6.25
+    z = torch.zeros(1)
+    assert dpo_loss(z + 2.5, z, z, z, beta=0.2, loss_type="ipo")[0].item() == pytest.approx(0.0)
+    assert dpo_loss(z, z, z, z, beta=0.2, loss_type="ipo")[0].item() == pytest.approx(6.25)
+
+
+@pytest.mark.parametrize("kwargs,needle", [
+    (dict(beta=0.0), "beta must be > 0, got 0.0"),
+    (dict(beta=-0.1), "beta must be > 0, got -0.1"),
+    (dict(beta=float("nan")), "beta must be > 0, got nan"),
+    (dict(loss_type="kto"),
+     re.escape("unknown DPO loss type 'kto'; expected one of ('sigmoid', 'hinge', 'ipo')")),
+    (dict(label_smoothing=0.5), r"label_smoothing must be in \[0, 0.5\), got 0.5"),
+    (dict(label_smoothing=-0.1), r"label_smoothing must be in \[0, 0.5\), got -0.1"),
+    (dict(label_smoothing=0.1, loss_type="ipo"), "applies only to loss type 'sigmoid', not 'ipo'"),
+])
+def test_dpo_bad_arguments(kwargs, needle):
+    z = torch.zeros(2)
+    with pytest.raises(ValueError, match=needle):
+        dpo_loss(z, z, z, z, **kwargs)
+
+
+def test_dpo_shape_mismatch():
+    z = torch.zeros(2)
+    with pytest.raises(ValueError, match="share one shape"):
+        dpo_loss(z, torch.zeros(3), z, z)
