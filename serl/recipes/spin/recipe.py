@@ -64,9 +64,10 @@ class SpinRecipe(Recipe):
 
     @classmethod
     def prepare(cls, cfg) -> list[Problem]:
-        """The problems, with human answers (``--output_key``) and labels where given."""
+        """The problems, with labels where given and, in spin mode, the human answers."""
+        spin = cfg.spin_mode == "spin"  # online mode trains on its own answers only
         problems = read_seeds(cfg.prompt_data, cfg.input_key, cfg.label_key or None,
-                              limit=cfg.max_samples or None, output_key=cfg.output_key or None,
+                              limit=cfg.max_samples or None, output_key=cfg.output_key if spin else None,
                               split=cfg.prompt_split)
         if cfg.spin_mode == "online" and cfg.reward_mode == "rule":
             bad = next((i for i, p in enumerate(problems) if p.label is None), None)

@@ -89,3 +89,13 @@ def test_help_lists_the_recipe_options():
 def test_serl_refuses_spin_options():
     with pytest.raises(SystemExit):
         parse_args(["--beta", "0.1"])
+
+
+def test_prepare_reads_answers_in_spin_mode_only(tmp_path):
+    data = tmp_path / "q.jsonl"
+    data.write_text('{"question": "What is 2 + 2?", "answer": "Two and two.\\n#### 4"}\n')
+    flags = ["--prompt_data", str(data), "--input_key", "question", "--label_key", "answer"]
+    spin_probs = SpinRecipe.prepare(spin(*flags, "--output_key", "answer"))
+    assert spin_probs[0].solution == "Two and two.\n\\boxed{4}" and spin_probs[0].label == "4"
+    online = SpinRecipe.prepare(spin(*flags, "--spin_mode", "online", "--reward_mode", "rule"))
+    assert online[0].solution is None and online[0].label == "4"  # no 'solution' key needed
