@@ -322,6 +322,29 @@ def plot_length(run, claimed):
     return _namespace_plot("Response length", "response", "tokens", run, claimed, True)
 
 
+DPO_LINES = {  # key -> (panel, legend label)
+    "dpo/reward_chosen": (0, "chosen"), "dpo/reward_rejected": (0, "rejected"), "dpo/margin": (0, "margin"),
+    "dpo/accuracy": (1, "chosen reward > rejected"),
+    "dpo/chosen_logp": (2, "chosen (step)"), "dpo/rejected_logp": (2, "rejected (step)"),
+    "spin/real_logp": (2, "human answers (iteration start)"), "spin/generated_logp": (2, "own answers (iteration start)"),
+    "pairs/pairs": (3, "pairs"), "pairs/tied": (3, "tied groups (dropped)"), "pairs/dropped": (3, "dropped in all"),
+    "spin/pairs": (3, "pairs of the iteration"),
+}
+DPO_PANELS = [("Implicit rewards (beta x log-ratio to the reference)", "reward"),
+              ("Preference accuracy", "fraction of pairs"),
+              ("Per-token log-prob of the answers", "nats per token"),
+              ("Pairs", "pairs")]
+
+
+def plot_dpo(run: Run, claimed: set[str]):
+    """Preference recipes (SPIN, online DPO): implicit rewards, accuracy, log-probs, pairs."""
+    keys = [k for k in DPO_LINES if k in run.series]
+    claimed.update(keys)
+    panels = [(title, ylabel, [(DPO_LINES[k][1], run.series[k]) for k in keys if DPO_LINES[k][0] == i])
+              for i, (title, ylabel) in enumerate(DPO_PANELS)]
+    return _panels_plot("DPO: preferences between answers", panels, cols=2)
+
+
 STAGES = ("instruct", "generate", "reward", "filter", "learner", "sync")
 
 
@@ -379,6 +402,7 @@ PLOTS: list[tuple[str, Callable]] = [
     ("filters", plot_filters),
     ("pool", plot_pool),
     ("kl", plot_kl),
+    ("dpo", plot_dpo),
     ("entropy", plot_entropy),
     ("loss", plot_loss),
     ("response_length", plot_length),
@@ -413,6 +437,7 @@ MAIN_METRICS = [
     ("reward/mean", +1), ("reward/agreement", +1), ("reward/no_answer_frac", -1),
     ("filter/difficulty/kept", +1), ("pool/size", 0), ("pool/kept", 0),
     ("kl/mean", 0), ("actor/entropy", 0), ("loss/policy", 0),
+    ("dpo/accuracy", +1), ("dpo/margin", +1), ("spin/real_logp", +1), ("pairs/tied", 0),
     ("response/length_mean", 0), ("time/step", -1),
 ]
 

@@ -89,11 +89,17 @@ def policy_gradient(inp: ObjectiveInput, cfg) -> tuple[Tensor, dict[str, float]]
     return loss, {"loss/policy": loss.item()}
 
 
+DPO_ARGS = ("beta", "loss_type", "label_smoothing")
+
+
 @register_objective("dpo", {"loss/policy": "sum", "dpo/reward_chosen": "pairs", "dpo/reward_rejected": "pairs",
                             "dpo/accuracy": "pairs", "dpo/margin": "pairs", "dpo/chosen_logp": "pairs",
                             "dpo/rejected_logp": "pairs"}, units="pairs")
 def dpo(inp: ObjectiveInput, cfg) -> tuple[Tensor, dict[str, float]]:
     args = dict(cfg.objective_args)
+    unknown = sorted(set(args) - set(DPO_ARGS))
+    if unknown:  # a misspelt setting would otherwise train with the default silently
+        raise ValueError(f"dpo objective: unknown objective_args {unknown}; known: {', '.join(DPO_ARGS)}")
     m = inp.mask.to(inp.logp.dtype)
     seq = (inp.logp * m).sum(-1)
     ref = (inp.ref_logp * m).sum(-1)

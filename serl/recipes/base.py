@@ -29,7 +29,8 @@ from typing import Any
 from serl.config import TrainConfig
 
 # Options of every recipe that make a resume a different run if changed.
-RUN_DEFINING_COMMON = ("recipe", "model", "prompt_data", "input_key", "label_key", "max_samples", "seed",
+RUN_DEFINING_COMMON = ("recipe", "model", "prompt_data", "input_key", "label_key", "output_key", "prompt_split",
+                       "max_samples", "seed",
                        "advantage_estimator", "reward_mode", "n_samples_per_prompt", "rollout_batch_size",
                        "init_kl_coef", "use_kl_loss", "gamma", "actor_learning_rate", "generator",
                        "learner", "train_batch_size")
