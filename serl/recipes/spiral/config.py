@@ -1,8 +1,8 @@
 """The SPIRAL recipe's own options (Liu et al., 2025, "SPIRAL: Self-Play on Zero-Sum Games Incentivizes
 Reasoning via Multi-Agent Multi-Turn Reinforcement Learning"). Defaults follow the public implementation
 where it names them: invalid move -1.5 / +0.5, RAE with alpha 0.95, zero-advantage samples filtered,
-truncated responses masked, Dr.GRPO loss aggregation, no KL, 2 PPO epochs, a population of 25 with a
-snapshot every 5 steps. Light to import: nothing here loads torch."""
+truncated responses masked, Dr.GRPO loss aggregation, no KL, 2 PPO epochs, a constant learning rate
+of 1e-6, a population of 25 with a snapshot every 5 steps. Light to import: nothing here loads torch."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -58,6 +58,9 @@ class Config(SpiralOptions, TrainConfig):
     # common options whose default differs for SPIRAL
     init_kl_coef: float = option(0.0, "KL coefficient (SPIRAL uses none; > 0 needs --use_kl_loss)")
     actor_learning_rate: float = option(1e-6, "AdamW learning rate", aliases=("lr",))
+    lr_warmup_ratio: float = option(0.0, "share of steps spent warming up the learning rate (SPIRAL: none)")
+    min_lr_ratio: float = option(1.0, "cosine schedule floor, as a share of the learning rate (SPIRAL: 1, "
+                                      "a constant learning rate)")
     system_prompt: str = option("", "instruction appended to each prompt (the game prompt has its own)")
     prompt_data: str = option("", "unused by SPIRAL (games need no data)", aliases=("seed_data",))
 
