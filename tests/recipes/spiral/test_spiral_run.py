@@ -64,3 +64,19 @@ def test_resume_restores_baselines_and_population_exactly(two_steps, tmp_path):
 
     sa, sb = (load_trainer_state(latest_checkpoint(d)) for d in (two_steps, b))
     assert sa["baselines"] == sb["baselines"] and sa["pool"] == sb["pool"]
+
+
+@pytest.mark.slow
+def test_serl_eval_games_against_random_and_a_snapshot(two_steps, tmp_path):
+    snap = two_steps / "snapshots/step_000002.safetensors"
+    r = subprocess.run([sys.executable, "-m", "serl.cli", "eval", "--games", "kuhn_poker", "--n_games", "4",
+                        "--opponents", f"random,{snap}", "--exploit_samples", "1", "--max_new_tokens", "12",
+                        "--generator", "hf", "--device", "cpu", "--output_dir", str(tmp_path / "out")],
+                       cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads((tmp_path / "out" / "games.json").read_text())["metrics"]
+    for opp in ("random", "fixed"):
+        assert res[f"eval/kuhn_poker/vs_{opp}/n"] == 4
+        assert 0 <= res[f"eval/kuhn_poker/vs_{opp}/invalid_rate"] <= 1
+    assert 0 <= res["eval/kuhn_poker/exploitability"] <= 2
+    assert "kuhn_poker/vs_fixed" in r.stdout
