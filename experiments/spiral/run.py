@@ -40,7 +40,8 @@ def parse() -> argparse.Namespace:
     p.add_argument("--population_every", type=int, default=3)
     p.add_argument("--lr", type=float, default=1e-5)
     p.add_argument("--generator", default="auto", help="auto (vLLM when installed), vllm or hf")
-    p.add_argument("--lenient_parse", default="false", help="true: the documented lenient action parser")
+    p.add_argument("--action_parser", default="strict", choices=("strict", "lenient", "mention"),
+                   help="how a response becomes a move (lenient, mention: documented deviations)")
     p.add_argument("--seed", type=int, default=1)
     a = p.parse_args()
     if a.smoke:
@@ -55,7 +56,7 @@ def train_args(a, run_dir: Path, arm: list[str]) -> list[str]:
             "--population_every", str(a.population_every), "--games_per_step", str(a.games_per_step),
             "--steps", str(a.steps), "--generate_max_len", str(a.generate_max_len), "--actor_learning_rate", str(a.lr),
             "--eval_steps", str(a.eval_every), "--eval_games", str(a.eval_games),
-            "--exploit_samples", str(a.exploit_samples), "--generator", a.generator, "--lenient_parse", a.lenient_parse,
+            "--exploit_samples", str(a.exploit_samples), "--generator", a.generator, "--action_parser", a.action_parser,
             "--save_steps", str(a.eval_every), "--max_ckpt_num", "1", "--save_model", "false", "--seed", str(a.seed),
             "--micro_train_batch_size", "8", "--progress", "plain", *arm]
 

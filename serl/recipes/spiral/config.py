@@ -12,6 +12,12 @@ from typing import ClassVar
 from serl.config import ConfigError, TrainConfig, option
 
 OPPONENT_MODES = ("self", "random", "population")  # plus "fixed:PATH"
+PARSERS = ("strict", "lenient", "mention")
+
+
+def parse_options(parser: str) -> dict:
+    """``actions.parse_action`` keywords of an --action_parser choice."""
+    return {"strict": {}, "lenient": {"lenient": True}, "mention": {"lenient": True, "mention": True}}[parser]
 
 
 @dataclass
@@ -42,8 +48,10 @@ class SpiralOptions:
     ppo_epochs: int = option(2, "optimizer steps over each step's batch (PPO epochs)")
     show_legal_actions: bool = option(True, "list the legal actions in each prompt")
     prompt_example: bool = option(True, "show the answer format on a legal action (e.g. \\boxed{bet})")
-    lenient_parse: bool = option(False, "also accept a box holding exactly one legal action among other "
-                                        "words (e.g. \\boxed{I bet}); a documented deviation from upstream")
+    action_parser: str = option("strict", "strict (upstream: the last box, or a short answer), lenient (also "
+                                          "a box holding one legal action among other words) or mention "
+                                          "(lenient, and without a box the legal action named last): "
+                                          "documented deviations for small models", choices=PARSERS)
     eval_games: int = option(0, "evaluation: games per game type against uniform random, before and after "
                                 "training and every --eval_steps (0 = none)")
     exploit_samples: int = option(0, "evaluation: samples per Kuhn Poker info state for the exploitability "

@@ -131,7 +131,8 @@ def add_arguments(p) -> None:
     p.add_argument("--exploit_samples", type=int, default=50,
                    help="games: samples per Kuhn Poker info state for the exploitability (0 = skip)")
     p.add_argument("--kuhn_rules", default="standard", choices=("standard", "spiral"), help="games: Kuhn payoffs")
-    p.add_argument("--lenient_parse", action="store_true", help="games: the lenient action parser")
+    p.add_argument("--action_parser", default="strict", choices=("strict", "lenient", "mention"),
+                   help="games: how a response becomes a move (see serl train --recipe spiral --help)")
 
 
 def cli_run(args) -> int:
@@ -156,6 +157,7 @@ def cli_run(args) -> int:
     from serl.eval.cli import make_generator, write_atomic
     from serl.models import load_tokenizer, resolve_model
 
+    from .config import parse_options
     from .snapshots import CURRENT, WeightSwitcher, load_snapshot
 
     model_path = resolve_model(args.model)
@@ -178,7 +180,7 @@ def cli_run(args) -> int:
         opponents.update({n: text_policy(served(p)) for n, p in opp_paths.items()})
         metrics = evaluate_games(texts(served(CURRENT)), games, args.n_games, opponents,
                                  exploit_samples=args.exploit_samples, seed=args.seed, kuhn_rules=args.kuhn_rules,
-                                 parse_options={"lenient": args.lenient_parse})
+                                 parse_options=parse_options(args.action_parser))
     finally:
         gen.close()
     results = {"model": args.model, "generator": kind, "games": games, "opponents": args.opponents,

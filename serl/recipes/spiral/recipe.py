@@ -31,6 +31,7 @@ from serl.checkpoint import fault_point, latest_checkpoint
 from serl.engines.base import Sampling, TrainBatch
 from serl.recipes.base import Recipe, RunContext
 
+from .config import parse_options
 from .evaluate import evaluate_games
 from .games import make_game
 from .lockstep import RandomPolicy, RewardRule, play_lockstep
@@ -48,7 +49,7 @@ class SpiralRecipe(Recipe):
     resume_fixed = ("games", "kuhn_rules", "games_per_step", "max_turns", "invalid_penalty",
                     "invalid_opponent_reward", "use_payoffs", "rae", "rae_alpha", "filter_zero_adv",
                     "mask_truncated", "opponent", "population_size", "population_every", "alternate_seats",
-                    "ppo_epochs", "show_legal_actions", "prompt_example", "lenient_parse", "generate_max_len",
+                    "ppo_epochs", "show_legal_actions", "prompt_example", "action_parser", "generate_max_len",
                     "temperature", "top_p")
 
     # ---- rules read by the engine factory and the runner ----------------------------------------------
@@ -95,7 +96,7 @@ class SpiralRecipe(Recipe):
         self.rule = RewardRule(invalid=cfg.invalid_penalty, invalid_opponent=cfg.invalid_opponent_reward,
                                use_payoffs=cfg.use_payoffs)
         self.prompt = partial(render_prompt, show_legal_actions=cfg.show_legal_actions, example=cfg.prompt_example)
-        self.parse = {"lenient": cfg.lenient_parse}
+        self.parse = parse_options(cfg.action_parser)
         self.step_done = 0
 
     def step(self, step: int) -> dict[str, float]:
