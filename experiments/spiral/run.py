@@ -29,7 +29,7 @@ def parse() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default="runs/spiral_experiment", help="folder of the two runs and the results")
     p.add_argument("--resume", action="store_true", help="continue arms whose run directory exists")
-    p.add_argument("--smoke", action="store_true", help="tiny sizes: 2 steps of 4 games, 16 eval games")
+    p.add_argument("--smoke", action="store_true", help="tiny sizes: 2 steps of 4 games, 8 eval games, hf")
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--games_per_step", type=int, default=32)
     p.add_argument("--eval_every", type=int, default=6)
@@ -45,8 +45,8 @@ def parse() -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=1)
     a = p.parse_args()
     if a.smoke:
-        a.steps, a.games_per_step, a.eval_every, a.eval_games, a.exploit_samples = 2, 4, 1, 16, 2
-        a.generate_max_len, a.population_every = 48, 1
+        a.steps, a.games_per_step, a.eval_every, a.eval_games, a.exploit_samples = 2, 4, 2, 8, 1
+        a.generate_max_len, a.population_every, a.generator = 24, 1, "hf"
     return a
 
 
