@@ -396,11 +396,32 @@ def plot_eval(run: Run, claimed: set[str]):
     return _panels_plot("Evaluation", panels, cols=2 if len(panels) > 2 else 1, smooth=False)
 
 
+def plot_games(run: Run, claimed: set[str]):
+    """Self-play on games (SPIRAL): win rate and invalid moves per game and role, baselines, opponents."""
+    s = run.series
+    pick = lambda pred: sorted(k for k in s if k.startswith("spiral/") and pred(k))  # noqa: E731
+    groups = [
+        ("Win rate of the learner, by game and seat", "win rate", pick(lambda k: k.endswith("/win_rate"))),
+        ("Invalid-move rate of the learner", "share of its moves",
+         pick(lambda k: k.endswith("invalid_rate"))),
+        ("Role baselines (RAE, EMA of returns)", "baseline", pick(lambda k: k.startswith("spiral/baseline/"))),
+        ("Opponent mix", "share of games", pick(lambda k: k.startswith("spiral/opponent/"))),
+    ]
+    panels = [(title, ylabel, [(k.removeprefix("spiral/").removeprefix("baseline/").removeprefix("opponent/")
+                                .replace("/win_rate", "").replace("/invalid_rate", ""), s[k]) for k in keys])
+              for title, ylabel, keys in groups if keys]
+    if not panels:
+        return None
+    claimed.update(k for _, _, keys in groups for k in keys)
+    return _panels_plot("Games", panels, cols=2 if len(panels) > 2 else 1)
+
+
 # (file stem, builder); each builder claims the keys it drew so leftovers get a generic plot.
 PLOTS: list[tuple[str, Callable]] = [
     ("reward", plot_reward),
     ("filters", plot_filters),
     ("pool", plot_pool),
+    ("games", plot_games),
     ("kl", plot_kl),
     ("dpo", plot_dpo),
     ("entropy", plot_entropy),
@@ -438,7 +459,7 @@ MAIN_METRICS = [
     ("filter/difficulty/kept", +1), ("pool/size", 0), ("pool/kept", 0),
     ("kl/mean", 0), ("actor/entropy", 0), ("loss/policy", 0),
     ("dpo/accuracy", +1), ("dpo/margin", +1), ("spin/real_logp", +1), ("pairs/tied", 0),
-    ("response/length_mean", 0), ("time/step", -1),
+    ("response/length_mean", 0), ("spiral/invalid_rate", -1), ("time/step", -1),
 ]
 
 

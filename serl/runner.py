@@ -44,7 +44,7 @@ def prepare(cfg: TrainConfig, run_dir: Path | None = None):
 
     data = recipe_class(cfg.recipe).prepare(cfg)
     model_path = resolve_model(cfg.model)
-    return data, model_path, load_eval_sets(cfg), run_dir or new_run_dir(cfg)
+    return data, model_path, recipe_class(cfg.recipe).eval_set(cfg), run_dir or new_run_dir(cfg)
 
 
 def load_eval_sets(cfg: TrainConfig) -> list:

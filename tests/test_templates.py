@@ -49,7 +49,7 @@ def _static_argv(path: Path) -> list[str]:
 
 def test_all_templates_exist():
     names = {p.stem for p in TEMPLATES}
-    assert names == {f"train_llama32_3b_{a}_{m}" for a in ALGO for m in MODE} | {"train_spin"}
+    assert names == {f"train_llama32_3b_{a}_{m}" for a in ALGO for m in MODE} | {"train_spin", "train_spiral", "train_spell"}
 
 
 @pytest.mark.parametrize("path", SERL_TEMPLATES, ids=lambda p: p.stem)

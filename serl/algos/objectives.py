@@ -70,11 +70,12 @@ def get_objective(name: str) -> Objective:
 def ppo_clip(inp: ObjectiveInput, cfg) -> tuple[Tensor, dict[str, float]]:
     old = inp.logp.detach() if inp.old_logp is None else inp.old_logp
     loss, m = ppo_clip_loss(inp.logp, old, inp.advantages, inp.mask, cfg.eps_clip_low, cfg.eps_clip_high,
-                            cfg.loss_agg, num_tokens=inp.num_tokens, num_seqs=inp.num_seqs)
+                            cfg.loss_agg, num_tokens=inp.num_tokens, num_seqs=inp.num_seqs,
+                            const=cfg.loss_agg_const)
     sums = {"loss/policy": loss.item(), "loss/kl": 0.0}
     if cfg.use_kl_loss:
         kl_term = aggregate(kl_estimate(inp.logp, inp.ref_logp, cfg.kl_estimator), inp.mask, cfg.loss_agg,
-                            inp.num_tokens, inp.num_seqs)
+                            inp.num_tokens, inp.num_seqs, cfg.loss_agg_const)
         sums["loss/kl"] = kl_term.item()
         loss = loss + cfg.kl_loss_coef * kl_term
     w = float(inp.mask.sum())
@@ -85,7 +86,8 @@ def ppo_clip(inp: ObjectiveInput, cfg) -> tuple[Tensor, dict[str, float]]:
 
 @register_objective("pg", {"loss/policy": "sum"})
 def policy_gradient(inp: ObjectiveInput, cfg) -> tuple[Tensor, dict[str, float]]:
-    loss = aggregate(-inp.logp * inp.advantages, inp.mask, cfg.loss_agg, inp.num_tokens, inp.num_seqs)
+    loss = aggregate(-inp.logp * inp.advantages, inp.mask, cfg.loss_agg, inp.num_tokens, inp.num_seqs,
+                     cfg.loss_agg_const)
     return loss, {"loss/policy": loss.item()}
 
 

@@ -13,6 +13,7 @@ from functools import lru_cache
 RECIPES: dict[str, str] = {
     "serl": "serl.recipes.serl",
     "spin": "serl.recipes.spin",
+    "spiral": "serl.recipes.spiral",
 }
 
 

@@ -87,6 +87,20 @@ class Recipe:
         return {}
 
     @classmethod
+    def learner_settings(cls, cfg) -> dict:
+        """Other ``LearnerConfig`` fields the recipe sets (e.g. ``ppo_epochs``, ``loss_agg``);
+        with ``ppo_epochs`` > 1, ``updates_per_step`` should count the epochs too."""
+        return {}
+
+    @classmethod
+    def eval_set(cls, cfg) -> list:
+        """What ``evaluate`` gets during training (empty: no evaluation). Default: the
+        held-out math problems of ``--eval_data`` and ``--eval_benchmarks``."""
+        from serl.runner import load_eval_sets
+
+        return load_eval_sets(cfg)
+
+    @classmethod
     def run_defining(cls) -> tuple[str, ...]:
         return RUN_DEFINING_COMMON + tuple(cls.resume_fixed)
 
