@@ -12,6 +12,7 @@ from functools import lru_cache
 # name -> package; the package's config.py defines ``Config``, its recipe.py ``Recipe``.
 RECIPES: dict[str, str] = {
     "serl": "serl.recipes.serl",
+    "spell": "serl.recipes.spell",
 }
 
 

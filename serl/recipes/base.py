@@ -66,6 +66,14 @@ class Recipe:
         return None
 
     @classmethod
+    def eval_set(cls, cfg) -> Any:
+        """What ``evaluate`` is given, read before anything is written; empty: no evaluation.
+        Default: the math problems of --eval_data and --eval_benchmarks."""
+        from serl.runner import load_eval_sets
+
+        return load_eval_sets(cfg)
+
+    @classmethod
     def needs_reference(cls, cfg) -> bool:
         """Whether the learner loads a reference model."""
         return False
