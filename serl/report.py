@@ -322,6 +322,28 @@ def plot_length(run, claimed):
     return _namespace_plot("Response length", "response", "tokens", run, claimed, True)
 
 
+# SPELL's three roles (serl/recipes/spell): fractions of samples, one panel per role.
+SPELL_PANELS = [
+    ("Questioner", ["questioner/valid_json", "questioner/bad_ground", "questioner/informative",
+                    "questioner/repeated", "questioner/memory_fill"]),
+    ("Responder", ["responder/accuracy", "responder/no_answer", "responder/verifier_lift"]),
+    ("Verifier", ["verifier/agreement", "verifier/majority_agreement", "verifier/bad_format"]),
+    ("Mean reward per role", ["questioner/reward_mean", "responder/reward_mean"]),
+]
+
+
+def plot_roles(run: Run, claimed: set[str]):
+    s = run.series
+    panels = []
+    for title, keys in SPELL_PANELS:
+        keys = [k for k in keys if k in s]
+        claimed.update(keys)
+        if keys:
+            panels.append((title, "reward" if title.startswith("Mean") else "fraction",
+                           [(_short(k).replace("_", " "), s[k]) for k in keys]))
+    return _panels_plot("Roles: questioner, responder, verifier", panels, cols=2 if len(panels) > 2 else 1)
+
+
 STAGES = ("instruct", "generate", "reward", "filter", "learner", "sync")
 
 
@@ -376,6 +398,7 @@ def plot_eval(run: Run, claimed: set[str]):
 # (file stem, builder); each builder claims the keys it drew so leftovers get a generic plot.
 PLOTS: list[tuple[str, Callable]] = [
     ("reward", plot_reward),
+    ("roles", plot_roles),
     ("filters", plot_filters),
     ("pool", plot_pool),
     ("kl", plot_kl),
@@ -414,6 +437,8 @@ MAIN_METRICS = [
     ("filter/difficulty/kept", +1), ("pool/size", 0), ("pool/kept", 0),
     ("kl/mean", 0), ("actor/entropy", 0), ("loss/policy", 0),
     ("response/length_mean", 0), ("time/step", -1),
+    ("questioner/valid_json", +1), ("questioner/bad_ground", -1), ("questioner/informative", +1),
+    ("responder/accuracy", +1), ("verifier/agreement", +1), ("verifier/bad_format", -1),
 ]
 
 
