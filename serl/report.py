@@ -493,7 +493,7 @@ def summary_markdown(run: Run, plots: list[str]) -> str:
     out.append("## Main metrics")
     rows = []
     main_keys = [(k, d) for k, d in MAIN_METRICS if k in run.series]
-    main_keys += [(k, +1) for k in sorted(run.series) if k.startswith("eval/")]
+    main_keys += [(k, -1 if "/bad_" in k else +1) for k in sorted(run.series) if k.startswith("eval/")]
     for key, direction in main_keys:
         steps, values = run.series[key].finite()
         if not steps:

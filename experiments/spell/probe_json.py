@@ -12,6 +12,9 @@ import json
 import random
 import sys
 from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # this checkout's serl
 
 
 def main(argv=None) -> int:

@@ -247,9 +247,16 @@ class SpellRecipe(Recipe):
         }
 
     def evaluate(self, held) -> dict[str, float]:
+        """Greedy held-out scores of the three roles (``evaluate.py``). The generator's call
+        counter and torch's RNG are put back afterwards, so evaluating (or not) never
+        changes what training samples."""
+        calls, torch_rng = getattr(self.generator, "calls", None), torch.get_rng_state()
         with self.timed("eval"):
             metrics, records = evaluate_roles(lambda ps, m: greedy_texts(self.generator, ps, m), self.chat_prompt,
                                               self.checker.equal_many, held, self.cfg)
+        if calls is not None:
+            self.generator.calls = calls
+        torch.set_rng_state(torch_rng)
         out = self.run_dir / "spell_eval"
         out.mkdir(exist_ok=True)
         with open(out / f"step_{self.step_done}.jsonl", "w") as f:
