@@ -42,9 +42,9 @@ class SpellOptions:
     eval_docs: str = option("dataset/docs_heldout.jsonl", "held-out document clusters (JSONL)")
     eval_qa_data: str = option("dataset/docs_heldout_qa.jsonl", "held-out gold questions for the responder")
     eval_verify_data: str = option("dataset/docs_heldout_verify.jsonl", "held-out labelled verifier items")
-    eval_qa_limit: int = option(120, "held-out responder questions (0 = all)")
-    eval_verify_limit: int = option(240, "held-out verifier items (0 = all)")
-    eval_questioner_limit: int = option(20, "held-out clusters the questioner writes for (0 = all)")
+    eval_qa_limit: int = option(40, "held-out responder questions (0 = all 120 of the shipped file)")
+    eval_verify_limit: int = option(40, "held-out verifier items (0 = all 240 of the shipped file)")
+    eval_questioner_limit: int = option(8, "held-out clusters the questioner writes for (0 = all 20)")
 
 
 @dataclass
