@@ -339,8 +339,8 @@ def plot_roles(run: Run, claimed: set[str]):
         keys = [k for k in keys if k in s]
         claimed.update(keys)
         if keys:
-            panels.append((title, "reward" if title.startswith("Mean") else "fraction",
-                           [(_short(k).replace("_", " "), s[k]) for k in keys]))
+            label = (lambda k: k.split("/")[0]) if title.startswith("Mean") else (lambda k: _short(k).replace("_", " "))
+            panels.append((title, "reward" if title.startswith("Mean") else "fraction", [(label(k), s[k]) for k in keys]))
     return _panels_plot("Roles: questioner, responder, verifier", panels, cols=2 if len(panels) > 2 else 1)
 
 

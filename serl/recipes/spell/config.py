@@ -26,6 +26,8 @@ class SpellOptions:
     compact_prompts: bool = option(True, "short prompts for models under ~1B parameters")
     few_shot_questioner: bool = option(False, "show the questioner one worked JSON example (bootstrap)")
     questioner_max_len: int = option(128, "max new tokens of a questioner reply")
+    questioner_temperature: float = option(1.0, "sampling temperature of the questioner (the other roles: "
+                                                "--temperature)")
     verifier_max_len: int = option(64, "max new tokens of a verifier judgment")
     verifier_samples: int = option(3, "verifier judgments per response (k)")
     grounding_samples: int = option(4, "responder samples without documents for the grounding check")
@@ -56,7 +58,7 @@ class Config(SpellOptions, TrainConfig):
     rollout_batch_size: int = option(8, "questions (one per sampled cluster) trained per step")
     n_samples_per_prompt: int = option(8, "responder samples per question (SPELL: 8)")
     generate_max_len: int = option(128, "max new tokens of a responder reply")
-    temperature: float = option(1.0, "sampling temperature of all three roles")
+    temperature: float = option(1.0, "sampling temperature of the responder and the verifier")
     system_prompt: str = option("", "instruction appended to every prompt (SPELL's prompts need none)")
     advantage_estimator: str = option("group_norm", "GRPO: group-normalised advantages per role")
     init_kl_coef: float = option(0.0, "KL coefficient (0: no reference model)")
@@ -74,6 +76,8 @@ class Config(SpellOptions, TrainConfig):
             if getattr(self, name) > self.generate_max_len:  # vLLM's context is prompt + generate_max_len
                 raise ConfigError(f"{name}: must be <= generate_max_len ({self.generate_max_len}), "
                                   f"got {getattr(self, name)}")
+        if self.questioner_temperature < 0:
+            raise ConfigError(f"questioner_temperature: must be >= 0, got {self.questioner_temperature}")
         if not 0.0 < self.grounding_threshold <= 1.0:
             raise ConfigError(f"grounding_threshold: must lie in (0, 1], got {self.grounding_threshold}")
         if not 0.0 < self.novelty_threshold <= 1.0:

@@ -118,11 +118,12 @@ class SpellRecipe(Recipe):
             out.append(self.clusters[self.order.pop()])
         return out
 
-    def sample(self, prompts: list[str], n: int, max_new_tokens: int):
+    def sample(self, prompts: list[str], n: int, max_new_tokens: int, temperature: float | None = None):
         if not prompts:
             return []
-        return self.generator.generate(prompts, n, Sampling(max_new_tokens=max_new_tokens,
-                                                            temperature=self.cfg.temperature, top_p=self.cfg.top_p))
+        t = self.cfg.temperature if temperature is None else temperature
+        return self.generator.generate(prompts, n, Sampling(max_new_tokens=max_new_tokens, temperature=t,
+                                                            top_p=self.cfg.top_p))
 
     def fits(self, prompt: str) -> bool:
         return len(self.tok(prompt, add_special_tokens=False)["input_ids"]) <= self.cfg.prompt_max_len
@@ -143,7 +144,7 @@ class SpellRecipe(Recipe):
             evidence.append(ev)
         fault_point("generate", self.step_done + 1)
         with self.timed("questioner"):
-            replies = self.sample(prompts, 1, cfg.questioner_max_len)
+            replies = self.sample(prompts, 1, cfg.questioner_max_len, cfg.questioner_temperature)
         qs = []
         for c, ev, g in zip(clusters, evidence, replies):
             q = episode.Question(c, ev, g[0])
@@ -211,8 +212,8 @@ class SpellRecipe(Recipe):
 
     # ---- metrics, evaluation, state ----------------------------------------------------
     def role_metrics(self, qs, groups) -> dict[str, float]:
-        def share(num, den):
-            return num / den if den else 0.0
+        def share(num, den):  # nothing to measure is NaN (logged as null), not 0
+            return num / den if den else float("nan")
 
         n = len(qs)
         parsed = [q for q in qs if q.status != "bad_format"]

@@ -50,9 +50,9 @@ def test_two_steps_on_the_shipped_corpus(two_steps):
         assert 0.0 <= m[0][key] <= 1.0 and 0.0 <= m[2][key] <= 1.0
     for step in (1, 2):
         assert m[step]["questioner/asked"] == 2  # one round of two clusters
-        for key in ("questioner/valid_json", "questioner/informative", "questioner/memory_fill",
-                    "responder/accuracy", "verifier/agreement", "verifier/bad_format"):
-            assert 0.0 <= m[step][key] <= 1.0, key
+        assert 0.0 <= m[step]["questioner/valid_json"] <= 1.0 and 0.0 <= m[step]["questioner/memory_fill"] <= 1.0
+        for key in ("questioner/informative", "responder/accuracy", "verifier/agreement", "verifier/bad_format"):
+            assert m[step][key] is None or 0.0 <= m[step][key] <= 1.0, key  # None: nothing to measure
         assert m[step]["corpus/clusters"] == 144  # 48 clusters of 6 documents, cut into twos
     assert any("loss/policy" in m[s] for s in (1, 2)), "no update in two steps"
     assert (two_steps / "spell_eval" / "step_0.jsonl").is_file() and (two_steps / "spell_eval" / "step_2.jsonl").is_file()
