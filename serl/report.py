@@ -345,6 +345,28 @@ def plot_dpo(run: Run, claimed: set[str]):
     return _panels_plot("DPO: preferences between answers", panels, cols=2)
 
 
+# SPELL's three roles (serl/recipes/spell): fractions of samples, one panel per role.
+SPELL_PANELS = [
+    ("Questioner", ["questioner/valid_json", "questioner/bad_ground", "questioner/informative",
+                    "questioner/repeated", "questioner/memory_fill"]),
+    ("Responder", ["responder/accuracy", "responder/no_answer", "responder/verifier_lift"]),
+    ("Verifier", ["verifier/agreement", "verifier/majority_agreement", "verifier/bad_format"]),
+    ("Mean reward per role", ["questioner/reward_mean", "responder/reward_mean"]),
+]
+
+
+def plot_roles(run: Run, claimed: set[str]):
+    s = run.series
+    panels = []
+    for title, keys in SPELL_PANELS:
+        keys = [k for k in keys if k in s]
+        claimed.update(keys)
+        if keys:
+            label = (lambda k: k.split("/")[0]) if title.startswith("Mean") else (lambda k: _short(k).replace("_", " "))
+            panels.append((title, "reward" if title.startswith("Mean") else "fraction", [(label(k), s[k]) for k in keys]))
+    return _panels_plot("Roles: questioner, responder, verifier", panels, cols=2 if len(panels) > 2 else 1)
+
+
 STAGES = ("instruct", "generate", "reward", "filter", "learner", "sync")
 
 
@@ -419,6 +441,7 @@ def plot_games(run: Run, claimed: set[str]):
 # (file stem, builder); each builder claims the keys it drew so leftovers get a generic plot.
 PLOTS: list[tuple[str, Callable]] = [
     ("reward", plot_reward),
+    ("roles", plot_roles),
     ("filters", plot_filters),
     ("pool", plot_pool),
     ("games", plot_games),
@@ -460,6 +483,8 @@ MAIN_METRICS = [
     ("kl/mean", 0), ("actor/entropy", 0), ("loss/policy", 0),
     ("dpo/accuracy", +1), ("dpo/margin", +1), ("spin/real_logp", +1), ("pairs/tied", 0),
     ("response/length_mean", 0), ("spiral/invalid_rate", -1), ("time/step", -1),
+    ("questioner/valid_json", +1), ("questioner/bad_ground", -1), ("questioner/informative", +1),
+    ("responder/accuracy", +1), ("verifier/agreement", +1), ("verifier/bad_format", -1),
 ]
 
 
@@ -514,7 +539,7 @@ def summary_markdown(run: Run, plots: list[str]) -> str:
     out.append("## Main metrics")
     rows = []
     main_keys = [(k, d) for k, d in MAIN_METRICS if k in run.series]
-    main_keys += [(k, +1) for k in sorted(run.series) if k.startswith("eval/")]
+    main_keys += [(k, -1 if "/bad_" in k else +1) for k in sorted(run.series) if k.startswith("eval/")]
     for key, direction in main_keys:
         steps, values = run.series[key].finite()
         if not steps:

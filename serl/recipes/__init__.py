@@ -14,6 +14,7 @@ RECIPES: dict[str, str] = {
     "serl": "serl.recipes.serl",
     "spin": "serl.recipes.spin",
     "spiral": "serl.recipes.spiral",
+    "spell": "serl.recipes.spell",
 }
 
 

@@ -67,6 +67,14 @@ class Recipe:
         return None
 
     @classmethod
+    def eval_set(cls, cfg) -> Any:
+        """What ``evaluate`` is given, read before anything is written; empty: no evaluation.
+        Default: the math problems of --eval_data and --eval_benchmarks."""
+        from serl.runner import load_eval_sets
+
+        return load_eval_sets(cfg)
+
+    @classmethod
     def needs_reference(cls, cfg) -> bool:
         """Whether the learner loads a reference model."""
         return False
@@ -91,14 +99,6 @@ class Recipe:
         """Other ``LearnerConfig`` fields the recipe sets (e.g. ``ppo_epochs``, ``loss_agg``);
         with ``ppo_epochs`` > 1, ``updates_per_step`` should count the epochs too."""
         return {}
-
-    @classmethod
-    def eval_set(cls, cfg) -> list:
-        """What ``evaluate`` gets during training (empty: no evaluation). Default: the
-        held-out math problems of ``--eval_data`` and ``--eval_benchmarks``."""
-        from serl.runner import load_eval_sets
-
-        return load_eval_sets(cfg)
 
     @classmethod
     def run_defining(cls) -> tuple[str, ...]:
