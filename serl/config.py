@@ -47,7 +47,10 @@ class TrainConfig:
     max_samples: int = _f(0, "use at most this many seed problems (0 = all)")
     run_dir: str = _f("", "run directory (default: runs/serl-<time>)", aliases=("save_path",))
     seed: int = _f(42, "random seed for sampling, shuffling and generation")
-    eval_data: str = _f("", "held-out labelled problems scored (greedy) before and after training")
+    eval_data: str = _f("", "held-out labelled problems scored (greedy) before and after training (a "
+                            "file, dataset folder or hub id, as --prompt_data)")
+    eval_split: str = _f("", "split of --eval_data ('' = 'test' for dataset folders with splits and hub "
+                             "ids; a single file or saved Dataset is read whole)")
     eval_samples: int = _f(32, "use at most this many held-out problems (0 = all)")
     eval_benchmarks: str = _f("", "comma-separated benchmark names under --eval_data_dir (e.g. math_500,gsm8k)")
     eval_data_dir: str = _f("", "folder of <benchmark>/test.jsonl files (the SeRL benchmark layout)")
@@ -90,6 +93,14 @@ class TrainConfig:
     micro_rollout_batch_size: int = _f(16, "sequences per log-prob pass during experience making")
     bf16: bool = _f(False, "bf16 autocast in the learner")
     gradient_checkpointing: bool = _f(False, "recompute activations in backward to save memory")
+    # --- LoRA (peft): train low-rank adapters on the frozen model instead of all its weights
+    lora_rank: int = _f(0, "LoRA rank (0 = full fine-tuning); the reference is the base with the adapter off")
+    lora_alpha: float = _f(16.0, "LoRA scale: the adapter's update is (lora_alpha / lora_rank) * B @ A")
+    lora_dropout: float = _f(0.0, "dropout on the LoRA branch's input during updates")
+    target_modules: str = _f("all-linear", "modules that get adapters: all-linear (every linear layer of "
+                                           "the attention and MLP blocks) or comma-separated names (q_proj,v_proj)")
+    save_merged: bool = _f(False, "with LoRA: also save the final policy with the adapter merged in, in "
+                                  "Hugging Face layout, under RUN_DIR/model_merged")
     # --- logging and checkpoints
     progress: str = _f("auto", "progress display: auto, bar, plain or quiet",
                        choices=("auto", "bar", "plain", "quiet"))
@@ -156,6 +167,7 @@ class TrainConfig:
             raise ConfigError("eval_steps / eval_k: must be >= 0")
         if self.temperature < 0:
             raise ConfigError(f"temperature: must be >= 0, got {self.temperature}")
+        self._validate_lora()
         if self.device == "cuda":
             import torch
 
@@ -167,6 +179,23 @@ class TrainConfig:
                 raise ConfigError(f"{f.name}: must be one of {', '.join(map(str, ch))}, "
                                   f"got {getattr(self, f.name)!r}")
         self.validate_recipe()
+
+    def _validate_lora(self) -> None:
+        if self.lora_rank < 0:
+            raise ConfigError(f"lora_rank: must be >= 0 (0 = full fine-tuning), got {self.lora_rank}")
+        if self.lora_rank and self.lora_alpha <= 0:
+            raise ConfigError(f"lora_alpha: must be > 0, got {self.lora_alpha}")
+        if not 0.0 <= self.lora_dropout < 1.0:
+            raise ConfigError(f"lora_dropout: must lie in [0, 1), got {self.lora_dropout}")
+        if self.save_merged and not self.lora_rank:
+            raise ConfigError("save_merged: needs --lora_rank > 0 (without LoRA, --save_model "
+                              "already writes the whole model)")
+        from serl.engines.lora import parse_targets
+
+        try:
+            parse_targets(self.target_modules)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
 
     def validate_recipe(self) -> None:
         """Checks of the recipe's own options (a recipe's config section overrides this)."""

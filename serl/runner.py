@@ -54,8 +54,12 @@ def load_eval_sets(cfg: TrainConfig) -> list:
 
     problems = []
     if cfg.eval_data:
-        rows = read_seeds(cfg.eval_data, cfg.input_key, cfg.label_key or None,
-                          limit=cfg.eval_samples or None)
+        split = eval_split(cfg)
+        try:
+            rows = read_seeds(cfg.eval_data, cfg.input_key, cfg.label_key or None,
+                              limit=cfg.eval_samples or None, split=split)
+        except DataError as e:  # the data readers name --prompt_split; here it is --eval_split
+            raise DataError(str(e).replace("--prompt_split", "--eval_split")) from e
         unlabelled = [i for i, r in enumerate(rows) if r.label is None]
         if unlabelled:
             raise DataError(f"{cfg.eval_data}: row {unlabelled[0] + 1} has no '{cfg.label_key}' "
@@ -71,6 +75,17 @@ def load_eval_sets(cfg: TrainConfig) -> list:
     except EvalDataError as e:
         raise DataError(str(e)) from e
     return problems
+
+
+def eval_split(cfg: TrainConfig) -> str:
+    """--eval_split, or by default: a single file or a saved single Dataset has one split
+    ('train', read whole); dataset folders with splits and hub ids give their 'test' split."""
+    if cfg.eval_split:
+        return cfg.eval_split
+    p = Path(cfg.eval_data)
+    one = p.is_file() or (p.is_dir() and (p / "state.json").is_file()
+                          and not (p / "dataset_dict.json").is_file())
+    return "train" if one else "test"
 
 
 def resume_config(run_dir: Path, argv: list[str]) -> TrainConfig:
@@ -161,8 +176,10 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None) -> Path:
             print_step_summary(step, m, mode)
             if step == cfg.steps or (cfg.save_steps and step % cfg.save_steps == 0):
                 save_checkpoint(run_dir, step, engines.learner, recipe.state_dict(), keep=cfg.max_ckpt_num)
-        if cfg.save_model:
+        if cfg.save_model:  # under LoRA: the adapter in PEFT layout
             engines.learner.save(str(run_dir / "model"))
+        if cfg.save_merged:
+            engines.learner.export_hf(str(run_dir / "model_merged"))
     finally:
         if recipe is not None:
             recipe.close()

@@ -52,7 +52,8 @@ def plan_resources(cfg, cluster: dict) -> ResourcePlan:
     """A plan from the run's flags and ``ray.cluster_resources()``; ConfigError if it cannot fit."""
     use_gpu = cluster.get("GPU", 0) > 0
     ranks = cfg.actor_num_nodes * cfg.actor_num_gpus_per_node
-    refs = cfg.ref_num_nodes * cfg.ref_num_gpus_per_node if cfg.init_kl_coef > 0 else 0
+    # under LoRA the learner's own base (adapter off) is the reference: no reference workers
+    refs = cfg.ref_num_nodes * cfg.ref_num_gpus_per_node if cfg.init_kl_coef > 0 and not cfg.lora_rank else 0
     rewards = cfg.reward_num_nodes * cfg.reward_num_gpus_per_node
     for name, v in (("actor_num_nodes * actor_num_gpus_per_node", ranks),
                     ("vllm_num_engines", cfg.vllm_num_engines),

@@ -25,6 +25,10 @@ The shared half (micro-batching, log-probs, objectives, metrics) is
   DeepSpeed's own checkpoint under ``deepspeed/`` (sharded optimizer state, per-rank RNG
   and counters); ``load`` restores all of it. The directory must be on storage every
   rank sees.
+- With ``lora_rank > 0`` (``serl.engines.lora``) only the adapter trains and is sharded;
+  the reference is the base with the adapter off (no second model), ``named_weights``
+  yields merged weights, and ``save`` writes the adapter in PEFT layout with a DeepSpeed
+  checkpoint of the trainable parameters only (``exclude_frozen_parameters``).
 """
 from __future__ import annotations
 
@@ -32,7 +36,7 @@ import logging
 import os
 import shutil
 import socket
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterator
@@ -155,6 +159,11 @@ class DeepSpeedLearner(LearnerCore):
         pad = getattr(lm.config, "pad_token_id", None)
         self.pad_id = int(pad) if isinstance(pad, int) else 0
         self.lm = lm
+        self.lora = None
+        if cfg.lora_rank:
+            from serl.engines.lora import LoraAdapter
+
+            self.lora = LoraAdapter(lm, cfg, model_path)  # freezes all but the adapter
         optimizer = None
         if not self.opts.adam_offload:
             shape = lambda p: getattr(p, "ds_shape", p.shape)  # noqa: E731  (ZeRO-3 flattens p)
@@ -166,8 +175,18 @@ class DeepSpeedLearner(LearnerCore):
         self.engine, self.optimizer, _, _ = deepspeed.initialize(
             model=Scorer(lm), optimizer=optimizer, config=conf,
             model_parameters=None if optimizer else [p for p in lm.parameters() if p.requires_grad])
+        if self.lora is not None:
+            # DeepSpeed's exclude_frozen_parameters drops frozen parameters by their listed
+            # names, so a tied (frozen) LM head would still be saved; keep the adapter only.
+            full_sd = self.engine.module_state_dict
+            self.engine.module_state_dict = lambda *a, **k: {  # noqa: E731
+                n: t for n, t in full_sd(*a, **k).items() if ".lora_" in n}
         self.ref = None
-        if need_ref:
+        if need_ref and self.lora is not None:  # the base with the adapter off: no second model
+            from serl.engines.lora import ReferenceNet
+
+            self.ref = ReferenceNet(self.engine, self.lora, self._gather_many)
+        elif need_ref:
             ref = load_causal_lm(model_path, dtype=dtype, attn_implementation=attn).eval()
             ref.requires_grad_(False)
             if self.opts.zero_stage == 3:
@@ -243,6 +262,9 @@ class DeepSpeedLearner(LearnerCore):
         """Copy the policy into the reference (collective: gathers under ZeRO-3)."""
         if self.ref is None:
             raise ValueError("sync_ref: this learner has no reference model (need_ref=False)")
+        if self.lora is not None:
+            self.lora.sync_ref(self._gather_many)
+            return
         ref_lm = (self.ref.module if hasattr(self.ref, "module") else self.ref).lm
         ref = dict(ref_lm.named_parameters())
         for name, p in self.lm.named_parameters():
@@ -261,12 +283,25 @@ class DeepSpeedLearner(LearnerCore):
         else:
             yield p
 
+    def _gather_many(self, params: list, modify: bool = False):
+        """Make ``params`` whole on every rank (ZeRO-3), for LoRA's merges and swaps."""
+        if self.opts.zero_stage != 3:
+            return nullcontext()
+        import deepspeed
+
+        params = [p for p in params if hasattr(p, "ds_id")]
+        return deepspeed.zero.GatheredParameters(params, modifier_rank=0 if modify else None)
+
     def named_weights(self) -> Iterator[tuple[str, Tensor]]:
         """Policy weights under HF names, one parameter gathered at a time (collective).
 
         ZeRO-3 yields a copy (the gathered storage goes away on the next parameter);
-        other stages yield the live parameter, as the torch learner does.
+        other stages yield the live parameter, as the torch learner does. Under LoRA:
+        the merged weights (new tensors for the adapted ones).
         """
+        if self.lora is not None:
+            yield from self.lora.merged_weights(self._gather_many, clone=self.opts.zero_stage == 3)
+            return
         for name, p in self.lm.named_parameters():
             with self._gathered(p):
                 t = p.detach()
@@ -292,10 +327,17 @@ class DeepSpeedLearner(LearnerCore):
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir(parents=True)
         dist.barrier()
-        self.export_hf(str(tmp))
+        if self.lora is not None:  # the adapter in PEFT layout, written by rank 0
+            self.lora.save(str(tmp), self._gather_many, write=self.rank == 0)
+            tok = tokenizer_for_save(self.tokenizer, self.model_path) if self.rank == 0 else None
+            if tok is not None:
+                tok.save_pretrained(str(tmp))
+        else:
+            self.export_hf(str(tmp))
         state = {"updates": self.updates, "skipped_total": self.skipped_total,
                  "config": asdict(self.cfg), "options": asdict(self.opts)}
-        self.engine.save_checkpoint(str(tmp / DS_DIR), tag=TAG, client_state=state)
+        self.engine.save_checkpoint(str(tmp / DS_DIR), tag=TAG, client_state=state,
+                                    exclude_frozen_parameters=self.lora is not None)
         torch.save(torch.get_rng_state(), tmp / DS_DIR / f"rng_rank{self.rank}.pt")
         dist.barrier()
         if self.rank == 0:
@@ -309,8 +351,11 @@ class DeepSpeedLearner(LearnerCore):
         ckpt = Path(path) / DS_DIR
         if not (ckpt / TAG).is_dir():
             raise FileNotFoundError(f"{path}: not a DeepSpeed learner checkpoint (no {DS_DIR}/{TAG}/)")
+        if self.lora is not None:  # refuse another base first; DeepSpeed restores the weights
+            self.lora.load(path, weights=False)
         load_path, state = self.engine.load_checkpoint(str(ckpt), tag=TAG, load_optimizer_states=True,
-                                                       load_lr_scheduler_states=False)
+                                                       load_lr_scheduler_states=False,
+                                                       load_module_strict=self.lora is None)
         if load_path is None:
             raise FileNotFoundError(f"{path}: DeepSpeed could not load {ckpt}/{TAG}")
         self.updates = int(state["updates"])

@@ -116,7 +116,8 @@ def learner_config(cfg):
         eps_clip_low=cfg.eps_clip, eps_clip_high=cfg.eps_clip, use_kl_loss=cfg.use_kl_loss,
         kl_loss_coef=cfg.init_kl_coef if cfg.use_kl_loss else 0.0, kl_estimator=cfg.kl_estimator,
         objective=recipe.objective(cfg), objective_args=recipe.objective_args(cfg),
-        device=resolve_device(cfg.device), seed=cfg.seed)
+        device=resolve_device(cfg.device), seed=cfg.seed, lora_rank=cfg.lora_rank, lora_alpha=cfg.lora_alpha,
+        lora_dropout=cfg.lora_dropout, lora_target_modules=cfg.target_modules)
     settings.update(recipe.learner_settings(cfg))  # e.g. ppo_epochs, loss_agg
     return LearnerConfig(**settings)
 

@@ -54,6 +54,10 @@ class LearnerConfig:
     objective_args: dict = field(default_factory=dict)  # the objective's own settings (DPO: beta, ...)
     device: str = "cpu"  # where the models and batches live: cpu or cuda
     seed: int = 0  # torch seed set at construction
+    lora_rank: int = 0  # LoRA adapter rank (0 = train all weights; serl.engines.lora)
+    lora_alpha: float = 16.0  # LoRA scale numerator: the update is (lora_alpha / lora_rank) * B @ A
+    lora_dropout: float = 0.0  # dropout on the LoRA branch's input, in update passes only
+    lora_target_modules: str = "all-linear"  # modules given adapters: all-linear or comma-separated names
 
     def __post_init__(self) -> None:
         if self.loss_agg not in LOSS_AGGREGATIONS:
@@ -70,6 +74,11 @@ class LearnerConfig:
             raise ValueError("LearnerConfig.warmup_ratio and min_lr_ratio must lie in [0, 1]")
         if self.temperature <= 0:
             raise ValueError(f"LearnerConfig.temperature must be > 0, got {self.temperature}")
+        if self.lora_rank < 0 or (self.lora_rank and self.lora_alpha <= 0):
+            raise ValueError(f"LearnerConfig.lora_rank must be >= 0 and lora_alpha > 0, got "
+                             f"{self.lora_rank}, {self.lora_alpha}")
+        if not 0.0 <= self.lora_dropout < 1.0:
+            raise ValueError(f"LearnerConfig.lora_dropout must lie in [0, 1), got {self.lora_dropout}")
 
 
 def lr_multiplier(update: int, cfg: LearnerConfig) -> float:
@@ -201,6 +210,7 @@ class LearnerCore:
     device: str = "cpu"
     rank: int = 0
     world: int = 1
+    lora = None  # a serl.engines.lora.LoraAdapter when training LoRA
 
     # ---- hooks ---------------------------------------------------------------------------
     def _net(self, model: str):
@@ -281,11 +291,12 @@ class LearnerCore:
         net = self._net(model)
         mbs, real = self._micro(prompt_ids, response_ids)
         mine: dict[int, Tensor] = {}
-        for k, mb in enumerate(mbs):
-            rows = self._to_rows(self._token_logprobs(net, mb)[0], mb).cpu()
-            if k < real:
-                for b, i in enumerate(mb.index):
-                    mine[i] = rows[b, :mb.lengths[b]].clone()
+        with self.lora.no_dropout() if self.lora is not None else nullcontext():  # scoring: no dropout
+            for k, mb in enumerate(mbs):
+                rows = self._to_rows(self._token_logprobs(net, mb)[0], mb).cpu()
+                if k < real:
+                    for b, i in enumerate(mb.index):
+                        mine[i] = rows[b, :mb.lengths[b]].clone()
         merged = self._gather(mine)
         return [merged[i] for i in range(len(prompt_ids))]
 

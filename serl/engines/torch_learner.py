@@ -11,6 +11,9 @@ The shared half (micro-batching, log-probs, the objective loop, metrics) is
 - ``save`` writes the policy in HF layout (fp32 safetensors, config, tokenizer) and the
   optimizer, schedule and RNG state to ``learner_state.pt``; ``load`` restores all of
   them, so a resumed run continues bit-for-bit.
+- With ``lora_rank > 0`` (``serl.engines.lora``) only an adapter trains; the reference is
+  the base with the adapter off, ``named_weights`` yields merged weights, and ``save``
+  writes the adapter in PEFT layout instead of the whole policy.
 """
 from __future__ import annotations
 
@@ -67,12 +70,21 @@ class TorchLearner(LearnerCore):
             self.policy.config.use_cache = False
             self.policy.gradient_checkpointing_enable(
                 gradient_checkpointing_kwargs={"use_reentrant": False})
+        self.lora = None
+        if cfg.lora_rank and trainable:
+            from serl.engines.lora import LoraAdapter
+
+            self.lora = LoraAdapter(self.policy, cfg, model_path)  # freezes all but the adapter
         self.ref = None
-        if need_ref:
+        if need_ref and self.lora is None:  # under LoRA the reference is the base, adapter off
             self.ref = load_causal_lm(model_path, dtype=torch.float32, attn_implementation=attn)
             self.ref = self.ref.to(self.device).eval()
             self.ref.requires_grad_(False)
         self._nets = {"policy": Scorer(self.policy), "ref": Scorer(self.ref) if self.ref is not None else None}
+        if self.lora is not None and need_ref:
+            from serl.engines.lora import ReferenceNet
+
+            self._nets["ref"] = ReferenceNet(self._nets["policy"], self.lora)
         pad = getattr(self.policy.config, "pad_token_id", None)
         self.pad_id = int(pad) if isinstance(pad, int) else 0
         self.optimizer = None
@@ -125,25 +137,46 @@ class TorchLearner(LearnerCore):
 
     @torch.no_grad()
     def sync_ref(self) -> None:
-        if self.ref is None:
+        if self._nets["ref"] is None:
             raise ValueError("sync_ref: this learner has no reference model (need_ref=False)")
+        if self.lora is not None:
+            self.lora.sync_ref()
+            return
         ref = dict(self.ref.named_parameters())
         for name, p in self.policy.named_parameters():
             ref[name].copy_(p)
 
     # ----------------------------------------------------------- weights, I/O
     def named_weights(self) -> Iterator[tuple[str, Tensor]]:
-        """The live policy parameters under HF names (no copies; tied head listed once)."""
+        """The live policy parameters under HF names (no copies; tied head listed once);
+        under LoRA the merged weights, computed out of place."""
+        if self.lora is not None:
+            yield from self.lora.merged_weights()
+            return
         for name, p in self.policy.named_parameters():
             yield name, p.detach()
 
+    def export_hf(self, path: str) -> None:
+        """The policy in Hugging Face layout (under LoRA: merged) with its tokenizer."""
+        tok = tokenizer_for_save(self.tokenizer, self.model_path)
+        if self.lora is not None:
+            self.lora.export_merged(path, tok)
+            return
+        self.policy.save_pretrained(path)
+        if tok is not None:
+            tok.save_pretrained(path)
+
     def save(self, path: str) -> None:
-        """Policy in HF layout + ``learner_state.pt``; written to a temp dir, then moved."""
+        """Policy in HF layout (under LoRA: the adapter in PEFT layout) + ``learner_state.pt``;
+        written to a temp dir, then moved."""
         dest = Path(path)
         tmp = dest.with_name(dest.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-        self.policy.save_pretrained(str(tmp))
+        if self.lora is not None:
+            self.lora.save(str(tmp))
+        else:
+            self.policy.save_pretrained(str(tmp))
         tok = tokenizer_for_save(self.tokenizer, self.model_path)
         if tok is not None:
             tok.save_pretrained(str(tmp))
@@ -160,14 +193,26 @@ class TorchLearner(LearnerCore):
 
     def load(self, path: str) -> None:
         """Restore the weights, optimizer moments, schedule position and RNG from ``save``."""
+        src = Path(path)
+        state_file = src / STATE_FILE
+        if not state_file.exists():
+            raise FileNotFoundError(f"{path}: not a learner checkpoint (no {STATE_FILE})")
+        if self.lora is not None:
+            self.lora.load(path)  # refuses an adapter of another base or other settings
+        else:
+            self._load_weights(src)
+        state = torch.load(state_file, map_location="cpu", weights_only=False)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.updates = int(state["updates"])
+        self.skipped_total = int(state["skipped_total"])
+        torch.set_rng_state(state["rng"])
+
+    def _load_weights(self, src: Path) -> None:
         from safetensors.torch import load_file
 
-        src = Path(path)
         files = sorted(src.glob("*.safetensors"))
-        state_file = src / STATE_FILE
-        if not files or not state_file.exists():
-            raise FileNotFoundError(f"{path}: not a learner checkpoint (needs *.safetensors "
-                                    f"and {STATE_FILE})")
+        if not files:
+            raise FileNotFoundError(f"{src}: not a learner checkpoint (no *.safetensors)")
         sd: dict[str, Tensor] = {}
         for f in files:
             sd.update(load_file(str(f)))
@@ -175,13 +220,8 @@ class TorchLearner(LearnerCore):
         missing = sorted(set(own) - set(sd))
         unexpected = sorted(set(sd) - set(self.policy.state_dict()))
         if missing or unexpected:
-            raise ValueError(f"{path}: weights do not match the model: missing {missing[:5]}, "
+            raise ValueError(f"{src}: weights do not match the model: missing {missing[:5]}, "
                              f"unexpected {unexpected[:5]}")
         with torch.no_grad():
             for name, p in own.items():
                 p.copy_(sd[name])  # copy_ crosses devices
-        state = torch.load(state_file, map_location="cpu", weights_only=False)
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.updates = int(state["updates"])
-        self.skipped_total = int(state["skipped_total"])
-        torch.set_rng_state(state["rng"])

@@ -33,7 +33,8 @@ RUN_DEFINING_COMMON = ("recipe", "model", "prompt_data", "input_key", "label_key
                        "max_samples", "seed",
                        "advantage_estimator", "reward_mode", "n_samples_per_prompt", "rollout_batch_size",
                        "init_kl_coef", "use_kl_loss", "gamma", "actor_learning_rate", "generator",
-                       "learner", "train_batch_size")
+                       "learner", "train_batch_size", "lora_rank", "lora_alpha", "lora_dropout",
+                       "target_modules")
 
 
 @dataclass

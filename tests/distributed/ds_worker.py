@@ -44,6 +44,7 @@ def main() -> int:
     ap.add_argument("--bf16", action="store_true", help="bf16 weights (fp32 Adam masters)")
     ap.add_argument("--adam_offload", action="store_true", help="DeepSpeed's CPU Adam")
     ap.add_argument("--grad_ckpt", action="store_true", help="gradient checkpointing")
+    ap.add_argument("--lora_rank", type=int, default=0, help="train a LoRA adapter of this rank")
     a = ap.parse_args()
 
     from serl.engines.base import TrainBatch
@@ -52,7 +53,7 @@ def main() -> int:
 
     cfg = LearnerConfig(lr=a.lr, warmup_ratio=0.0, total_steps=10, micro_batch_size=2,
                         use_kl_loss=a.kl, kl_loss_coef=0.1 if a.kl else 0.0, seed=0, bf16=a.bf16,
-                        grad_checkpointing=a.grad_ckpt)
+                        grad_checkpointing=a.grad_ckpt, lora_rank=a.lora_rank)
     ln = DeepSpeedLearner(a.model, cfg, need_ref=a.kl,
                           opts=DeepSpeedOptions(zero_stage=a.stage, adam_offload=a.adam_offload))
     vocab = ln.lm.config.vocab_size
