@@ -108,7 +108,7 @@ with open({out!r}, "w") as f:
 
 
 @pytest.mark.parametrize("shell", SHELLS)
-@pytest.mark.parametrize("path", TEMPLATES[:3] + TEMPLATES[-3:], ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", SERL_TEMPLATES[:3] + SERL_TEMPLATES[-3:], ids=lambda p: p.stem)
 def test_template_runs_the_same_argv_in_the_shell(shell, path, tmp_path):
     """Run the template for real with a stand-in `serl` that records its argv."""
     out = tmp_path / "argv.json"
