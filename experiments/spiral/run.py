@@ -40,8 +40,9 @@ def parse() -> argparse.Namespace:
     p.add_argument("--population_every", type=int, default=3)
     p.add_argument("--lr", type=float, default=1e-5)
     p.add_argument("--generator", default="auto", help="auto (vLLM when installed), vllm or hf")
-    p.add_argument("--action_parser", default="strict", choices=("strict", "lenient", "mention"),
-                   help="how a response becomes a move (lenient, mention: documented deviations)")
+    p.add_argument("--action_parser", default="mention", choices=("strict", "lenient", "mention"),
+                   help="how a response becomes a move; mention (default here): SmolLM2 never uses the box "
+                        "at step 0 (README), so the legal action it names last is taken")
     p.add_argument("--seed", type=int, default=1)
     a = p.parse_args()
     if a.smoke:
@@ -58,6 +59,7 @@ def train_args(a, run_dir: Path, arm: list[str]) -> list[str]:
             "--eval_steps", str(a.eval_every), "--eval_games", str(a.eval_games),
             "--exploit_samples", str(a.exploit_samples), "--generator", a.generator, "--action_parser", a.action_parser,
             "--save_steps", str(a.eval_every), "--max_ckpt_num", "1", "--save_model", "false", "--seed", str(a.seed),
+            "--mask_truncated", "false",  # SmolLM2 runs past the limit in ~90% of its answers (README)
             "--micro_train_batch_size", "8", "--progress", "plain", *arm]
 
 
