@@ -37,10 +37,13 @@ class TrainConfig:
     # --- what to train and on what
     model: str = _f("smollm2", "policy: 'smollm2' (embedded), a .gguf file, an HF directory or hub id",
                     aliases=("pretrain",))
-    prompt_data: str = _f("dataset/arith_seed.jsonl", "seed problems (JSONL or Parquet)",
+    prompt_data: str = _f("dataset/arith_seed.jsonl", "seed problems: a JSONL or Parquet file, or a Hugging Face "
+                          "dataset (save_to_disk folder, data files, or hub id such as openai/gsm8k:main)",
                           aliases=("seed_data",))
     input_key: str = _f("problem", "JSON key of the problem text in the seed file")
     label_key: str = _f("answer", "JSON key of the label (used only by the rule reward)")
+    output_key: str = _f("", "JSON key of the human answer / worked solution (SFT, SPIN); '' = none")
+    prompt_split: str = _f("train", "split to read when --prompt_data is a Hugging Face dataset")
     max_samples: int = _f(0, "use at most this many seed problems (0 = all)")
     run_dir: str = _f("", "run directory (default: runs/serl-<time>)", aliases=("save_path",))
     seed: int = _f(42, "random seed for sampling, shuffling and generation")

@@ -322,6 +322,51 @@ def plot_length(run, claimed):
     return _namespace_plot("Response length", "response", "tokens", run, claimed, True)
 
 
+DPO_LINES = {  # key -> (panel, legend label)
+    "dpo/reward_chosen": (0, "chosen"), "dpo/reward_rejected": (0, "rejected"), "dpo/margin": (0, "margin"),
+    "dpo/accuracy": (1, "chosen reward > rejected"),
+    "dpo/chosen_logp": (2, "chosen (step)"), "dpo/rejected_logp": (2, "rejected (step)"),
+    "spin/real_logp": (2, "human answers (iteration start)"), "spin/generated_logp": (2, "own answers (iteration start)"),
+    "pairs/pairs": (3, "pairs"), "pairs/tied": (3, "tied groups (dropped)"), "pairs/dropped": (3, "dropped in all"),
+    "spin/pairs": (3, "pairs of the iteration"),
+}
+DPO_PANELS = [("Implicit rewards (beta x log-ratio to the reference)", "reward"),
+              ("Preference accuracy", "fraction of pairs"),
+              ("Per-token log-prob of the answers", "nats per token"),
+              ("Pairs", "pairs")]
+
+
+def plot_dpo(run: Run, claimed: set[str]):
+    """Preference recipes (SPIN, online DPO): implicit rewards, accuracy, log-probs, pairs."""
+    keys = [k for k in DPO_LINES if k in run.series]
+    claimed.update(keys)
+    panels = [(title, ylabel, [(DPO_LINES[k][1], run.series[k]) for k in keys if DPO_LINES[k][0] == i])
+              for i, (title, ylabel) in enumerate(DPO_PANELS)]
+    return _panels_plot("DPO: preferences between answers", panels, cols=2)
+
+
+# SPELL's three roles (serl/recipes/spell): fractions of samples, one panel per role.
+SPELL_PANELS = [
+    ("Questioner", ["questioner/valid_json", "questioner/bad_ground", "questioner/informative",
+                    "questioner/repeated", "questioner/memory_fill"]),
+    ("Responder", ["responder/accuracy", "responder/no_answer", "responder/verifier_lift"]),
+    ("Verifier", ["verifier/agreement", "verifier/majority_agreement", "verifier/bad_format"]),
+    ("Mean reward per role", ["questioner/reward_mean", "responder/reward_mean"]),
+]
+
+
+def plot_roles(run: Run, claimed: set[str]):
+    s = run.series
+    panels = []
+    for title, keys in SPELL_PANELS:
+        keys = [k for k in keys if k in s]
+        claimed.update(keys)
+        if keys:
+            label = (lambda k: k.split("/")[0]) if title.startswith("Mean") else (lambda k: _short(k).replace("_", " "))
+            panels.append((title, "reward" if title.startswith("Mean") else "fraction", [(label(k), s[k]) for k in keys]))
+    return _panels_plot("Roles: questioner, responder, verifier", panels, cols=2 if len(panels) > 2 else 1)
+
+
 STAGES = ("instruct", "generate", "reward", "filter", "learner", "sync")
 
 
@@ -373,12 +418,35 @@ def plot_eval(run: Run, claimed: set[str]):
     return _panels_plot("Evaluation", panels, cols=2 if len(panels) > 2 else 1, smooth=False)
 
 
+def plot_games(run: Run, claimed: set[str]):
+    """Self-play on games (SPIRAL): win rate and invalid moves per game and role, baselines, opponents."""
+    s = run.series
+    pick = lambda pred: sorted(k for k in s if k.startswith("spiral/") and pred(k))  # noqa: E731
+    groups = [
+        ("Win rate of the learner, by game and seat", "win rate", pick(lambda k: k.endswith("/win_rate"))),
+        ("Invalid-move rate of the learner", "share of its moves",
+         pick(lambda k: k.endswith("invalid_rate"))),
+        ("Role baselines (RAE, EMA of returns)", "baseline", pick(lambda k: k.startswith("spiral/baseline/"))),
+        ("Opponent mix", "share of games", pick(lambda k: k.startswith("spiral/opponent/"))),
+    ]
+    panels = [(title, ylabel, [(k.removeprefix("spiral/").removeprefix("baseline/").removeprefix("opponent/")
+                                .replace("/win_rate", "").replace("/invalid_rate", ""), s[k]) for k in keys])
+              for title, ylabel, keys in groups if keys]
+    if not panels:
+        return None
+    claimed.update(k for _, _, keys in groups for k in keys)
+    return _panels_plot("Games", panels, cols=2 if len(panels) > 2 else 1)
+
+
 # (file stem, builder); each builder claims the keys it drew so leftovers get a generic plot.
 PLOTS: list[tuple[str, Callable]] = [
     ("reward", plot_reward),
+    ("roles", plot_roles),
     ("filters", plot_filters),
     ("pool", plot_pool),
+    ("games", plot_games),
     ("kl", plot_kl),
+    ("dpo", plot_dpo),
     ("entropy", plot_entropy),
     ("loss", plot_loss),
     ("response_length", plot_length),
@@ -413,7 +481,10 @@ MAIN_METRICS = [
     ("reward/mean", +1), ("reward/agreement", +1), ("reward/no_answer_frac", -1),
     ("filter/difficulty/kept", +1), ("pool/size", 0), ("pool/kept", 0),
     ("kl/mean", 0), ("actor/entropy", 0), ("loss/policy", 0),
-    ("response/length_mean", 0), ("time/step", -1),
+    ("dpo/accuracy", +1), ("dpo/margin", +1), ("spin/real_logp", +1), ("pairs/tied", 0),
+    ("response/length_mean", 0), ("spiral/invalid_rate", -1), ("time/step", -1),
+    ("questioner/valid_json", +1), ("questioner/bad_ground", -1), ("questioner/informative", +1),
+    ("responder/accuracy", +1), ("verifier/agreement", +1), ("verifier/bad_format", -1),
 ]
 
 
@@ -468,7 +539,7 @@ def summary_markdown(run: Run, plots: list[str]) -> str:
     out.append("## Main metrics")
     rows = []
     main_keys = [(k, d) for k, d in MAIN_METRICS if k in run.series]
-    main_keys += [(k, +1) for k in sorted(run.series) if k.startswith("eval/")]
+    main_keys += [(k, -1 if "/bad_" in k else +1) for k in sorted(run.series) if k.startswith("eval/")]
     for key, direction in main_keys:
         steps, values = run.series[key].finite()
         if not steps:

@@ -42,9 +42,10 @@ def prepare(cfg: TrainConfig, run_dir: Path | None = None):
     (recipe data, model path, eval problems, run dir)."""
     from serl.recipes import recipe_class
 
-    data = recipe_class(cfg.recipe).prepare(cfg)
+    recipe = recipe_class(cfg.recipe)
+    data = recipe.prepare(cfg)
     model_path = resolve_model(cfg.model)
-    return data, model_path, load_eval_sets(cfg), run_dir or new_run_dir(cfg)
+    return data, model_path, recipe.eval_set(cfg), run_dir or new_run_dir(cfg)
 
 
 def load_eval_sets(cfg: TrainConfig) -> list:

@@ -112,6 +112,7 @@ def test_summary_has_config_best_last_evals_and_plots(full_run):
         ({"filter/difficulty/kept": [3, 4]}, {"filters.png"}),
         ({"loss/policy": [0.1, 0.2], "loss/entropy_bonus": [0.0, 0.1]}, {"loss.png"}),
         ({"game/win_rate": [0.4, 0.6], "custom/thing": [1, 2]}, {"other_game.png", "other_custom.png"}),
+        ({"dpo/margin": [0.0, 0.2], "spin/real_logp": [-1.2, -0.9], "pairs/tied": [1, 0]}, {"dpo.png"}),
         ({"kl/mean": [None, None]}, set()),  # only nulls: nothing to draw
     ],
 )

@@ -17,6 +17,7 @@ from serl.config import parse_args
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATES = sorted((ROOT / "scripts" / "train").glob("*.sh"))
+SERL_TEMPLATES = sorted((ROOT / "scripts" / "train").glob("train_llama32_3b_*.sh"))
 ALGO = {"reinforce_pp": "reinforce", "grpo": "group_norm", "rloo": "rloo"}
 MODE = {"serl": ("majority", True), "gt": ("rule", False), "maj": ("majority", False)}
 SHELLS = [s for s in ("bash", "zsh") if shutil.which(s)]
@@ -46,12 +47,12 @@ def _static_argv(path: Path) -> list[str]:
     return words[2:]
 
 
-def test_all_nine_templates_exist():
+def test_all_templates_exist():
     names = {p.stem for p in TEMPLATES}
-    assert names == {f"train_llama32_3b_{a}_{m}" for a in ALGO for m in MODE}
+    assert names == {f"train_llama32_3b_{a}_{m}" for a in ALGO for m in MODE} | {"train_spin", "train_spiral", "train_spell"}
 
 
-@pytest.mark.parametrize("path", TEMPLATES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", SERL_TEMPLATES, ids=lambda p: p.stem)
 def test_template_parses_with_its_flags(path):
     argv = _static_argv(path)
     cfg, _ = parse_args(argv)
@@ -78,6 +79,20 @@ def test_template_parses_with_its_flags(path):
         assert flag in argv, f"{path.name} lacks {flag}"
 
 
+@pytest.mark.parametrize("mode", ["spin", "online"])
+def test_spin_template_parses_with_its_flags(mode):
+    argv = _static_argv(ROOT / "scripts" / "train" / "train_spin.sh")
+    argv[argv.index("--spin_mode") + 1] = mode
+    cfg, _ = parse_args(argv)
+    assert cfg.recipe == "spin" and cfg.spin_mode == mode
+    # SPIN's reference code (configs/config.yaml) and verl's recipe/spin
+    assert (cfg.beta, cfg.dpo_loss, cfg.actor_learning_rate, cfg.lr_warmup_ratio) == (0.1, "sigmoid", 5e-7, 0.1)
+    assert (cfg.temperature, cfg.top_p, cfg.mix_previous) == (1.0, 1.0, 1.0)
+    assert (cfg.n_samples_per_prompt, cfg.ref_update) == ((1, "iteration") if mode == "spin" else (2, "steps:1"))
+    assert (cfg.prompt_data, cfg.input_key, cfg.output_key) == ("openai/gsm8k:main", "question", "answer")
+    assert cfg.ray and cfg.learner == "deepspeed" and cfg.ref_num_gpus_per_node == 0
+
+
 @pytest.mark.parametrize("shell", SHELLS)
 @pytest.mark.parametrize("path", TEMPLATES, ids=lambda p: p.stem)
 def test_template_syntax(shell, path):
@@ -93,7 +108,7 @@ with open({out!r}, "w") as f:
 
 
 @pytest.mark.parametrize("shell", SHELLS)
-@pytest.mark.parametrize("path", TEMPLATES[:3] + TEMPLATES[-3:], ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", SERL_TEMPLATES[:3] + SERL_TEMPLATES[-3:], ids=lambda p: p.stem)
 def test_template_runs_the_same_argv_in_the_shell(shell, path, tmp_path):
     """Run the template for real with a stand-in `serl` that records its argv."""
     out = tmp_path / "argv.json"

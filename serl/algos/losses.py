@@ -5,20 +5,30 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-LOSS_AGGREGATIONS = ("token_mean", "seq_mean")
+LOSS_AGGREGATIONS = ("token_mean", "seq_mean", "seq_sum_const")
 LOG_RATIO_CLAMP = 20.0  # e^20 ≈ 5e8: large enough never to matter, small enough not to overflow
 
 
 def aggregate(values: Tensor, mask: Tensor, agg: str = "token_mean",
-              num_tokens: float | None = None, num_seqs: float | None = None) -> Tensor:
+              num_tokens: float | None = None, num_seqs: float | None = None,
+              const: float | None = None) -> Tensor:
     """Reduce per-token ``values`` [B, T] to a scalar.
 
     ``token_mean``: sum over every response token / number of tokens. ``seq_mean``: mean
-    over sequences of each sequence's token mean. ``num_tokens`` / ``num_seqs`` replace the
-    denominators when this micro-batch is one part of a larger step, so that the
-    micro-batch losses add up to the loss of the whole step.
+    over sequences of each sequence's token mean. ``seq_sum_const``: mean over sequences
+    of each sequence's token sum divided by the constant ``const`` (Dr.GRPO, Liu et al.,
+    2025, "Understanding R1-Zero-Like Training": the constant, usually the generation
+    limit, replaces the per-sequence length that biases the gradient by length).
+    ``num_tokens`` / ``num_seqs`` replace the denominators when this micro-batch is one
+    part of a larger step, so that the micro-batch losses add up to the loss of the
+    whole step.
     """
     mask = mask.to(values.dtype)
+    if agg == "seq_sum_const":
+        if const is None or not const > 0:
+            raise ValueError(f"loss aggregation seq_sum_const needs a constant > 0, got {const!r}")
+        n = float(values.shape[0] if num_seqs is None else num_seqs)
+        return (values * mask).sum() / (float(const) * max(n, 1.0))
     if agg == "token_mean":
         denom = mask.sum() if num_tokens is None else values.new_tensor(float(num_tokens))
         return (values * mask).sum() / denom.clamp(min=1.0)
@@ -31,8 +41,8 @@ def aggregate(values: Tensor, mask: Tensor, agg: str = "token_mean",
 
 def ppo_clip_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor,
                   eps_low: float = 0.2, eps_high: float = 0.2, agg: str = "token_mean",
-                  num_tokens: float | None = None, num_seqs: float | None = None
-                  ) -> tuple[Tensor, dict[str, float]]:
+                  num_tokens: float | None = None, num_seqs: float | None = None,
+                  const: float | None = None) -> tuple[Tensor, dict[str, float]]:
     """Clipped surrogate loss −min(ρA, clip(ρ, 1−eps_low, 1+eps_high)A) (Schulman et al. 2017).
 
     Separate low/high ε follow DAPO's "clip-higher". Metrics are over masked tokens of
@@ -48,7 +58,7 @@ def ppo_clip_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tens
     surr = ratio * advantages
     surr_clipped = ratio.clamp(1.0 - eps_low, 1.0 + eps_high) * advantages
     per_token = -torch.minimum(surr, surr_clipped)
-    loss = aggregate(per_token, mask, agg, num_tokens, num_seqs)
+    loss = aggregate(per_token, mask, agg, num_tokens, num_seqs, const)
     with torch.no_grad():
         m = mask.to(logp.dtype)
         n = m.sum().clamp(min=1.0)

@@ -70,11 +70,12 @@ def get_objective(name: str) -> Objective:
 def ppo_clip(inp: ObjectiveInput, cfg) -> tuple[Tensor, dict[str, float]]:
     old = inp.logp.detach() if inp.old_logp is None else inp.old_logp
     loss, m = ppo_clip_loss(inp.logp, old, inp.advantages, inp.mask, cfg.eps_clip_low, cfg.eps_clip_high,
-                            cfg.loss_agg, num_tokens=inp.num_tokens, num_seqs=inp.num_seqs)
+                            cfg.loss_agg, num_tokens=inp.num_tokens, num_seqs=inp.num_seqs,
+                            const=cfg.loss_agg_const)
     sums = {"loss/policy": loss.item(), "loss/kl": 0.0}
     if cfg.use_kl_loss:
         kl_term = aggregate(kl_estimate(inp.logp, inp.ref_logp, cfg.kl_estimator), inp.mask, cfg.loss_agg,
-                            inp.num_tokens, inp.num_seqs)
+                            inp.num_tokens, inp.num_seqs, cfg.loss_agg_const)
         sums["loss/kl"] = kl_term.item()
         loss = loss + cfg.kl_loss_coef * kl_term
     w = float(inp.mask.sum())
@@ -85,8 +86,12 @@ def ppo_clip(inp: ObjectiveInput, cfg) -> tuple[Tensor, dict[str, float]]:
 
 @register_objective("pg", {"loss/policy": "sum"})
 def policy_gradient(inp: ObjectiveInput, cfg) -> tuple[Tensor, dict[str, float]]:
-    loss = aggregate(-inp.logp * inp.advantages, inp.mask, cfg.loss_agg, inp.num_tokens, inp.num_seqs)
+    loss = aggregate(-inp.logp * inp.advantages, inp.mask, cfg.loss_agg, inp.num_tokens, inp.num_seqs,
+                     cfg.loss_agg_const)
     return loss, {"loss/policy": loss.item()}
+
+
+DPO_ARGS = ("beta", "loss_type", "label_smoothing")
 
 
 @register_objective("dpo", {"loss/policy": "sum", "dpo/reward_chosen": "pairs", "dpo/reward_rejected": "pairs",
@@ -94,6 +99,9 @@ def policy_gradient(inp: ObjectiveInput, cfg) -> tuple[Tensor, dict[str, float]]
                             "dpo/rejected_logp": "pairs"}, units="pairs")
 def dpo(inp: ObjectiveInput, cfg) -> tuple[Tensor, dict[str, float]]:
     args = dict(cfg.objective_args)
+    unknown = sorted(set(args) - set(DPO_ARGS))
+    if unknown:  # a misspelt setting would otherwise train with the default silently
+        raise ValueError(f"dpo objective: unknown objective_args {unknown}; known: {', '.join(DPO_ARGS)}")
     m = inp.mask.to(inp.logp.dtype)
     seq = (inp.logp * m).sum(-1)
     ref = (inp.ref_logp * m).sum(-1)

@@ -102,13 +102,14 @@ def generator_from_config(cfg, model_path: str, tokenizer=None, index: int = 0, 
 
 
 def learner_config(cfg):
-    """The learner's settings from a run config; the recipe decides the objective and how
-    many optimizer steps a training step makes (for the LR schedule)."""
+    """The learner's settings from a run config; the recipe decides the objective, how
+    many optimizer steps a training step makes (for the LR schedule) and any other
+    ``LearnerConfig`` field it sets through ``learner_settings``."""
     from serl.engines.learner_core import LearnerConfig
     from serl.recipes import recipe_class
 
     recipe = recipe_class(cfg.recipe)
-    return LearnerConfig(
+    settings = dict(
         lr=cfg.actor_learning_rate, warmup_ratio=cfg.lr_warmup_ratio, min_lr_ratio=cfg.min_lr_ratio,
         total_steps=cfg.steps * recipe.updates_per_step(cfg), micro_batch_size=cfg.micro_train_batch_size,
         max_grad_norm=cfg.max_norm, bf16=cfg.bf16, grad_checkpointing=cfg.gradient_checkpointing,
@@ -117,6 +118,8 @@ def learner_config(cfg):
         objective=recipe.objective(cfg), objective_args=recipe.objective_args(cfg),
         device=resolve_device(cfg.device), seed=cfg.seed, lora_rank=cfg.lora_rank, lora_alpha=cfg.lora_alpha,
         lora_dropout=cfg.lora_dropout, lora_target_modules=cfg.target_modules)
+    settings.update(recipe.learner_settings(cfg))  # e.g. ppo_epochs, loss_agg
+    return LearnerConfig(**settings)
 
 
 def needs_reference(cfg) -> bool:

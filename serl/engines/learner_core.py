@@ -43,7 +43,8 @@ class LearnerConfig:
     grad_checkpointing: bool = False  # recompute activations in backward to save memory
     eps_clip_low: float = 0.2  # PPO clip range below 1
     eps_clip_high: float = 0.2  # PPO clip range above 1 (DAPO "clip-higher" when larger)
-    loss_agg: str = "token_mean"  # "token_mean" over the step or per-sequence "seq_mean"
+    loss_agg: str = "token_mean"  # "token_mean" over the step, per-sequence "seq_mean", or "seq_sum_const" (Dr.GRPO)
+    loss_agg_const: float = 0.0  # seq_sum_const: each sequence's token sum is divided by this (e.g. max new tokens)
     use_kl_loss: bool = False  # add kl_loss_coef * KL(policy, ref) to the loss (GRPO style)
     kl_loss_coef: float = 0.0  # weight of the KL loss term
     kl_estimator: str = "k3"  # k1 | k2 | k3, for the KL loss term
@@ -62,6 +63,8 @@ class LearnerConfig:
         if self.loss_agg not in LOSS_AGGREGATIONS:
             raise ValueError(f"LearnerConfig.loss_agg: {self.loss_agg!r} is not one of "
                              f"{LOSS_AGGREGATIONS}")
+        if self.loss_agg == "seq_sum_const" and not self.loss_agg_const > 0:
+            raise ValueError(f"LearnerConfig.loss_agg_const must be > 0 with seq_sum_const, got {self.loss_agg_const}")
         canonical_kl(self.kl_estimator)
         get_objective(self.objective)
         for name in ("micro_batch_size", "total_steps", "ppo_epochs"):

@@ -1,4 +1,4 @@
-"""`serl eval`: math benchmarks (pass@1, maj@K, pass@K) and MMLU-Pro.
+"""`serl eval`: math benchmarks (pass@1, maj@K, pass@K), MMLU-Pro, and games (``--games``).
 
 All input is read and checked before the model loads; outputs are written at the
 end, each file through a temporary name and a rename, so a failed run leaves no
@@ -31,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="serl eval", description=__doc__.splitlines()[0])
     p.add_argument("--model", default="smollm2",
                    help="HF directory, hub id, .gguf file, or 'smollm2' (the embedded default)")
-    p.add_argument("--benchmarks", required=True,
+    p.add_argument("--benchmarks", default="",
                    help="comma-separated names: directories under --data_dir, and/or 'mmlu_pro'")
     p.add_argument("--data_dir", default="",
                    help="folder holding <name>/test.jsonl for each math benchmark")
@@ -66,6 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="sampling seed")
     p.add_argument("--workers", type=int, default=1, help="math-verify worker processes")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    from serl.recipes.spiral.evaluate import add_arguments
+
+    add_arguments(p)  # --games and its options: SPIRAL's game evaluation
     return p
 
 
@@ -239,6 +242,14 @@ def cli_main(argv: list[str] | None = None) -> int:
     problem = _check_args(args)
     if problem:
         return _fail(problem)
+    if args.games:
+        from serl.recipes.spiral.evaluate import cli_run
+
+        code = cli_run(args)
+        if code or not args.benchmarks:
+            return code
+    elif not args.benchmarks:
+        return _fail("nothing to evaluate: give --benchmarks (math, MMLU-Pro) and/or --games (SPIRAL games)")
     try:
         run(args)
     except (DataError, ModelError, GeneratorUnavailable) as e:

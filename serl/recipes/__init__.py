@@ -12,6 +12,9 @@ from functools import lru_cache
 # name -> package; the package's config.py defines ``Config``, its recipe.py ``Recipe``.
 RECIPES: dict[str, str] = {
     "serl": "serl.recipes.serl",
+    "spin": "serl.recipes.spin",
+    "spiral": "serl.recipes.spiral",
+    "spell": "serl.recipes.spell",
 }
 
 

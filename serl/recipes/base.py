@@ -29,7 +29,8 @@ from typing import Any
 from serl.config import TrainConfig
 
 # Options of every recipe that make a resume a different run if changed.
-RUN_DEFINING_COMMON = ("recipe", "model", "prompt_data", "input_key", "label_key", "max_samples", "seed",
+RUN_DEFINING_COMMON = ("recipe", "model", "prompt_data", "input_key", "label_key", "output_key", "prompt_split",
+                       "max_samples", "seed",
                        "advantage_estimator", "reward_mode", "n_samples_per_prompt", "rollout_batch_size",
                        "init_kl_coef", "use_kl_loss", "gamma", "actor_learning_rate", "generator",
                        "learner", "train_batch_size", "lora_rank", "lora_alpha", "lora_dropout",
@@ -67,6 +68,14 @@ class Recipe:
         return None
 
     @classmethod
+    def eval_set(cls, cfg) -> Any:
+        """What ``evaluate`` is given, read before anything is written; empty: no evaluation.
+        Default: the math problems of --eval_data and --eval_benchmarks."""
+        from serl.runner import load_eval_sets
+
+        return load_eval_sets(cfg)
+
+    @classmethod
     def needs_reference(cls, cfg) -> bool:
         """Whether the learner loads a reference model."""
         return False
@@ -84,6 +93,12 @@ class Recipe:
     @classmethod
     def objective_args(cls, cfg) -> dict:
         """The objective's own settings (DPO: beta, loss_type, label_smoothing)."""
+        return {}
+
+    @classmethod
+    def learner_settings(cls, cfg) -> dict:
+        """Other ``LearnerConfig`` fields the recipe sets (e.g. ``ppo_epochs``, ``loss_agg``);
+        with ``ppo_epochs`` > 1, ``updates_per_step`` should count the epochs too."""
         return {}
 
     @classmethod

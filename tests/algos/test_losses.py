@@ -63,19 +63,35 @@ def test_aggregation_token_vs_seq_mean():
     seq, _ = ppo_clip_loss(z, z, adv, mask, agg="seq_mean")
     assert tok.item() == pytest.approx(5 / 4)      # (2 + 3) / 4 tokens
     assert seq.item() == pytest.approx(3 / 2)      # (2/1 + 3/3) / 2 sequences
+    drgrpo, _ = ppo_clip_loss(z, z, adv, mask, agg="seq_sum_const", const=4.0)
+    assert drgrpo.item() == pytest.approx(5 / 8)   # (2/4 + 3/4) / 2 sequences (Dr.GRPO)
 
 
-@pytest.mark.parametrize("agg", ["token_mean", "seq_mean"])
+def test_seq_sum_const_gradient_ignores_length():
+    # ratio 1, A = 1 on every token: d/dlogp = -A / (const * B) on each unmasked token,
+    # the same for a 1-token and a 3-token sequence (token_mean would also give that,
+    # seq_mean would give -1/2 and -1/6)
+    logp = torch.zeros(2, 3, requires_grad=True)
+    mask = torch.tensor([[1, 0, 0], [1, 1, 1]])
+    loss, _ = ppo_clip_loss(logp, torch.zeros(2, 3), torch.ones(2, 3), mask, agg="seq_sum_const", const=8.0)
+    loss.backward()
+    assert torch.allclose(logp.grad, -mask / 16.0)
+    with pytest.raises(ValueError, match="constant > 0"):
+        ppo_clip_loss(torch.zeros(1, 1), torch.zeros(1, 1), torch.ones(1, 1), torch.ones(1, 1),
+                      agg="seq_sum_const")
+
+
+@pytest.mark.parametrize("agg", ["token_mean", "seq_mean", "seq_sum_const"])
 def test_micro_batches_add_up_to_the_step(agg):
     g = torch.Generator().manual_seed(0)
     logp = torch.randn(4, 5, generator=g) * 0.1
     old = torch.randn(4, 5, generator=g) * 0.1
     adv = torch.randn(4, 5, generator=g)
     mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 0, 0, 0, 0], [1, 1, 0, 0, 0]])
-    whole, _ = ppo_clip_loss(logp, old, adv, mask, agg=agg)
+    whole, _ = ppo_clip_loss(logp, old, adv, mask, agg=agg, const=5.0)
     n_tok, n_seq = float(mask.sum()), 4.0
     parts = sum(ppo_clip_loss(logp[s], old[s], adv[s], mask[s], agg=agg,
-                              num_tokens=n_tok, num_seqs=n_seq)[0]
+                              num_tokens=n_tok, num_seqs=n_seq, const=5.0)[0]
                 for s in (slice(0, 1), slice(1, 4)))
     assert parts.item() == pytest.approx(whole.item(), rel=1e-6)
 

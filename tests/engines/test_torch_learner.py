@@ -205,6 +205,8 @@ def test_bad_batch_names_the_field(tiny_path):
         learner.step(TrainBatch([], [], [], []))
     with pytest.raises(ValueError, match="loss_agg"):
         LearnerConfig(loss_agg="sum")
+    with pytest.raises(ValueError, match="loss_agg_const must be > 0"):
+        LearnerConfig(loss_agg="seq_sum_const")
 
 
 def test_save_load_resumes_exactly(tiny_path, tmp_path):

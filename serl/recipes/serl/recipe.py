@@ -41,7 +41,8 @@ class SerlRecipe(Recipe):
     @classmethod
     def prepare(cls, cfg):
         """The seed problems (the only input SeRL reads)."""
-        return read_seeds(cfg.prompt_data, cfg.input_key, cfg.label_key or None, limit=cfg.max_samples or None)
+        return read_seeds(cfg.prompt_data, cfg.input_key, cfg.label_key or None, limit=cfg.max_samples or None,
+                          output_key=cfg.output_key or None, split=cfg.prompt_split)
 
     @classmethod
     def needs_reference(cls, cfg) -> bool:

@@ -225,3 +225,29 @@ def sample_evidence(n_paragraphs: int, k: int, rng: random.Random,
     rest = [i for i in range(n_paragraphs) if i not in taken]
     new = rng.sample(rest, min(k, len(rest)))
     return sorted(kept + new)
+
+
+def fit_clusters(clusters: list[Cluster], count_tokens: Callable[[str], int], budget: int) -> list[Cluster]:
+    """Split clusters whose paragraphs together take more than ``budget`` tokens into
+    consecutive parts that fit (ids ``ID/0``, ``ID/1``, ...), so every responder prompt
+    stays within the prompt budget. A single paragraph over the budget raises: the
+    reader's ``max_tokens`` should have skipped it."""
+    out: list[Cluster] = []
+    for c in clusters:
+        sizes = [count_tokens(p) for p in c.paragraphs]
+        if sum(sizes) <= budget:
+            out.append(c)
+            continue
+        parts: list[list[int]] = [[]]
+        used = 0
+        for i, n in enumerate(sizes):
+            if n > budget:
+                raise CorpusError(f"{c.sources[i]}: a paragraph of {n} tokens exceeds the budget of {budget}")
+            if parts[-1] and used + n > budget:
+                parts.append([])
+                used = 0
+            parts[-1].append(i)
+            used += n
+        out += [Cluster(f"{c.id}/{k}", [c.paragraphs[i] for i in idx], [c.sources[i] for i in idx])
+                for k, idx in enumerate(parts)]
+    return out

@@ -80,16 +80,29 @@ Ask a different, harder question.
 """
 
 
+# The optional bootstrap for models that do not yet write the JSON block: one worked
+# example about a text outside the corpus (no entity of the generated corpus is named).
+FEW_SHOT_EXAMPLE = """Example.
+Documents:
+[1] The lighthouse at Cape Dunmore was built in 1874. It is 31 metres tall.
+Reply: {"question": "How tall is the lighthouse at Cape Dunmore?", "answer": "31 metres"}
+
+Now your turn.
+"""
+
+
 def questioner_prompt(paragraphs: Sequence[str], history: Sequence[MemoryEntry] = (),
-                      compact: bool = False) -> str:
-    """The questioner sees ``paragraphs`` and, when given, earlier questions as examples."""
+                      compact: bool = False, few_shot: bool = False) -> str:
+    """The questioner sees ``paragraphs`` and, when given, earlier questions as examples;
+    ``few_shot`` puts one worked example (:data:`FEW_SHOT_EXAMPLE`) first."""
     if not paragraphs:
         raise ValueError("the questioner needs at least one paragraph")
+    lead = FEW_SHOT_EXAMPLE if few_shot else ""
     if compact:
         hist = _QUESTIONER_HISTORY_COMPACT.format(examples=_examples(history, True)) if history else ""
-        return _QUESTIONER_COMPACT.format(documents=_documents(paragraphs), history=hist)
+        return lead + _QUESTIONER_COMPACT.format(documents=_documents(paragraphs), history=hist)
     hist = _QUESTIONER_HISTORY_FULL.format(examples=_examples(history, False)) if history else ""
-    return _QUESTIONER_FULL.format(documents=_documents(paragraphs), history=hist)
+    return lead + _QUESTIONER_FULL.format(documents=_documents(paragraphs), history=hist)
 
 
 _RESPONDER_FULL = """Answer the question using the documents between <documents> and </documents>.

@@ -228,3 +228,22 @@ def questioner_reward(status: str, mean_score: float | None = None,
     if mean_score is None:
         raise ValueError("a questioner with status 'ok' needs the responder's mean score")
     return difficulty_reward(mean_score, sigma)
+
+
+def cover_em_many(predictions: Sequence[str | None], golds: Sequence[str],
+                  equal_many: Callable[[list[tuple[str, str]]], list[bool]] | None = None) -> list[float]:
+    """:func:`cover_em` for many (prediction, gold) pairs; a None prediction scores 0.
+
+    The pairs the text rule fails on and whose gold looks like math go to ``equal_many``
+    (e.g. ``serl.rewards.EquivalenceChecker().equal_many``, which takes (gold, answer)
+    pairs) in a single call, so a batch pays one round trip to the checker pool.
+    """
+    if len(predictions) != len(golds):
+        raise ValueError(f"{len(predictions)} predictions for {len(golds)} golds")
+    scores = [0.0 if p is None else cover_em(p, g) for p, g in zip(predictions, golds)]
+    ask = [i for i, (p, g, s) in enumerate(zip(predictions, golds, scores))
+           if p is not None and s == 0.0 and p.strip() and looks_like_math(g)]
+    if equal_many is not None and ask:
+        for i, same in zip(ask, equal_many([(golds[i].strip(), predictions[i].strip()) for i in ask])):
+            scores[i] = 1.0 if same else 0.0
+    return scores

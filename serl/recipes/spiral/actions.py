@@ -8,7 +8,9 @@ give ``[bet]``, and ``\\boxed{2x5}`` gives ``[Bid: 2 x 5]`` only if the word ``b
 
 Several boxes: only the last one counts, even if it is empty or illegal (no fall-back to earlier ones).
 ``lenient=True`` (off by default, a documented deviation from upstream) also accepts a candidate that
-contains exactly one legal action's word sequence, e.g. ``\\boxed{I bet}``.
+contains exactly one legal action's word sequence, e.g. ``\\boxed{I bet}``. ``mention=True`` (off by
+default, a further deviation for models too small to use the box at all) takes, from a response with no
+usable box, the legal action named last in its final ``MENTION_CHARS`` characters.
 
 Model output is untrusted: only the last ``MAX_SCAN_CHARS`` characters are scanned, with linear-time
 string operations and no regular expression backtracking over the whole response.
@@ -21,6 +23,7 @@ from typing import Sequence
 
 MAX_SCAN_CHARS = 20_000  # a box is looked for only in this many final characters
 MAX_BOX_CHARS = 300  # longer box contents are not an action
+MENTION_CHARS = 600  # mention=True looks for a named legal action in this many final characters
 _LATEX_COMMAND = re.compile(r"\\[A-Za-z]{1,20}")
 _TOKEN = re.compile(r"[a-z]+|\d+")
 
@@ -73,14 +76,29 @@ def _contains(seq: tuple[str, ...], sub: tuple[str, ...]) -> bool:
     return any(seq[i:i + len(sub)] == sub for i in range(len(seq) - len(sub) + 1))
 
 
+def last_mention(text: str, legal_actions: Sequence[str]) -> str | None:
+    """The legal action whose words occur last in the final ``MENTION_CHARS`` characters of ``text``."""
+    words = action_key(text[-MENTION_CHARS:])
+    best, best_end = None, -1
+    for legal in legal_actions:
+        key = action_key(legal)
+        for i in range(len(words) - len(key), -1, -1) if key else ():
+            if words[i:i + len(key)] == key:
+                if i + len(key) > best_end:
+                    best, best_end = legal, i + len(key)
+                break
+    return best
+
+
 def parse_action(response: str, legal_actions: Sequence[str], *, max_unboxed_words: int = 5,
-                 lenient: bool = False) -> ParsedAction:
+                 lenient: bool = False, mention: bool = False) -> ParsedAction:
     """The action in ``response`` (see the module doc), checked against ``legal_actions``."""
     box = last_boxed(response or "")
     if box is None:
         short = (response or "").strip()
         if not short or len(short) > 20 * max_unboxed_words or len(short.split()) > max_unboxed_words:
-            return ParsedAction(None, None, MISSING)
+            named = last_mention(response or "", legal_actions) if mention else None
+            return ParsedAction(named, named, OK) if named else ParsedAction(None, None, MISSING)
         box = short
     inner = box.strip()
     if inner.startswith("[") and inner.endswith("]"):

@@ -149,3 +149,26 @@ def test_sample_evidence(n, k, keep, expected_len, must):
     got = sample_evidence(n, k, random.Random(0), keep)
     assert len(got) == expected_len and must <= set(got) and got == sorted(set(got))
     assert sample_evidence(n, k, random.Random(0), keep) == got   # seeded
+
+
+@pytest.mark.parametrize("sizes,budget,parts", [
+    ([3, 3, 3], 9, [[0, 1, 2]]),          # fits: unchanged, same id
+    ([3, 3, 3], 6, [[0, 1], [2]]),
+    ([5, 1, 5, 1], 6, [[0, 1], [2, 3]]),
+    ([2, 2, 2, 2], 2, [[0], [1], [2], [3]]),
+])
+def test_fit_clusters_splits_in_order(sizes, budget, parts):
+    from serl.recipes.spell.corpus import Cluster, fit_clusters
+
+    paras = [f"p{i} " + "w " * (n - 1) for i, n in enumerate(sizes)]
+    c = Cluster("x", paras, [f"src{i}" for i in range(len(paras))])
+    got = fit_clusters([c], lambda t: len(t.split()), budget)
+    assert [[paras.index(p) for p in g.paragraphs] for g in got] == parts
+    assert [g.id for g in got] == (["x"] if len(parts) == 1 else [f"x/{k}" for k in range(len(parts))])
+
+
+def test_fit_clusters_refuses_a_paragraph_over_budget():
+    from serl.recipes.spell.corpus import Cluster, CorpusError, fit_clusters
+
+    with pytest.raises(CorpusError, match="src1: a paragraph of 5 tokens exceeds the budget of 4"):
+        fit_clusters([Cluster("x", ["a b", "a b c d e"], ["src0", "src1"])], lambda t: len(t.split()), 4)

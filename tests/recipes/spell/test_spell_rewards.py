@@ -185,3 +185,29 @@ def test_questioner_reward_values_by_hand():
 def test_questioner_reward_errors(status, mean, msg):
     with pytest.raises(ValueError, match=msg):
         questioner_reward(status, mean)
+
+
+@pytest.mark.parametrize("preds,golds,equal,want,asked", [
+    (["Ann", None, "Bob"], ["ann", "Ann", "Ann"], None, [1.0, 0.0, 0.0], []),
+    (["0.5", "1/2", "about 12"], ["1/2", "1/2", "12"], {("1/2", "0.5"): True}, [1.0, 1.0, 1.0], [("1/2", "0.5")]),
+    (["3", "x"], ["4", "Paris"], {("4", "3"): False}, [0.0, 0.0], [("4", "3")]),  # only math golds are asked
+    ([None, "  "], ["4", "4"], {}, [0.0, 0.0], []),                                 # nothing to compare
+])
+def test_cover_em_many_asks_the_checker_once_for_math(preds, golds, equal, want, asked):
+    from serl.recipes.spell.rewards import cover_em_many
+
+    calls = []
+
+    def equal_many(pairs):
+        calls.append(list(pairs))
+        return [equal[p] for p in pairs]
+
+    assert cover_em_many(preds, golds, equal_many if equal is not None else None) == want
+    assert calls == ([asked] if asked else [])
+
+
+def test_cover_em_many_lengths_must_match():
+    from serl.recipes.spell.rewards import cover_em_many
+
+    with pytest.raises(ValueError, match="2 predictions for 1 golds"):
+        cover_em_many(["a", "b"], ["a"])

@@ -1,0 +1,180 @@
+"""SPELL on the embedded model: train, then compare the held-out scores before and after.
+
+One command reproduces the measurement of experiments/spell/README.md:
+
+    python experiments/spell/run.py                 # ~10 steps of 8 clusters, compact prompts
+    python experiments/spell/run.py --resume        # continue an interrupted run, then analyse
+    python experiments/spell/run.py --smoke         # tiny sizes: checks the pipeline in minutes
+
+It runs ``serl train --recipe spell`` (held-out evaluation before and after: all 120 gold
+questions, all 240 verifier items, 20 questioner clusters; greedy), then writes into the
+output folder ``results.json``, ``results.md`` (the table, with 95% confidence intervals)
+and ``curves.png`` (per-step role metrics), next to the run directory ``run/``.
+
+Confidence intervals: Wilson score intervals for each rate; for a before/after change on
+the same items, the paired difference's mean with a normal interval
+(1.96 * sd / sqrt(n) of the per-item differences).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+FULL = ["--steps", "10", "--rollout_batch_size", "8", "--n_samples_per_prompt", "8", "--verifier_samples", "3",
+        "--grounding_samples", "4", "--max_refill_rounds", "2", "--compact_prompts", "true",
+        "--questioner_max_len", "96", "--generate_max_len", "96", "--verifier_max_len", "48",
+        "--prompt_max_len", "1024", "--actor_learning_rate", "2e-6", "--temperature", "1.0",
+        "--eval_qa_limit", "0", "--eval_verify_limit", "0", "--eval_questioner_limit", "20"]
+SMOKE = ["--steps", "2", "--rollout_batch_size", "2", "--n_samples_per_prompt", "2", "--verifier_samples", "2",
+         "--grounding_samples", "1", "--max_refill_rounds", "1", "--questioner_max_len", "48",
+         "--generate_max_len", "48", "--verifier_max_len", "16", "--prompt_max_len", "1024",
+         "--eval_qa_limit", "8", "--eval_verify_limit", "8", "--eval_questioner_limit", "2"]
+CURVES = ["questioner/valid_json", "questioner/bad_ground", "questioner/informative", "responder/accuracy",
+          "verifier/agreement", "verifier/bad_format", "questioner/reward_mean", "responder/reward_mean"]
+
+
+def wilson(k: float, n: int, z: float = 1.96) -> tuple[float, float]:
+    if n == 0:
+        return math.nan, math.nan
+    p = k / n
+    den = 1 + z * z / n
+    mid = (p + z * z / (2 * n)) / den
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
+    return mid - half, mid + half
+
+
+def paired(before: list[float], after: list[float], z: float = 1.96) -> dict:
+    d = [a - b for a, b in zip(after, before)]
+    n = len(d)
+    mean = sum(d) / n
+    sd = math.sqrt(sum((x - mean) ** 2 for x in d) / (n - 1)) if n > 1 else 0.0
+    half = z * sd / math.sqrt(n) if n else math.nan
+    return {"diff": mean, "ci": [mean - half, mean + half], "n": n}
+
+
+def rate(values: list[float]) -> dict:
+    n = len(values)
+    k = sum(values)
+    lo, hi = wilson(k, n)
+    return {"rate": k / n if n else math.nan, "ci": [lo, hi], "n": n}
+
+
+def read_records(path: Path) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {"responder": [], "verifier": [], "questioner": []}
+    for line in path.read_text().splitlines():
+        r = json.loads(line)
+        out[r["role"]].append(r)
+    return out
+
+
+def analyse(run: Path, out: Path) -> dict:
+    steps = sorted(int(p.stem.split("_")[1]) for p in (run / "spell_eval").glob("step_*.jsonl"))
+    if len(steps) < 2:
+        raise SystemExit(f"{run}: need evaluations before and after training, found steps {steps}")
+    first, last = steps[0], steps[-1]
+    before, after = (read_records(run / "spell_eval" / f"step_{s}.jsonl") for s in (first, last))
+    evals = {}
+    for line in (run / "metrics.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        if rec["step"] in (first, last):
+            evals.setdefault(rec["step"], {}).update({k: v for k, v in rec.items() if k.startswith("eval/")})
+    res: dict = {"steps": [first, last], "metrics": evals}
+    for name, key in (("strict", "strict"), ("lenient", "lenient")):
+        b = [r[key] for r in before["responder"]]
+        a = [r[key] for r in after["responder"]]
+        res[f"responder_{name}"] = {"before": rate(b), "after": rate(a), "change": paired(b, a)}
+    for name, fn in (("accuracy", lambda r: float(r["judgment"] == r["label"])),
+                     ("bad_format", lambda r: float(r["judgment"] == -1))):
+        b, a = [fn(r) for r in before["verifier"]], [fn(r) for r in after["verifier"]]
+        res[f"verifier_{name}"] = {"before": rate(b), "after": rate(a), "change": paired(b, a)}
+    for name in ("valid_json", "bad_ground"):
+        key = f"eval/questioner/{name}"
+        res[f"questioner_{name}"] = {"before": evals.get(first, {}).get(key), "after": evals.get(last, {}).get(key)}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(res, indent=1))
+    (out / "results.md").write_text(table(res))
+    plot(run, out / "curves.png")
+    return res
+
+
+def _fmt(r: dict) -> str:
+    return f"{r['rate']:.3f} [{r['ci'][0]:.3f}, {r['ci'][1]:.3f}] (n={r['n']})"
+
+
+def table(res: dict) -> str:
+    first, last = res["steps"]
+    rows = [f"| measure | step {first} | step {last} | change [95% CI] |", "|---|---|---|---|"]
+    for key in ("responder_strict", "responder_lenient", "verifier_accuracy", "verifier_bad_format"):
+        r = res[key]
+        c = r["change"]
+        rows.append(f"| {key.replace('_', ' ', 1)} | {_fmt(r['before'])} | {_fmt(r['after'])} | "
+                    f"{c['diff']:+.3f} [{c['ci'][0]:+.3f}, {c['ci'][1]:+.3f}] |")
+    for key in ("questioner_valid_json", "questioner_bad_ground"):
+        r = res[key]
+        show = (lambda v: "n/a" if v is None else f"{v:.3f}")
+        rows.append(f"| {key.replace('_', ' ', 1)} | {show(r['before'])} | {show(r['after'])} | |")
+    return "\n".join(rows) + "\n"
+
+
+def plot(run: Path, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    series: dict[str, list[tuple[int, float]]] = {}
+    for line in (run / "metrics.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        for k in CURVES:
+            if isinstance(rec.get(k), (int, float)):
+                series.setdefault(k, []).append((rec["step"], rec[k]))
+    fig, axes = plt.subplots(2, 4, figsize=(16, 6.5), squeeze=False)
+    for ax, key in zip(axes.flat, CURVES):
+        pts = series.get(key, [])
+        ax.plot([s for s, _ in pts], [v for _, v in pts], marker="o")
+        ax.set_title(key, fontsize=10)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    fig.suptitle("SPELL on SmolLM2-135M-Instruct: per-step role metrics")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description="SPELL before/after on the embedded model")
+    ap.add_argument("--out", default=str(ROOT / "experiments/spell/results"), help="output folder")
+    ap.add_argument("--resume", action="store_true", help="continue OUT/run, then analyse")
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes: check the pipeline only")
+    ap.add_argument("--few_shot", default="true", choices=("true", "false"),
+                    help="the questioner's one-example bootstrap (the untrained model rarely writes JSON)")
+    ap.add_argument("--generator", default="auto", help="auto (vLLM when installed), vllm or hf")
+    ap.add_argument("--analyse_only", action="store_true", help="only (re)write the tables and curves")
+    args, extra = ap.parse_known_args(argv)
+    out = Path(args.out)
+    run = out / "run"
+    if not args.analyse_only:
+        if args.resume:
+            cmd = ["--resume", str(run), *extra]
+        else:
+            if run.exists():
+                raise SystemExit(f"{run} exists: use --resume, or another --out")
+            cmd = ["--recipe", "spell", "--model", "smollm2", "--run_dir", str(run), "--generator", args.generator,
+                   "--few_shot_questioner", args.few_shot, "--progress", "plain",
+                   *(SMOKE if args.smoke else FULL), *extra]
+        r = subprocess.run([sys.executable, "-m", "serl.cli", "train", *cmd], cwd=ROOT)
+        if r.returncode:
+            return r.returncode
+    res = analyse(run, out)
+    print((out / "results.md").read_text())
+    print(json.dumps({k: res[k] for k in ("responder_strict", "verifier_bad_format")}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

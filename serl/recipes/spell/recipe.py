@@ -1,0 +1,283 @@
+"""The SPELL recipe (Yang et al., "SPELL: Self-Play Reinforcement Learning for Evolving
+Long-Context Language Models", Tongyi-Zhiwen 2025): one policy as questioner, responder
+and verifier over document clusters, trained with one GRPO update over all three roles.
+
+A step, per sampled cluster: the questioner writes a JSON question and answer from a few
+paragraphs (with the cluster's history memory in the prompt); repeated questions are
+dropped (ROUGE-L); the responder answers without the documents (grounding check), then
+n times with them; each answer gets a rule score (cover-EM) and k verifier judgments;
+then the three roles' rewards. Groups with no reward spread are dropped and more
+clusters are asked (dynamic sampling, bounded rounds). See ``episode.py`` for the data.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import random
+
+import torch
+
+from serl.checkpoint import fault_point
+from serl.data.seeds import DataError
+from serl.engines.base import Sampling
+from serl.instruct.novelty import RougeIndex
+from serl.models import load_tokenizer, resolve_model
+from serl.recipes.base import Recipe, RunContext
+from serl.recipes.spell import episode
+from serl.recipes.spell.corpus import CorpusError, fit_clusters, read_corpus, sample_evidence
+from serl.recipes.spell.evaluate import evaluate_roles, greedy_texts, load_heldout
+from serl.recipes.spell.memory import HistoryMemory
+from serl.recipes.spell.parse import parse_questioner
+from serl.recipes.spell.prompts import questioner_prompt, responder_prompt, verifier_prompt
+from serl.recipes.spell.rewards import cover_em_many, extract_final_answer, is_bad_ground, parse_judgment
+
+log = logging.getLogger(__name__)
+PROMPT_RESERVE = 256    # prompt tokens kept free of documents: chat template, instructions, question
+MAX_KNOWN = 64          # questions remembered per cluster for the novelty check
+
+
+class SpellRecipe(Recipe):
+    resume_fixed = ("corpus", "cluster_size", "paragraphs_per_prompt", "compact_prompts", "few_shot_questioner",
+                    "verifier_samples", "grounding_samples", "memory_capacity", "prompt_max_len")
+
+    @classmethod
+    def prepare(cls, cfg):
+        """The corpus as clusters that fit the prompt budget (paragraphs too long are skipped
+        and counted); errors name the file."""
+        budget = cfg.prompt_max_len - PROMPT_RESERVE
+        tok = []  # loaded on first use: a missing corpus fails before any model work
+
+        def count(text: str) -> int:
+            if not tok:
+                tok.append(load_tokenizer(resolve_model(cfg.model)))
+            return len(tok[0](text, add_special_tokens=False)["input_ids"]) + 4  # "[i] " and the break
+
+        try:
+            corpus = read_corpus(cfg.corpus, cluster_size=cfg.cluster_size, text_key=cfg.corpus_text_key,
+                                 cluster_key=cfg.corpus_cluster_key or None, max_tokens=budget, count_tokens=count)
+            corpus.clusters = fit_clusters(corpus.clusters, count, budget)
+        except CorpusError as e:
+            raise DataError(f"corpus: {e}") from None
+        return corpus
+
+    @classmethod
+    def eval_set(cls, cfg):
+        return load_heldout(cfg)
+
+    def __init__(self, ctx: RunContext, corpus=None):
+        super().__init__(ctx, corpus)
+        cfg = self.cfg
+        self.clusters, self.corpus_stats = corpus.clusters, corpus.stats
+        self.rng = random.Random(cfg.seed)
+        self.memory = HistoryMemory(cfg.memory_capacity)
+        self.known: dict[str, list[str]] = {}      # cluster id -> questions asked (novelty)
+        self.indexes: dict[str, RougeIndex] = {}   # built from ``known``, not saved
+        self.order: list[int] = []                 # cluster indices still to visit this epoch
+        self.step_done = 0
+        self.band = tuple(cfg.verifier_band)
+
+    # ---- the loop -------------------------------------------------------------------
+    def step(self, step: int) -> dict[str, float]:
+        self.times, cfg = {}, self.cfg
+        groups, asked, rounds = episode.RoleGroups(), [], 0
+        with self.timed("step"):
+            while len(groups.responder) < cfg.rollout_batch_size and rounds < cfg.max_refill_rounds:
+                rounds += 1
+                qs = self.ask(self.next_clusters(cfg.rollout_batch_size - len(groups.responder)))
+                self.ground(qs)
+                self.respond(qs)
+                self.verify(qs)
+                for q in qs:
+                    episode.settle(q)
+                    if q.status == "ok":
+                        self.memory.add(q.cluster.id, q.evidence, q.qa["question"], q.qa["answer"], q.mean_score)
+                    groups.add(q, self.band, cfg.rollout_batch_size)
+                asked += qs
+            metrics = self.role_metrics(asked, groups) | {"filter/rounds": rounds}
+            batches = {k: episode.nonzero_rows(b) for k, b in episode.role_batches(groups, self.group_batch).items()}
+            batch = episode.concat(list(batches.values()))
+            for role, b in batches.items():
+                metrics[f"train/{role}_seqs"] = len(b.response_ids) if b is not None else 0
+            if batch is not None:
+                fault_point("learner", step)
+                with self.timed("learner"):
+                    metrics.update(self.learner.step(batch))
+                self.sync_weights()
+            else:
+                log.warning("step %d: no sample with a reward spread in %d rounds; no update", step, rounds)
+        self.step_done = step
+        return metrics | {f"time/{k}": v for k, v in self.times.items()}
+
+    # ---- stages -----------------------------------------------------------------------
+    def next_clusters(self, n: int):
+        out = []
+        for _ in range(n):
+            if not self.order:  # a new epoch over the clusters, reshuffled
+                self.order = list(range(len(self.clusters)))
+                self.rng.shuffle(self.order)
+            out.append(self.clusters[self.order.pop()])
+        return out
+
+    def sample(self, prompts: list[str], n: int, max_new_tokens: int, temperature: float | None = None):
+        if not prompts:
+            return []
+        t = self.cfg.temperature if temperature is None else temperature
+        return self.generator.generate(prompts, n, Sampling(max_new_tokens=max_new_tokens, temperature=t,
+                                                            top_p=self.cfg.top_p))
+
+    def fits(self, prompt: str) -> bool:
+        return len(self.tok(prompt, add_special_tokens=False)["input_ids"]) <= self.cfg.prompt_max_len
+
+    def ask(self, clusters) -> list[episode.Question]:
+        """The questioner's replies, parsed and checked for novelty."""
+        cfg, prompts, evidence = self.cfg, [], []
+        for c in clusters:
+            ev = sample_evidence(len(c.paragraphs), cfg.paragraphs_per_prompt, self.rng, keep=self.memory.evidence(c.id))
+            history = self.memory.get(c.id)
+            while True:  # the oldest examples go first when the prompt is over budget
+                p = self.chat_prompt(questioner_prompt([c.paragraphs[i] for i in ev], history, compact=cfg.compact_prompts,
+                                                few_shot=cfg.few_shot_questioner))
+                if self.fits(p) or not history:
+                    break
+                history = history[1:]
+            prompts.append(p)
+            evidence.append(ev)
+        fault_point("generate", self.step_done + 1)
+        with self.timed("questioner"):
+            replies = self.sample(prompts, 1, cfg.questioner_max_len, cfg.questioner_temperature)
+        qs = []
+        for c, ev, g in zip(clusters, evidence, replies):
+            q = episode.Question(c, ev, g[0])
+            q.status, q.qa = parse_questioner(g[0].text)
+            if q.status == "ok" and self.repeated(c.id, q.qa["question"]):
+                q.status = "repeated"
+            qs.append(q)
+        return qs
+
+    def repeated(self, cluster_id: str, question: str) -> bool:
+        index = self.indexes.get(cluster_id)
+        if index is None:
+            index = self.indexes[cluster_id] = RougeIndex(self.cfg.novelty_threshold)
+            for old in self.known.get(cluster_id, []):
+                index.add(old)
+        if index.too_similar(question)[0]:
+            return True
+        known = self.known.setdefault(cluster_id, [])
+        known.append(question)
+        if len(known) > MAX_KNOWN:  # forget the oldest; the index is rebuilt from the list
+            del known[0]
+            self.indexes.pop(cluster_id)
+        else:
+            index.add(question)
+        return False
+
+    def score(self, texts: list[str], golds: list[str]) -> tuple[list[str | None], list[float]]:
+        answers = [extract_final_answer(t) for t in texts]
+        with self.timed("reward"):
+            return answers, cover_em_many(answers, golds, self.checker.equal_many)
+
+    def ground(self, qs) -> None:
+        """Grounding check: the responder without the documents; a hit makes it bad_ground."""
+        todo = [q for q in qs if q.status == "ok"]
+        with self.timed("ground"):
+            groups = self.sample([self.chat_prompt(responder_prompt(q.qa["question"], None, self.cfg.compact_prompts))
+                                  for q in todo], self.cfg.grounding_samples, self.cfg.generate_max_len)
+        for q, g in zip(todo, groups):
+            _, s = self.score([c.text for c in g], [q.qa["answer"]] * len(g))
+            q.ground = sum(s) / len(s)
+            if is_bad_ground(q.ground, self.cfg.grounding_threshold):
+                q.status = "bad_ground"
+
+    def respond(self, qs) -> None:
+        todo = [q for q in qs if q.status == "ok"]
+        with self.timed("responder"):
+            groups = self.sample([self.chat_prompt(responder_prompt(q.qa["question"], q.cluster.paragraphs,
+                                                             self.cfg.compact_prompts)) for q in todo],
+                                 self.cfg.n_samples_per_prompt, self.cfg.generate_max_len)
+        for q, g in zip(todo, groups):
+            q.responses = g
+            q.answers, q.rule = self.score([c.text for c in g], [q.qa["answer"]] * len(g))
+
+    def verify(self, qs) -> None:
+        """k judgments per response that has an answer to compare."""
+        todo = [(q, i) for q in qs if q.status == "ok" for i, a in enumerate(q.answers) if a is not None]
+        for q in qs:
+            q.judges = [[] for _ in q.responses]
+        with self.timed("verifier"):
+            groups = self.sample([self.chat_prompt(verifier_prompt(q.qa["question"], q.answers[i], q.qa["answer"],
+                                                            self.cfg.compact_prompts)) for q, i in todo],
+                                 self.cfg.verifier_samples, self.cfg.verifier_max_len)
+        for (q, i), g in zip(todo, groups):
+            q.judges[i] = g
+
+    # ---- metrics, evaluation, state ----------------------------------------------------
+    def role_metrics(self, qs, groups) -> dict[str, float]:
+        def share(num, den):  # nothing to measure is NaN (logged as null), not 0
+            return num / den if den else float("nan")
+
+        n = len(qs)
+        parsed = [q for q in qs if q.status != "bad_format"]
+        checked = [q for q in qs if q.ground is not None]
+        answered = [q for q in qs if q.status == "ok"]
+        rewarded = [q.reward for q in qs if q.reward is not None]
+        responses = [(r, w) for q in answered for r, w in zip(q.rule, q.rewards)]
+        judgments = [(j, maj, rule) for q in answered for js, maj, rule in zip(q.judges, q.majorities, q.rule)
+                     for j in (parse_judgment(c.text) for c in js)]
+        valid = [(j, maj, rule) for j, maj, rule in judgments if j != -1]
+        return {
+            "questioner/valid_json": share(len(parsed), n),
+            "questioner/bad_ground": share(sum(q.status == "bad_ground" for q in checked), len(checked)),
+            "questioner/informative": share(sum(q.informative for q in answered), len(answered)),
+            "questioner/repeated": share(sum(q.status == "repeated" for q in qs), n),
+            "questioner/too_long": share(sum(q.status == "too_long" for q in qs), n),
+            "questioner/reward_mean": share(sum(rewarded), len(rewarded)),
+            "questioner/memory_fill": self.memory.fill(len(self.clusters)),
+            "questioner/asked": float(n),
+            "responder/accuracy": share(sum(r for r, _ in responses), len(responses)),
+            "responder/reward_mean": share(sum(w for _, w in responses), len(responses)),
+            "responder/verifier_lift": share(sum(w > r for r, w in responses), len(responses)),
+            "responder/no_answer": share(sum(a is None for q in answered for a in q.answers), len(responses)),
+            "verifier/agreement": share(sum(float(j) == rule for j, _, rule in valid), len(valid)),
+            "verifier/majority_agreement": share(sum(maj is not None and j == maj.label for j, maj, _ in valid),
+                                                 len(valid)),
+            "verifier/bad_format": share(len(judgments) - len(valid), len(judgments)),
+            "train/responder_groups": float(len(groups.responder)),
+            "train/verifier_groups": float(len(groups.verifier)),
+            "corpus/skipped_long": float(self.corpus_stats.skipped_long),
+            "corpus/clusters": float(len(self.clusters)),
+        }
+
+    def evaluate(self, held) -> dict[str, float]:
+        """Greedy held-out scores of the three roles (``evaluate.py``). The generator's call
+        counter and torch's RNG are put back afterwards, so evaluating (or not) never
+        changes what training samples."""
+        calls, torch_rng = getattr(self.generator, "calls", None), torch.get_rng_state()
+        with self.timed("eval"):
+            metrics, records = evaluate_roles(lambda ps, m: greedy_texts(self.generator, ps, m), self.chat_prompt,
+                                              self.checker.equal_many, held, self.cfg)
+        if calls is not None:
+            self.generator.calls = calls
+        torch.set_rng_state(torch_rng)
+        out = self.run_dir / "spell_eval"
+        out.mkdir(exist_ok=True)
+        with open(out / f"step_{self.step_done}.jsonl", "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in records)
+        return metrics | {"time/eval": self.times.pop("eval")}
+
+    def state_dict(self) -> dict:
+        return {"step": self.step_done, "rng": self.rng.getstate(), "torch_rng": torch.get_rng_state(),
+                "generator_calls": getattr(self.generator, "calls", 0), "order": list(self.order),
+                "memory": self.memory.state_dict(), "known": {k: list(v) for k, v in self.known.items()}}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.step_done = state["step"]
+        self.rng.setstate(state["rng"])
+        torch.set_rng_state(state["torch_rng"])
+        if hasattr(self.generator, "calls"):
+            self.generator.calls = state["generator_calls"]
+        self.order = list(state["order"])
+        self.memory.load_state_dict(state["memory"])
+        self.known, self.indexes = {k: list(v) for k, v in state["known"].items()}, {}
+
+
+Recipe = SpellRecipe

@@ -1,0 +1,107 @@
+"""The SPIRAL recipe's own options (Liu et al., 2025, "SPIRAL: Self-Play on Zero-Sum Games Incentivizes
+Reasoning via Multi-Agent Multi-Turn Reinforcement Learning"). Defaults follow the public implementation
+where it names them: invalid move -1.5 / +0.5, RAE with alpha 0.95, zero-advantage samples filtered,
+truncated responses masked, Dr.GRPO loss aggregation, no KL, 2 PPO epochs, a constant learning rate
+of 1e-6, a population of 25 with a snapshot every 5 steps. Light to import: nothing here loads torch."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+from serl.config import ConfigError, TrainConfig, option
+
+OPPONENT_MODES = ("self", "random", "population")  # plus "fixed:PATH"
+PARSERS = ("strict", "lenient", "mention")
+
+
+def parse_options(parser: str) -> dict:
+    """``actions.parse_action`` keywords of an --action_parser choice."""
+    return {"strict": {}, "lenient": {"lenient": True}, "mention": {"lenient": True, "mention": True}}[parser]
+
+
+@dataclass
+class SpiralOptions:
+    games: str = option("kuhn_poker,tictactoe", "comma-separated games to train on (each step cycles "
+                                                "through them): tictactoe, kuhn_poker, simple_negotiation, "
+                                                "liars_dice")
+    kuhn_rules: str = option("standard", "Kuhn Poker payoffs: standard (bets and calls grow the pot) or "
+                                         "spiral (upstream's fixed pot of 1 chip)", choices=("standard", "spiral"))
+    games_per_step: int = option(16, "games played per training step, split evenly over --games")
+    max_turns: int = option(0, "moves after which a game is a draw (0 = each game's own limit)")
+    invalid_penalty: float = option(-1.5, "reward of a player whose move is missing or illegal (ends the game)")
+    invalid_opponent_reward: float = option(0.5, "reward of the other player when a move is invalid")
+    use_payoffs: bool = option(False, "reward normal endings with the game's payoffs (chips in Kuhn Poker) "
+                                      "instead of win +1 / loss -1 / draw 0")
+    rae: bool = option(True, "role-conditioned advantages: A = R - EMA baseline per (game, role); "
+                             "off = A = R - mean return of the step (the control)")
+    rae_alpha: float = option(0.95, "EMA decay of the RAE baselines")
+    filter_zero_adv: bool = option(True, "leave samples whose advantage is exactly 0 out of the update")
+    mask_truncated: bool = option(True, "leave responses cut off by --generate_max_len out of the loss")
+    opponent: str = option("self", "who sits in the other seat: self (current policy), random (uniform "
+                                   "legal moves), fixed:PATH (a snapshot .safetensors or HF model directory "
+                                   "of the same architecture) or population (past snapshots + current)")
+    population_size: int = option(25, "population: entries drawn from, the current policy included")
+    population_every: int = option(5, "population: add a snapshot of the policy every N steps")
+    alternate_seats: bool = option(True, "alternate the learner between seat 0 and seat 1 over the games "
+                                         "(upstream always seats it first)")
+    ppo_epochs: int = option(2, "optimizer steps over each step's batch (PPO epochs)")
+    show_legal_actions: bool = option(True, "list the legal actions in each prompt")
+    prompt_example: bool = option(True, "show the answer format on a legal action (e.g. \\boxed{bet})")
+    action_parser: str = option("strict", "strict (upstream: the last box, or a short answer), lenient (also "
+                                          "a box holding one legal action among other words) or mention "
+                                          "(lenient, and without a box the legal action named last): "
+                                          "documented deviations for small models", choices=PARSERS)
+    eval_games: int = option(0, "evaluation: games per game type against uniform random, before and after "
+                                "training and every --eval_steps (0 = none)")
+    exploit_samples: int = option(0, "evaluation: samples per Kuhn Poker info state for the exploitability "
+                                     "estimate (0 = none)")
+
+
+@dataclass
+class Config(SpiralOptions, TrainConfig):
+    """SPIRAL: self-play on zero-sum text games, role-conditioned advantages, a population of past selves."""
+
+    RECIPE: ClassVar[str] = "spiral"
+    # common options whose default differs for SPIRAL
+    init_kl_coef: float = option(0.0, "KL coefficient (SPIRAL uses none; > 0 needs --use_kl_loss)")
+    actor_learning_rate: float = option(1e-6, "AdamW learning rate", aliases=("lr",))
+    lr_warmup_ratio: float = option(0.0, "share of steps spent warming up the learning rate (SPIRAL: none)")
+    min_lr_ratio: float = option(1.0, "cosine schedule floor, as a share of the learning rate (SPIRAL: 1, "
+                                      "a constant learning rate)")
+    system_prompt: str = option("", "instruction appended to each prompt (the game prompt has its own)")
+    prompt_data: str = option("", "unused by SPIRAL (games need no data)", aliases=("seed_data",))
+
+    def game_list(self) -> list[str]:
+        from serl.recipes.spiral.games import check_game_names
+
+        try:
+            return check_game_names(self.games)
+        except ValueError as e:
+            raise ConfigError(f"games: {e}") from None
+
+    def opponent_path(self) -> Path | None:
+        return Path(self.opponent.split(":", 1)[1]) if self.opponent.startswith("fixed:") else None
+
+    def validate_recipe(self) -> None:
+        self.game_list()
+        if self.opponent not in OPPONENT_MODES and not self.opponent.startswith("fixed:"):
+            raise ConfigError(f"opponent: must be self, random, population or fixed:PATH, got {self.opponent!r}")
+        path = self.opponent_path()
+        if path is not None and not path.exists():
+            raise ConfigError(f"opponent: snapshot path {str(path)!r} does not exist")
+        if path is not None and path.is_dir() and not list(path.glob("*.safetensors")):
+            raise ConfigError(f"opponent: {str(path)!r} holds no .safetensors weights")
+        if self.population_size < 1:
+            raise ConfigError(f"population_size: must be >= 1, got {self.population_size}")
+        for name in ("population_every", "games_per_step", "ppo_epochs"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name}: must be >= 1, got {getattr(self, name)}")
+        if self.max_turns < 0 or self.eval_games < 0 or self.exploit_samples < 0:
+            raise ConfigError("max_turns / eval_games / exploit_samples: must be >= 0")
+        if not 0.0 <= self.rae_alpha <= 1.0:
+            raise ConfigError(f"rae_alpha: must be in [0, 1], got {self.rae_alpha}")
+        if self.init_kl_coef > 0 and not self.use_kl_loss:
+            raise ConfigError("init_kl_coef: SPIRAL has no KL in the reward; add --use_kl_loss or set it to 0")
+        if self.exploit_samples and "kuhn_poker" not in self.game_list():
+            raise ConfigError("exploit_samples: the exploitability is Kuhn Poker's; add kuhn_poker to --games")

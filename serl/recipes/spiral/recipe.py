@@ -1,0 +1,266 @@
+"""The SPIRAL recipe (Liu et al., 2025, "SPIRAL: Self-Play on Zero-Sum Games Incentivizes Reasoning via
+Multi-Agent Multi-Turn Reinforcement Learning"; our code). ``SpiralRecipe.step`` reads as the algorithm:
+deal B games and their opponents, play them in lockstep, give every learner turn its episode's
+role-conditioned advantage, update (PPO-clip, Dr.GRPO aggregation, E epochs, no KL), sync, and add a
+snapshot to the population when one is due.
+
+- Lockstep play (``lockstep.play_lockstep``): each round, all moves of the learner go into one
+  ``generate`` call through the chat template; each opponent snapshot gets one call for its moves.
+- Opponents: ``self`` (both seats the current policy, both trained), ``random``, ``fixed:PATH`` or
+  ``population`` (a FIFO pool of bf16 snapshots in RUN_DIR/snapshots plus the current policy, drawn
+  uniformly per game). Snapshots are served from the same generator through ``load_weights``
+  (``snapshots.WeightSwitcher``: loads only on a change, caches the files read in a step).
+- Seats: the k-th game of each type seats the learner at k mod 2 (``--alternate_seats``).
+- A response cut off by the length limit is left out of the loss (``--mask_truncated``), as is a
+  sample whose advantage is exactly 0 (``--filter_zero_adv``).
+- Resume: the checkpoint holds the RNG states, the generator's call count, the RAE baselines and the
+  population (snapshot paths and its RNG). A snapshot pushed out of the pool is deleted only once a
+  complete checkpoint newer than its eviction exists, so every kept checkpoint finds its snapshots.
+"""
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections import Counter
+from functools import partial
+
+import torch
+
+from serl.checkpoint import fault_point, latest_checkpoint
+from serl.engines.base import Sampling, TrainBatch
+from serl.recipes.base import Recipe, RunContext
+
+from .config import parse_options
+from .evaluate import evaluate_games
+from .games import make_game
+from .lockstep import RandomPolicy, RewardRule, play_lockstep
+from .population import SnapshotPool
+from .prompts import render_prompt
+from .rae import RoleBaselines, turn_advantages
+from .snapshots import CURRENT, WeightSwitcher, save_snapshot
+from .stats import summarize
+
+log = logging.getLogger(__name__)
+SNAPSHOT_DIR = "snapshots"
+
+
+class SpiralRecipe(Recipe):
+    resume_fixed = ("games", "kuhn_rules", "games_per_step", "max_turns", "invalid_penalty",
+                    "invalid_opponent_reward", "use_payoffs", "rae", "rae_alpha", "filter_zero_adv",
+                    "mask_truncated", "opponent", "population_size", "population_every", "alternate_seats",
+                    "ppo_epochs", "show_legal_actions", "prompt_example", "action_parser", "generate_max_len",
+                    "temperature", "top_p")
+
+    # ---- rules read by the engine factory and the runner ----------------------------------------------
+    @classmethod
+    def prepare(cls, cfg):
+        return cfg.game_list()  # games need no data; the names were checked by the config
+
+    @classmethod
+    def needs_reference(cls, cfg) -> bool:
+        return cfg.init_kl_coef > 0 and cfg.use_kl_loss
+
+    @classmethod
+    def updates_per_step(cls, cfg) -> int:
+        return cfg.ppo_epochs
+
+    @classmethod
+    def learner_settings(cls, cfg) -> dict:
+        """PPO epochs, and Dr.GRPO's aggregation: token sums over the generation limit."""
+        return {"ppo_epochs": cfg.ppo_epochs, "loss_agg": "seq_sum_const",
+                "loss_agg_const": float(cfg.generate_max_len),
+                "temperature": cfg.temperature if cfg.temperature > 0 else 1.0}
+
+    @classmethod
+    def eval_set(cls, cfg) -> list[str]:
+        """The games evaluated against random (and Kuhn Poker for the exploitability)."""
+        names = cfg.game_list() if cfg.eval_games else []
+        if cfg.exploit_samples and "kuhn_poker" not in names:
+            names.append("kuhn_poker")
+        return names
+
+    # ---- the recipe's life ------------------------------------------------------------------------------
+    def __init__(self, ctx: RunContext, games=None):
+        super().__init__(ctx, games)
+        cfg = self.cfg
+        self.games = games or cfg.game_list()
+        self.rng = random.Random(cfg.seed)
+        self.baselines = RoleBaselines(cfg.rae_alpha)
+        self.pool = SnapshotPool(cfg.population_size, cfg.population_every, seed=cfg.seed) \
+            if cfg.opponent == "population" else None
+        self.fixed = str(cfg.opponent_path()) if cfg.opponent_path() else None
+        self.trash: list[tuple[int, str]] = []  # (step evicted, snapshot path) awaiting deletion
+        self.switch = WeightSwitcher(self.generator, self.learner.named_weights)
+        self.sampling = Sampling(cfg.generate_max_len, cfg.temperature, cfg.top_p)
+        self.rule = RewardRule(invalid=cfg.invalid_penalty, invalid_opponent=cfg.invalid_opponent_reward,
+                               use_payoffs=cfg.use_payoffs)
+        self.prompt = partial(render_prompt, show_legal_actions=cfg.show_legal_actions, example=cfg.prompt_example)
+        self.parse = parse_options(cfg.action_parser)
+        self.step_done = 0
+
+    def step(self, step: int) -> dict[str, float]:
+        self.times, cfg = {}, self.cfg
+        loads, reads = self.switch.loads, self.switch.reads
+        with self.timed("step"):
+            self.empty_trash()
+            games, seats, policies, kinds = self.deal(step)                         # 1. games, opponents
+            fault_point("generate", step)
+            turns, episodes = play_lockstep(games, seats, policies, rule=self.rule,  # 2. play
+                                            max_turns=cfg.max_turns or None, prompt=self.prompt,
+                                            parse_options=self.parse)
+            self.switch.clear()
+            with self.timed("advantages"):                                          # 3. RAE
+                scored = turn_advantages(turns, episodes, CURRENT, self.baselines if cfg.rae else None)
+            metrics = self.episode_metrics(turns, episodes, kinds)
+            batch = self.make_batch(scored, metrics)
+            if batch is not None:                                                   # 4. update, sync
+                fault_point("learner", step)
+                with self.timed("learner"):
+                    metrics.update(self.learner.step(batch))
+                self.sync_weights()
+                self.switch.serving_current()
+            else:
+                log.warning("step %d: no sample to train on (all filtered); no update this step", step)
+                self.switch.use(CURRENT)
+            if self.pool is not None and self.pool.due(step):                       # 5. population
+                with self.timed("snapshot"):
+                    self.add_snapshot(step)
+        self.step_done = step
+        metrics["spiral/snapshot_loads"] = self.switch.loads - loads
+        metrics["spiral/snapshot_reads"] = self.switch.reads - reads
+        if self.pool is not None:
+            metrics["spiral/population/size"] = len(self.pool.entries())
+        metrics.update({f"spiral/baseline/{g}/role{r}": b for (g, r), b in sorted(self.baselines.values.items())})
+        return metrics | {f"time/{k}": v for k, v in self.times.items()}
+
+    # ---- stages ----------------------------------------------------------------------------------------
+    def deal(self, step: int):
+        """B new games (types cycled), the opponent and seats of each, and the policies that play."""
+        cfg, n = self.cfg, self.cfg.games_per_step
+        names = [self.games[i % len(self.games)] for i in range(n)]
+        games = [make_game(g, kuhn_rules=cfg.kuhn_rules).reset(self.rng.randrange(2 ** 31)) for g in names]
+        policies = {CURRENT: self.policy(CURRENT)}
+        if cfg.opponent == "population":
+            drawn = self.pool.sample(n)
+        else:
+            drawn = [{"self": CURRENT, "random": "random"}.get(cfg.opponent, "fixed")] * n
+        ids = []
+        for entry in drawn:
+            if entry in (CURRENT, "random", "fixed"):
+                ids.append(entry)
+            else:  # a snapshot, by its path relative to the run directory
+                ids.append(entry.rsplit("/", 1)[-1].removesuffix(".safetensors"))
+                policies.setdefault(ids[-1], self.policy(str(self.run_dir / entry)))
+        if "random" in ids:
+            policies["random"] = RandomPolicy(self.rng.randrange(2 ** 31))
+        if "fixed" in ids:
+            policies["fixed"] = self.policy(self.fixed)
+        seen: Counter = Counter()
+        seats = []
+        for g, opp in zip(names, ids):
+            first = seen[g] % 2 == 0 or not cfg.alternate_seats
+            seen[g] += 1
+            seats.append((CURRENT, opp) if first else (opp, CURRENT))
+        kinds = ["self" if i == CURRENT else i if i in ("random", "fixed") else "snapshot" for i in ids]
+        return games, seats, policies, kinds
+
+    def policy(self, key: str):
+        """A lockstep policy: the current weights or a snapshot's, served by the generator."""
+        stage = "generate" if key == CURRENT else "opponents"
+
+        def play(requests):
+            with self.timed("swap"):
+                self.switch.use(key)
+            with self.timed(stage):
+                groups = self.generator.generate([self.chat_prompt(r.prompt) for r in requests], 1, self.sampling)
+            return [g[0] for g in groups]
+
+        return play
+
+    def make_batch(self, scored, metrics: dict) -> TrainBatch | None:
+        """One sample per learner turn with its episode's advantage; truncated and A == 0 left out."""
+        cfg, rows = self.cfg, []
+        masked = zero = 0
+        for turn, adv in scored:
+            c = turn.output
+            if cfg.mask_truncated and c.finish_reason == "length":
+                masked += 1
+            elif cfg.filter_zero_adv and adv == 0:
+                zero += 1
+            elif c.token_ids:
+                rows.append((c, float(adv)))
+        metrics.update({"train/samples": len(rows), "train/masked_truncated": masked,
+                        "train/filtered_zero_adv": zero,
+                        "train/adv_mean": sum(a for _, a in rows) / len(rows) if rows else 0.0,
+                        "train/adv_abs_mean": sum(abs(a) for _, a in rows) / len(rows) if rows else 0.0})
+        if not rows:
+            return None
+        return TrainBatch(prompt_ids=[list(c.prompt_ids) for c, _ in rows],
+                          response_ids=[list(c.token_ids) for c, _ in rows],
+                          advantages=[torch.full((len(c.token_ids),), a) for c, a in rows])
+
+    def add_snapshot(self, step: int) -> None:
+        rel = f"{SNAPSHOT_DIR}/step_{step:06d}.safetensors"
+        save_snapshot(self.learner.named_weights(), self.run_dir / rel)
+        self.trash += [(step, p) for p in self.pool.add(rel)]
+
+    def empty_trash(self) -> None:
+        """Delete evicted snapshots that no kept checkpoint can need any more."""
+        ckpt = latest_checkpoint(self.run_dir) if self.trash else None
+        newest = int(ckpt.name.split("_")[1]) if ckpt else -1
+        for s, p in [t for t in self.trash if t[0] <= newest]:
+            (self.run_dir / p).unlink(missing_ok=True)
+        self.trash = [t for t in self.trash if t[0] > newest]
+
+    def episode_metrics(self, turns, episodes, kinds) -> dict[str, float]:
+        """Per game and role (``stats.summarize``), overall invalid rate, lengths and opponent mix."""
+        out = {f"spiral/{k}": v for k, v in summarize(turns, episodes, CURRENT).items() if "/opponent/" not in k}
+        mine = [t for t in turns if t.policy == CURRENT]
+        lens = [len(t.output.token_ids) for t in mine]
+        out["spiral/invalid_rate"] = sum(t.action is None for t in mine) / len(mine) if mine else 0.0
+        out["spiral/learner_turns"] = len(mine)
+        out["response/length_mean"] = sum(lens) / len(lens) if lens else 0.0
+        out["response/truncated_frac"] = sum(t.output.finish_reason == "length" for t in mine) / max(len(mine), 1)
+        for kind, c in Counter(kinds).items():
+            out[f"spiral/opponent/{kind}"] = c / len(kinds)
+        return out
+
+    def evaluate(self, games) -> dict[str, float]:
+        """Games against uniform random (seats alternated, fixed deals) and Kuhn exploitability."""
+        cfg, t0 = self.cfg, time.perf_counter()
+        self.switch.use(CURRENT)
+        sampling = Sampling(cfg.generate_max_len, cfg.temperature, cfg.top_p, seed=cfg.seed + 1)
+
+        def generate(prompts):
+            return [g[0].text for g in self.generator.generate([self.chat_prompt(p) for p in prompts], 1, sampling)]
+
+        out = evaluate_games(generate, games, cfg.eval_games, exploit_samples=cfg.exploit_samples,
+                             seed=1_000_000 + cfg.seed, kuhn_rules=cfg.kuhn_rules, max_turns=cfg.max_turns or None,
+                             prompt=self.prompt, parse_options=self.parse)
+        keep = ("win_rate", "win_lo", "win_hi", "payoff", "payoff_lo", "payoff_hi", "invalid_rate", "exploitability")
+        out = {k: v for k, v in out.items() if k.rsplit("/", 1)[-1] in keep}
+        return out | {"time/eval": time.perf_counter() - t0}
+
+    # ---- checkpointed state ------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {"step": self.step_done, "rng": self.rng.getstate(), "torch_rng": torch.get_rng_state(),
+                "generator_calls": getattr(self.generator, "calls", 0), "baselines": self.baselines.state_dict(),
+                "pool": self.pool.state_dict() if self.pool is not None else None, "trash": list(self.trash)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.step_done = state["step"]
+        self.rng.setstate(state["rng"])
+        torch.set_rng_state(state["torch_rng"])
+        if hasattr(self.generator, "calls"):
+            self.generator.calls = state["generator_calls"]
+        self.baselines.load_state_dict(state["baselines"])
+        if self.pool is not None:
+            self.pool.load_state_dict(state["pool"])
+            missing = [p for p in self.pool.snapshots if not (self.run_dir / p).is_file()]
+            if missing:
+                raise FileNotFoundError(f"{self.run_dir}: population snapshot {missing[0]} is missing")
+        self.trash = [(int(s), str(p)) for s, p in state["trash"]]
+
+
+Recipe = SpiralRecipe

@@ -1,0 +1,27 @@
+"""The spell recipe's options: SPELL's defaults, and bad values refused naming the option."""
+import pytest
+
+from serl.config import ConfigError, parse_args
+
+
+def test_defaults_follow_spell():
+    cfg, _ = parse_args(["--recipe", "spell"])
+    assert (cfg.n_samples_per_prompt, cfg.grounding_threshold, cfg.verifier_band, cfg.memory_capacity) == \
+        (8, 0.1, [0.51, 0.99], 3)
+    assert cfg.corpus == "dataset/docs_train.jsonl" and cfg.compact_prompts and cfg.system_prompt == ""
+    assert cfg.advantage_estimator == "group_norm" and cfg.init_kl_coef == 0.0
+
+
+@pytest.mark.parametrize("flags,needle", [
+    (["--verifier_band", "0.9", "0.5"], "verifier_band"),
+    (["--verifier_band", "0.5"], "verifier_band"),
+    (["--verifier_max_len", "200", "--questioner_max_len", "50", "--generate_max_len", "100"], "verifier_max_len: must be <= generate_max_len"),
+    (["--grounding_threshold", "0"], "grounding_threshold"),
+    (["--novelty_threshold", "1.5"], "novelty_threshold"),
+    (["--verifier_samples", "0"], "verifier_samples: must be >= 1"),
+    (["--eval_qa_limit", "-1"], "eval_qa_limit"),
+    (["--prompt_max_len", "64"], "prompt_max_len"),
+])
+def test_bad_values(flags, needle):
+    with pytest.raises(ConfigError, match=needle):
+        parse_args(["--recipe", "spell", *flags])

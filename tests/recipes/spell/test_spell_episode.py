@@ -1,0 +1,69 @@
+"""episode.py: settling a question's rewards, which groups each role trains on, batch assembly."""
+import math
+
+import pytest
+import torch
+
+from serl.engines.base import Completion, TrainBatch
+from serl.recipes.spell import episode
+from serl.recipes.spell.corpus import Cluster
+
+C = Cluster("c", ["p"], ["s"])
+BAND = (0.51, 0.99)
+
+
+def comp(text, n=2):
+    return Completion(text, list(range(1, n + 1)), [0])
+
+
+def question(status, rule=(), judges=()):
+    q = episode.Question(C, [0], comp("ask"), status, {"question": "q", "answer": "a"})
+    q.rule = list(rule)
+    q.responses = [comp("r") for _ in rule]
+    q.judges = [[comp(t) for t in js] for js in judges]
+    return q
+
+
+@pytest.mark.parametrize("status,rule,judges,rewards,q_reward", [
+    ("ok", [1.0, 0.0], [["[[YES]]"] * 3, ["[[NO]]"] * 3], [1.0, 0.0], math.exp(-0.0 / (2 / 36))),  # r = 0.5: peak 1
+    ("ok", [0.0, 0.0], [["[[YES]]", "[[YES]]", "x"], []], [1.0, 0.0], 1.0),    # verifier lifts one; no judges: rule
+    ("ok", [1.0, 1.0], [["[[NO]]"] * 3, ["[[YES]]", "[[NO]]"]], [1.0, 1.0], 0.0),  # all right: 0; tie: rule
+    ("bad_ground", [], [], [], -0.5),
+    ("bad_format", [], [], [], -1.0),
+    ("repeated", [], [], [], None),
+    ("too_long", [], [], [], None),
+])
+def test_settle(status, rule, judges, rewards, q_reward):
+    q = question(status, rule, judges)
+    episode.settle(q)
+    assert q.rewards == rewards
+    assert q.reward == (pytest.approx(q_reward) if q_reward is not None else None)
+
+
+def test_groups_per_role():
+    q = question("ok", [1.0, 0.0, 1.0], [["[[YES]]", "[[YES]]", "[[NO]]"],     # share 2/3, agrees: trained
+                                         ["[[NO]]", "[[NO]]", "[[NO]]"],      # unanimous: share 1 > 0.99
+                                         ["[[NO]]", "[[NO]]", "[[YES]]"]])    # majority NO disagrees with rule 1
+    episode.settle(q)
+    g = episode.RoleGroups()
+    g.add(q, BAND, max_responder=1)
+    assert [r for _, r in g.verifier] == [[1.0, 1.0, 0.0]]
+    assert g.responder == [(q.responses, [1.0, 0.0, 1.0])] and g.questioner == [(q.ask, q.reward)]
+    g.add(q, BAND, max_responder=1)  # no room left for another responder group
+    assert len(g.responder) == 1 and len(g.questioner) == 2
+
+
+def test_batches_group_norm_and_zero_rows_dropped():
+    def group_batch(groups, rewards):  # the run's estimator, here plain centring, for the arithmetic
+        rows = [(c, r - sum(rs) / len(rs)) for g, rs in zip(groups, rewards) for c, r in zip(g, rs)]
+        return TrainBatch([c.prompt_ids for c, _ in rows], [c.token_ids for c, _ in rows],
+                          [torch.full((len(c.token_ids),), a) for c, a in rows])
+
+    g = episode.RoleGroups(questioner=[(comp("a"), 1.0), (comp("b"), -1.0)],
+                           responder=[([comp("x"), comp("y")], [1.0, 1.0])])
+    parts = episode.role_batches(g, group_batch)
+    assert parts["verifier"] is None
+    assert [float(a[0]) for a in parts["questioner"].advantages] == [1.0, -1.0]
+    assert episode.nonzero_rows(parts["responder"]) is None  # no spread: nothing to learn
+    both = episode.concat([parts["questioner"], episode.nonzero_rows(parts["responder"]), None])
+    assert len(both.response_ids) == 2 and episode.concat([None]) is None

@@ -1,0 +1,158 @@
+"""SpellRecipe.step with a scripted generator: statuses, rewards, the three roles' groups,
+dynamic sampling, memory, novelty and the advantages, against numbers worked out by hand."""
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from serl.engines.base import Completion
+from serl.recipes.base import RunContext
+from serl.recipes.spell.config import Config
+from serl.recipes.spell.corpus import Cluster, Corpus, CorpusStats
+from serl.recipes.spell.recipe import SpellRecipe
+
+CLUSTERS = [Cluster("A", ["Acme Works was founded by Ann.", "Filler about bread."], ["a", "a"]),
+            Cluster("B", ["A turtle lives in the pond.", "More filler."], ["b", "b"]),
+            Cluster("C", ["The Tessa river flows through Orrin.", "Filler again."], ["c", "c"])]
+
+
+class FakeTok:
+    def apply_chat_template(self, messages, add_generation_prompt=True, tokenize=False):
+        return "<user>" + messages[0]["content"] + "<assistant>"
+
+    def __call__(self, text, add_special_tokens=False):
+        return {"input_ids": text.split()}
+
+
+def script(prompt: str, n: int) -> list[str]:
+    """What the 'model' writes, by role (recognised from the compact prompts)."""
+    if "Reply with JSON only" in prompt:                        # questioner
+        if "Acme" in prompt:
+            return ['{"question": "Who founded Acme Works?", "answer": "Ann"}']
+        if "turtle" in prompt:
+            return ["I like turtles."]
+        return ['Sure: {"question": "Which river flows through Orrin?", "answer": "Tessa"}']
+    if "Do A and B give the same answer?" in prompt:            # verifier, k = 3
+        cand = prompt.split("Answer A: ")[1].split("\n")[0]
+        return {"Ann": ["Same. [[YES]]", "[[YES]]", "No. [[NO]]"],
+                "Bob": ["[[YES]]", "[[yes]]", "[[ YES ]]"],
+                "Ann Lee": ["[[NO]]", "hmm", "[[NO]]"]}[cand]
+    if "[1]" not in prompt:                                     # grounding check, 2 samples
+        return ["The answer is Bob.", "The answer is Bob."] if "Acme" in prompt else \
+            ["The answer is Tessa.", "The answer is no."]
+    return ["The answer is Ann.", "The answer is Bob.", "I do not know.", "The answer is Ann Lee."][:n]
+
+
+class ScriptedGenerator:
+    def __init__(self):
+        self.calls, self.prompts = 0, []
+
+    def generate(self, prompts, n, sampling):
+        self.calls += 1
+        self.prompts += prompts
+        out = []
+        for p in prompts:
+            texts = script(p, n)
+            assert len(texts) == n, (p, n)
+            out.append([Completion(t, [hash(t) % 1000 + 1, 7], [0]) for t in texts])
+        return out
+
+    def load_weights(self, named):
+        list(named)
+
+
+class RecordingLearner:
+    def __init__(self):
+        self.batches = []
+
+    def step(self, batch):
+        self.batches.append(batch)
+        return {"loss/policy": 0.0}
+
+    def named_weights(self):
+        return iter(())
+
+
+class NoMath:
+    def equal_many(self, pairs):
+        return [False] * len(pairs)
+
+
+def make_recipe(tmp_path, **over):
+    cfg = Config(rollout_batch_size=2, n_samples_per_prompt=4, verifier_samples=3, grounding_samples=2,
+                 max_refill_rounds=2, **over)
+    ctx = RunContext(cfg, tmp_path, "fake", FakeTok(), ScriptedGenerator(), RecordingLearner(), NoMath(), None)
+    recipe = SpellRecipe(ctx, Corpus(list(CLUSTERS), CorpusStats(skipped_long=2)))
+    recipe.order = [2, 1, 0]  # visit A, B, then C (popped from the end)
+    return recipe
+
+
+def test_one_step_by_hand(tmp_path):
+    recipe = make_recipe(tmp_path)
+    m = recipe.step(1)
+    # round 1 asks A (kept responder group) and B (bad format); round 2 asks one more: C (bad_ground)
+    assert m["filter/rounds"] == 2 and m["questioner/asked"] == 3
+    assert m["questioner/valid_json"] == pytest.approx(2 / 3)
+    assert m["questioner/bad_ground"] == pytest.approx(1 / 2)   # C: no-document mean 0.5 >= 0.1
+    assert m["questioner/informative"] == 1.0
+    # responder on A: rule [1, 0, 0 (no answer), 1]; the verifier's YES majority lifts "Bob"
+    # to 1, its NO majority cannot lower "Ann Lee": rewards [1, 1, 0, 1]
+    assert m["responder/accuracy"] == 0.5 and m["responder/reward_mean"] == 0.75
+    assert m["responder/verifier_lift"] == 0.25 and m["responder/no_answer"] == 0.25
+    # 9 judgments, 1 unparseable; agreeing with the rule: Ann 2 of 3, Bob 0 of 3, Ann Lee 0 of 2
+    assert m["verifier/bad_format"] == pytest.approx(1 / 9)
+    assert m["verifier/agreement"] == pytest.approx(2 / 8)
+    q_reward_a = math.exp(-(0.75 - 0.5) ** 2 / (2 * (1 / 6) ** 2))
+    assert m["questioner/reward_mean"] == pytest.approx((q_reward_a - 1.0 - 0.5) / 3)
+    assert m["questioner/memory_fill"] == pytest.approx(1 / 9)
+    assert m["corpus/skipped_long"] == 2
+    # trained: 3 questioner replies, A's 4 responses, and the verifier only on "Ann" (share 2/3
+    # and agrees with the rule; Bob's 3/3 and Ann Lee's 2/2 are outside [0.51, 0.99])
+    assert (m["train/questioner_seqs"], m["train/responder_seqs"], m["train/verifier_seqs"]) == (3, 4, 3)
+    (batch,) = recipe.learner.batches
+    adv = [float(a[0]) for a in batch.advantages]
+    for a in batch.advantages:
+        assert torch.all(a == a[0])  # GRPO: one advantage per sequence, on every token
+    q = torch.tensor([q_reward_a, -1.0, -0.5])
+    want_q = ((q - q.mean()) / (q.std() + 1e-6)).tolist()          # normalised over the batch
+    want_r = [0.5, 0.5, -1.5, 0.5]                                  # [1,1,0,1]: mean .75, std .5
+    s = math.sqrt(1 / 3)                                            # [1,1,0]: mean 2/3, std sqrt(1/3)
+    want_v = [(1 / 3) / s, (1 / 3) / s, -(2 / 3) / s]
+    assert adv == pytest.approx(want_q + want_r + want_v, abs=1e-4)
+
+
+def test_memory_novelty_and_resume_state(tmp_path):
+    recipe = make_recipe(tmp_path)
+    recipe.step(1)
+    state = recipe.state_dict()
+    assert state["memory"]["clusters"] == {"A": [{"evidence": [0, 1], "question": "Who founded Acme Works?",
+                                                  "answer": "Ann"}]}
+    twin = make_recipe(tmp_path)
+    twin.load_state_dict(state)
+    recipe.generator.prompts, twin.generator.prompts = [], []
+    m1, m2 = recipe.step(2), twin.step(2)
+    untimed = (lambda m: {k: (None if v != v else v) for k, v in m.items() if not k.startswith("time/")})  # NaN: None
+    assert untimed(m1) == untimed(m2)
+    assert recipe.generator.prompts == twin.generator.prompts
+    # A's next prompt shows its stored question; the same question again is dropped as repeated
+    a_prompt = next(p for p in recipe.generator.prompts if "Acme" in p and "Reply with JSON only" in p)
+    assert "Earlier questions" in a_prompt and "Who founded Acme Works?" in a_prompt
+    assert m1["questioner/repeated"] > 0
+
+
+@pytest.mark.parametrize("reply", ["", "{{{{", "<think> never closed {\"question\": \"q\", \"answer\": \"a\"}",
+                                   '{"question": 3, "answer": "x"}', "x" * 5000])
+def test_questioner_garbage_is_bad_format(tmp_path, reply):
+    from serl.recipes.spell import episode
+
+    recipe = make_recipe(tmp_path)
+    q = episode.Question(CLUSTERS[0], [0], Completion(reply, [1], [0]))
+    from serl.recipes.spell.parse import parse_questioner
+
+    q.status, q.qa = parse_questioner(reply)
+    episode.settle(q)
+    assert q.status == "bad_format" and q.reward == -1.0
+    groups = episode.RoleGroups()
+    groups.add(q, recipe.band, 2)
+    assert groups.questioner == [(q.ask, -1.0)] and not groups.responder

@@ -1,0 +1,86 @@
+"""Real `serl train --recipe spell` runs on SmolLM2 (transformers generator, tiny sizes): the
+shipped corpus with held-out evaluation, a user's text folder, and an exact resume."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[3]
+TINY = ["--generator", "hf", "--rollout_batch_size", "2", "--n_samples_per_prompt", "2", "--verifier_samples", "2",
+        "--grounding_samples", "1", "--max_refill_rounds", "1", "--cluster_size", "2", "--paragraphs_per_prompt", "1",
+        "--questioner_max_len", "32", "--generate_max_len", "32", "--verifier_max_len", "16",
+        "--prompt_max_len", "512", "--actor_learning_rate", "1e-5", "--progress", "quiet", "--save_model", "false"]
+EVAL = ["--eval_qa_limit", "2", "--eval_verify_limit", "2", "--eval_questioner_limit", "1",
+        "--eval_docs", ROOT / "dataset/docs_heldout.jsonl", "--eval_qa_data", ROOT / "dataset/docs_heldout_qa.jsonl",
+        "--eval_verify_data", ROOT / "dataset/docs_heldout_verify.jsonl"]
+SHIPPED = ["--corpus", ROOT / "dataset/docs_train.jsonl", *EVAL]
+
+
+def spell(*args):
+    r = subprocess.run([sys.executable, "-m", "serl.cli", "train", "--recipe", "spell", *map(str, args)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=2400)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r
+
+
+def rows(run_dir: Path) -> dict[int, dict]:
+    out: dict[int, dict] = {}
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        out.setdefault(rec["step"], {}).update(
+            {k: v for k, v in rec.items() if not k.startswith("time/") and k not in ("wall_time", "time")})
+    return out
+
+
+@pytest.fixture(scope="module")
+def two_steps(tmp_path_factory):
+    run = tmp_path_factory.mktemp("spell") / "run"
+    spell("--run_dir", run, "--steps", 2, *TINY, *SHIPPED)
+    return run
+
+
+def test_two_steps_on_the_shipped_corpus(two_steps):
+    m = rows(two_steps)
+    assert sorted(m) == [0, 1, 2]
+    for key in ("eval/responder/strict", "eval/responder/lenient", "eval/verifier/accuracy",
+                "eval/verifier/bad_format", "eval/questioner/valid_json"):
+        assert 0.0 <= m[0][key] <= 1.0 and 0.0 <= m[2][key] <= 1.0
+    for step in (1, 2):
+        assert m[step]["questioner/asked"] == 2  # one round of two clusters
+        assert 0.0 <= m[step]["questioner/valid_json"] <= 1.0 and 0.0 <= m[step]["questioner/memory_fill"] <= 1.0
+        for key in ("questioner/informative", "responder/accuracy", "verifier/agreement", "verifier/bad_format"):
+            assert m[step][key] is None or 0.0 <= m[step][key] <= 1.0, key  # None: nothing to measure
+        assert m[step]["corpus/clusters"] == 144  # 48 clusters of 6 documents, cut into twos
+    assert any("loss/policy" in m[s] for s in (1, 2)), "no update in two steps"
+    assert (two_steps / "spell_eval" / "step_0.jsonl").is_file() and (two_steps / "spell_eval" / "step_2.jsonl").is_file()
+    assert (two_steps / "report" / "roles.png").is_file()
+
+
+def test_resume_matches_the_uninterrupted_run(two_steps, tmp_path):
+    run = tmp_path / "run"
+    spell("--run_dir", run, "--steps", 1, *TINY, *SHIPPED)
+    spell("--resume", run, "--steps", 2)
+    want, got = rows(two_steps), rows(run)
+    assert sorted(got) == [0, 1, 2]
+    # the short run's step 1 also carries its final evaluation; evaluation never changes
+    # training, so everything else matches the uninterrupted run exactly
+    assert {k: v for k, v in got[1].items() if not k.startswith("eval/")} == want[1]
+    assert got[0] == want[0] and got[2] == want[2]
+
+
+def test_a_users_text_folder(tmp_path):
+    docs = tmp_path / "notes"
+    docs.mkdir()
+    (docs / "boats.txt").write_text("The ferry Alda sails from Korrin at seven.\n\nIt carries 40 cars.\n\n"
+                                    "Its captain is Hel Mandt, who took over in 2011.\n")
+    (docs / "garden.md").write_text("# Garden\n\nThe east bed grows 12 kinds of tomato.\n\n"
+                                    "Water comes from a rain barrel behind the shed.\n")
+    (docs / "huge.txt").write_text("word " * 3000)  # one paragraph over the prompt budget: skipped
+    run = tmp_path / "run"
+    spell("--run_dir", run, "--steps", 2, *TINY, "--corpus", docs, "--heldout_eval", "false")
+    m = rows(run)
+    assert sorted(m) == [1, 2]
+    assert m[1]["corpus/skipped_long"] == 1 and m[1]["corpus/clusters"] == 2

@@ -1,0 +1,172 @@
+"""The SPIRAL recipe's step on stand-in engines (no model): batches, seats, population, resume state."""
+import random
+import re
+
+import pytest
+import torch
+
+from serl.config import parse_args
+from serl.engines.base import Completion
+from serl.recipes.base import RunContext
+from serl.recipes.spiral.recipe import SpiralRecipe
+from serl.recipes.spiral.snapshots import CURRENT, load_snapshot
+
+LEGAL = re.compile(r"Legal actions: (.*)")
+
+
+class FakeTok:
+    def apply_chat_template(self, messages, add_generation_prompt=True, tokenize=False):
+        return "<user>" + messages[0]["content"]
+
+
+class FakeGenerator:
+    """Answers with a random legal move in a box; every ``truncate_every``-th answer is cut off."""
+
+    def __init__(self, seed=0, truncate_every=0, illegal=False):
+        self.rng, self.calls, self.loads, self.n = random.Random(seed), 0, [], 0
+        self.truncate_every, self.illegal = truncate_every, illegal
+        self.weights = {"w": torch.zeros(2)}
+
+    def generate(self, prompts, n, sampling):
+        self.calls += 1
+        out = []
+        for p in prompts:
+            self.n += 1
+            legal = LEGAL.search(p).group(1).split(", ")
+            move = "nonsense" if self.illegal else self.rng.choice(legal).strip("[]")
+            cut = bool(self.truncate_every) and self.n % self.truncate_every == 0
+            out.append([Completion(f"\\boxed{{{move}}}", [1, 2, 3], [7, 8], "length" if cut else "stop")])
+        return out
+
+    def load_weights(self, named):
+        self.weights = {k: v.clone() for k, v in named}
+        self.loads.append(float(self.weights["w"][0]))
+
+    def close(self):
+        pass
+
+
+class FakeLearner:
+    def __init__(self):
+        self.w, self.batches = torch.zeros(2), []
+
+    def named_weights(self):
+        yield "w", self.w
+
+    def step(self, batch):
+        self.batches.append(batch)
+        self.w += 1.0  # each update moves the policy: snapshots differ
+        return {"loss/policy": 0.0}
+
+
+def make(tmp_path, *flags, gen=None):
+    cfg, _ = parse_args(["--recipe", "spiral", "--run_dir", str(tmp_path), *flags])
+    gen, learner = gen or FakeGenerator(), FakeLearner()
+    ctx = RunContext(cfg, tmp_path, "m", FakeTok(), gen, learner, None, None)
+    return SpiralRecipe(ctx, cfg.game_list()), gen, learner
+
+
+def test_self_play_batch_has_one_sample_per_learner_turn(tmp_path):
+    recipe, gen, learner = make(tmp_path, "--games", "kuhn_poker", "--games_per_step", "4",
+                                "--filter_zero_adv", "false")
+    m = recipe.step(1)
+    (batch,) = learner.batches
+    # self-play: every move is the learner's, each of a Kuhn hand's 2 or 3 moves is a sample
+    assert m["train/samples"] == m["spiral/learner_turns"] == len(batch.response_ids)
+    assert 8 <= len(batch.response_ids) <= 12
+    # RAE with fresh baselines: A = R; then b = 0.05 * mean R of the role (hand numbers)
+    for role in (0, 1):
+        won = m[f"spiral/kuhn_poker/role{role}/win_rate"]
+        mean_r = won - (1 - won)  # +1 / -1 per hand
+        assert m[f"spiral/baseline/kuhn_poker/role{role}"] == pytest.approx(0.05 * mean_r)
+    assert {float(a[0]) for a in batch.advantages} <= {1.0, -1.0}
+    assert all(len(a) == 3 and len(set(a.tolist())) == 1 for a in batch.advantages)
+    assert m["spiral/invalid_rate"] == 0.0 and m["spiral/opponent/self"] == 1.0
+
+
+def test_truncated_masked_and_zero_advantage_filtered(tmp_path):
+    recipe, gen, learner = make(tmp_path, "--games", "tictactoe", "--games_per_step", "2",
+                                "--opponent", "random", gen=FakeGenerator(truncate_every=2))
+    m = recipe.step(1)
+    assert m["train/masked_truncated"] > 0
+    total = m["train/samples"] + m["train/masked_truncated"] + m["train/filtered_zero_adv"]
+    assert total == m["spiral/learner_turns"]
+    for b in learner.batches:
+        assert all(float(a[0]) != 0.0 for a in b.advantages)
+
+
+def test_invalid_moves_end_games_with_the_penalty(tmp_path):
+    recipe, gen, learner = make(tmp_path, "--games", "tictactoe", "--games_per_step", "2", "--rae", "false",
+                                "--filter_zero_adv", "false", gen=FakeGenerator(illegal=True))
+    m = recipe.step(1)
+    # self-play: seat 0 moves first and is invalid at once: R0 = -1.5, R1 = +0.5 -> batch baseline -0.5
+    assert m["spiral/invalid_rate"] == 1.0 and m["spiral/tictactoe/role0/loss_rate"] == 1.0
+    (batch,) = learner.batches
+    assert sorted(float(a[0]) for a in batch.advantages) == [-1.0, -1.0]
+
+
+def test_seats_alternate_per_game_type(tmp_path):
+    recipe, *_ = make(tmp_path, "--games", "kuhn_poker,tictactoe", "--games_per_step", "8", "--opponent", "random")
+    games, seats, policies, kinds = recipe.deal(1)
+    names = [g.name for g in games]
+    for name in ("kuhn_poker", "tictactoe"):
+        mine = [s.index(CURRENT) for n, s in zip(names, seats) if n == name]
+        assert mine == [0, 1, 0, 1]
+    assert set(policies) == {CURRENT, "random"} and set(kinds) == {"random"}
+
+
+def test_population_snapshots_switching_and_eviction(tmp_path):
+    recipe, gen, learner = make(tmp_path, "--games", "kuhn_poker", "--games_per_step", "6", "--opponent",
+                                "population", "--population_size", "2", "--population_every", "1")
+    m1 = recipe.step(1)
+    assert m1["spiral/opponent/self"] == 1.0 and m1["spiral/snapshot_loads"] == 0  # no snapshot yet
+    snap1 = tmp_path / "snapshots/step_000001.safetensors"
+    assert load_snapshot(snap1)["w"].dtype == torch.bfloat16
+    assert float(load_snapshot(snap1)["w"][0]) == 1.0  # the weights after step 1's update
+    gen.loads.clear()
+    m2 = recipe.step(2)
+    assert m2["spiral/opponent/snapshot"] > 0 and m2["spiral/population/size"] == 2
+    assert m2["spiral/snapshot_reads"] == 1  # read once, however many rounds it played
+    # the generator alternated between the snapshot (1.0) and the current policy (1.0 before
+    # the update), and serves the updated policy (2.0) at the end
+    assert 1.0 in gen.loads and gen.loads[-1] == 2.0
+    # step 2 evicted step 1's snapshot; it stays until a checkpoint at step >= 2 exists
+    assert list(recipe.pool.snapshots) == ["snapshots/step_000002.safetensors"] and snap1.exists()
+    state = recipe.state_dict()
+    (tmp_path / "checkpoints/step_000002").mkdir(parents=True)
+    (tmp_path / "checkpoints/step_000002/COMPLETE").write_text("")
+    recipe.empty_trash()
+    assert not snap1.exists() and recipe.trash == []
+
+    other, *_ = make(tmp_path, "--games", "kuhn_poker", "--games_per_step", "6", "--opponent",
+                     "population", "--population_size", "2", "--population_every", "1")
+    other.load_state_dict(state)
+    assert other.pool.snapshots == recipe.pool.snapshots and other.baselines.values == recipe.baselines.values
+    assert other.pool.sample(5) == recipe.pool.sample(5)
+    (tmp_path / "snapshots/step_000002.safetensors").unlink()
+    with pytest.raises(FileNotFoundError, match="step_000002"):
+        other.load_state_dict(state)
+
+
+def test_learner_settings_reach_the_learner_config():
+    from serl.engines.factory import learner_config
+
+    cfg, _ = parse_args(["--recipe", "spiral", "--steps", "6", "--generate_max_len", "96", "--device", "cpu"])
+    lc = learner_config(cfg)
+    assert (lc.ppo_epochs, lc.loss_agg, lc.loss_agg_const, lc.total_steps) == (2, "seq_sum_const", 96.0, 12)
+    assert lc.use_kl_loss is False and lc.lr == 1e-6
+
+
+@pytest.mark.parametrize("text,parser,action", [
+    ("I think I should check here, or maybe bet. Final: bet it is", "strict", None),
+    ("I think I should check here, or maybe bet. Final: bet it is", "lenient", None),
+    ("I think I should check here, or maybe bet. Final: bet it is", "mention", "[bet]"),
+    ("bet? no, that would be silly with a jack in my hand. I will check", "mention", "[check]"),
+    ("nothing useful at all", "mention", None),
+    ("\\boxed{raise} but then I bet", "mention", None),  # a box decides, even an illegal one
+])
+def test_action_parsers(text, parser, action):
+    from serl.recipes.spiral.actions import parse_action
+    from serl.recipes.spiral.config import parse_options
+
+    assert parse_action(text, ["[check]", "[bet]"], **parse_options(parser)).action == action
