@@ -54,7 +54,10 @@ def test_two_steps_on_the_shipped_corpus(two_steps):
         for key in ("questioner/informative", "responder/accuracy", "verifier/agreement", "verifier/bad_format"):
             assert m[step][key] is None or 0.0 <= m[step][key] <= 1.0, key  # None: nothing to measure
         assert m[step]["corpus/clusters"] == 144  # 48 clusters of 6 documents, cut into twos
-    assert any("loss/policy" in m[s] for s in (1, 2)), "no update in two steps"
+    for s in (1, 2):  # an update exactly when some role had samples with a reward spread (the
+        # untrained model rarely writes a valid question, so often none: see experiments/spell)
+        seqs = sum(m[s][f"train/{r}_seqs"] for r in ("questioner", "responder", "verifier"))
+        assert ("loss/policy" in m[s]) == (seqs > 0)
     assert (two_steps / "spell_eval" / "step_0.jsonl").is_file() and (two_steps / "spell_eval" / "step_2.jsonl").is_file()
     assert (two_steps / "report" / "roles.png").is_file()
 
