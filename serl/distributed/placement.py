@@ -23,7 +23,7 @@ class ResourcePlan:
 
     use_gpu: bool
     learner_ranks: int
-    ref_workers: int  # 0 when no reference model is needed (init_kl_coef == 0)
+    ref_workers: int  # 0 when the recipe needs no reference model (or LoRA serves it)
     reward_workers: int
     engines: int
     tp: int  # accelerators per engine
@@ -53,7 +53,11 @@ def plan_resources(cfg, cluster: dict) -> ResourcePlan:
     use_gpu = cluster.get("GPU", 0) > 0
     ranks = cfg.actor_num_nodes * cfg.actor_num_gpus_per_node
     # under LoRA the learner's own base (adapter off) is the reference: no reference workers
-    refs = cfg.ref_num_nodes * cfg.ref_num_gpus_per_node if cfg.init_kl_coef > 0 and not cfg.lora_rank else 0
+    from serl.engines.factory import needs_reference
+
+    # the recipe's rule, read where the learner reads it; under LoRA the reference is the
+    # learner's own base model with the adapter off, so no worker holds one
+    refs = cfg.ref_num_nodes * cfg.ref_num_gpus_per_node if needs_reference(cfg) and not cfg.lora_rank else 0
     rewards = cfg.reward_num_nodes * cfg.reward_num_gpus_per_node
     for name, v in (("actor_num_nodes * actor_num_gpus_per_node", ranks),
                     ("vllm_num_engines", cfg.vllm_num_engines),
