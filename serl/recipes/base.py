@@ -176,7 +176,7 @@ class Recipe:
                                  mask, gamma=self.cfg.gamma)
         if metrics is not None:
             metrics["response/length_mean"] = sum(lens) / len(lens)
-            metrics["response/truncated_frac"] = sum(c.finish_reason == "length" for _, c, _ in rows) / len(rows)
+            metrics["response/truncated_frac"] = sum(truncated(c) for _, c, _ in rows) / len(rows)
         return TrainBatch(prompt_ids=[list(c.prompt_ids) for _, c, _ in rows],
                           response_ids=[list(c.token_ids) for _, c, _ in rows],
                           advantages=[adv[i, :n] for i, n in enumerate(lens)])
@@ -185,3 +185,16 @@ class Recipe:
         """Serve the learner's current weights from the generator."""
         with self.timed("sync"):
             self.generator.load_weights(self.learner.named_weights())
+
+
+# ---- the overlong rule: one place for every recipe ---------------------------------------------
+def truncated(completion) -> bool:
+    """A response cut off by the token limit (it never finished)."""
+    return completion.finish_reason == "length"
+
+
+def masked_overlong(completion, enabled: bool) -> bool:
+    """Whether the overlong filter leaves this response out of the loss: with ``enabled``,
+    a truncated one is (DAPO, Yu et al. 2025, "overlong filtering"; SPIRAL, Liu et al. 2025).
+    Its reward still counts where it was given (the vote, the group's baseline)."""
+    return enabled and truncated(completion)

@@ -29,7 +29,7 @@ import torch
 
 from serl.checkpoint import fault_point, latest_checkpoint
 from serl.engines.base import Sampling, TrainBatch
-from serl.recipes.base import Recipe, RunContext
+from serl.recipes.base import Recipe, RunContext, masked_overlong, truncated
 
 from .config import parse_options
 from .evaluate import evaluate_games
@@ -184,7 +184,7 @@ class SpiralRecipe(Recipe):
         masked = zero = 0
         for turn, adv in scored:
             c = turn.output
-            if cfg.mask_truncated and c.finish_reason == "length":
+            if masked_overlong(c, cfg.mask_truncated):
                 masked += 1
             elif cfg.filter_zero_adv and adv == 0:
                 zero += 1
@@ -221,7 +221,7 @@ class SpiralRecipe(Recipe):
         out["spiral/invalid_rate"] = sum(t.action is None for t in mine) / len(mine) if mine else 0.0
         out["spiral/learner_turns"] = len(mine)
         out["response/length_mean"] = sum(lens) / len(lens) if lens else 0.0
-        out["response/truncated_frac"] = sum(t.output.finish_reason == "length" for t in mine) / max(len(mine), 1)
+        out["response/truncated_frac"] = sum(truncated(t.output) for t in mine) / max(len(mine), 1)
         for kind, c in Counter(kinds).items():
             out[f"spiral/opponent/{kind}"] = c / len(kinds)
         return out
