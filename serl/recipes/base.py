@@ -125,14 +125,18 @@ class Recipe:
         pass
 
     def evaluate(self, problems) -> dict[str, float]:
-        """Greedy pass@1 (and maj@K / pass@K with --eval_k) on held-out math problems."""
+        """Greedy pass@1 (and maj@K / pass@K with --eval_k) on held-out math problems, asked
+        as in training (``--system_prompt`` after each question)."""
         from serl.eval import evaluate_math
 
         cfg = self.cfg
         t0 = time.perf_counter()
+        # the prompt the policy is trained with: the run's instruction after each question
         out = evaluate_math(self.generator, self.tok, problems, k=cfg.eval_k, checker=self.checker,
                             max_new_tokens=cfg.generate_max_len, fallback=cfg.answer_fallback,
-                            temperature=cfg.temperature, top_p=cfg.top_p)
+                            temperature=cfg.temperature, top_p=cfg.top_p,
+                            prompt_style="chat_boxed" if cfg.system_prompt else "chat",
+                            instruction=cfg.system_prompt)
         metrics = {k: v for k, v in out["metrics"].items() if isinstance(v, (int, float))}
         metrics["time/eval"] = time.perf_counter() - t0
         return metrics

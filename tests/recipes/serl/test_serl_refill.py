@@ -229,3 +229,21 @@ def test_instructions_num_per_iteration_sizes_the_lr_schedule(per_iteration, rol
                          "--n_samples_per_prompt", str(n), "--train_batch_size", str(train_batch),
                          "--steps", str(steps)])
     assert learner_config(cfg).total_steps == want
+
+
+def test_held_out_problems_are_asked_with_the_runs_instruction(tmp_path):
+    from serl.eval.data import MathProblem
+
+    class Recorder(FakeGenerator):
+        def generate(self, prompts, n, sampling):
+            self.prompts = prompts
+            return [[Completion("\\boxed{2}", [1], [1])] for _ in prompts]
+
+    class Equal(ExactChecker):
+        def equal_many(self, pairs):
+            return [a == b for a, b in pairs]
+
+    recipe, gen, _ = make(tmp_path, gen=Recorder())
+    recipe.checker = Equal()
+    m = recipe.evaluate([MathProblem("heldout", 0, "What is 1 + 1?", "2")])
+    assert gen.prompts == ["<user>What is 1 + 1?\nBox it."] and m["eval/heldout/pass@1"] == 1.0
