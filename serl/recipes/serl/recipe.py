@@ -87,10 +87,13 @@ class SerlRecipe(Recipe):
         self.seed_order: list[PoolItem] = []
         self.carry: list[Rollout] = []  # kept groups beyond the last batch, trained next step
         self.step_done = 0
+        self.prompt_lens: dict[str, int] = {}
 
     def prompt_tokens(self, text: str) -> int:
         """Length of the rollout prompt for ``text`` (chat template and instruction included)."""
-        return len(self.tok(self.chat_prompt(text), add_special_tokens=False)["input_ids"])
+        if text not in self.prompt_lens:  # seeds come back every epoch
+            self.prompt_lens[text] = len(self.tok(self.chat_prompt(text), add_special_tokens=False)["input_ids"])
+        return self.prompt_lens[text]
 
     # ---- the loop -------------------------------------------------------------------
     def step(self, step: int) -> dict[str, float]:
