@@ -7,9 +7,9 @@ import torch
 
 from serl.config import parse_args
 from serl.engines.base import Completion
+from serl.engines.snapshots import CURRENT, load_snapshot
 from serl.recipes.base import RunContext
 from serl.recipes.spiral.recipe import SpiralRecipe
-from serl.recipes.spiral.snapshots import CURRENT, load_snapshot
 
 LEGAL = re.compile(r"Legal actions: (.*)")
 
@@ -155,18 +155,3 @@ def test_learner_settings_reach_the_learner_config():
     lc = learner_config(cfg)
     assert (lc.ppo_epochs, lc.loss_agg, lc.loss_agg_const, lc.total_steps) == (2, "seq_sum_const", 96.0, 12)
     assert lc.use_kl_loss is False and lc.lr == 1e-6
-
-
-@pytest.mark.parametrize("text,parser,action", [
-    ("I think I should check here, or maybe bet. Final: bet it is", "strict", None),
-    ("I think I should check here, or maybe bet. Final: bet it is", "lenient", None),
-    ("I think I should check here, or maybe bet. Final: bet it is", "mention", "[bet]"),
-    ("bet? no, that would be silly with a jack in my hand. I will check", "mention", "[check]"),
-    ("nothing useful at all", "mention", None),
-    ("\\boxed{raise} but then I bet", "mention", None),  # a box decides, even an illegal one
-])
-def test_action_parsers(text, parser, action):
-    from serl.recipes.spiral.actions import parse_action
-    from serl.recipes.spiral.config import parse_options
-
-    assert parse_action(text, ["[check]", "[bet]"], **parse_options(parser)).action == action

@@ -45,7 +45,7 @@ def test_two_steps_of_tictactoe_with_a_population_of_two(two_steps):
     assert second["actor/updates"] == 4.0  # 2 steps x 2 PPO epochs (every step had samples)
     snaps = sorted(p.name for p in (two_steps / "snapshots").glob("*.safetensors"))
     assert "step_000002.safetensors" in snaps
-    from serl.recipes.spiral.snapshots import load_snapshot
+    from serl.engines.snapshots import load_snapshot
 
     w = load_snapshot(two_steps / "snapshots/step_000002.safetensors")
     assert all(t.dtype == torch.bfloat16 for t in w.values()) and "model.embed_tokens.weight" in w

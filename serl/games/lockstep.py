@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from .actions import parse_action
-from .games import Game
+from .base import Game
 from .prompts import render_prompt, strip_brackets
 
 

@@ -1,7 +1,7 @@
 import pytest
 
-from serl.recipes.spiral.games import GAMES, KuhnPoker, TicTacToe, make_game
-from serl.recipes.spiral.lockstep import (MoveRequest, RandomPolicy, RewardRule, pair_seats, play_lockstep,
+from serl.games import GAMES, KuhnPoker, TicTacToe, make_game
+from serl.games.lockstep import (MoveRequest, RandomPolicy, RewardRule, pair_seats, play_lockstep,
                                           text_policy)
 
 

@@ -1,4 +1,4 @@
-"""Evaluating a game-playing policy (SPIRAL's evaluation, Liu et al., 2025; own code).
+"""Evaluating a game-playing text policy (the evaluation of SPIRAL, Liu et al., 2025; own code).
 
 - ``play_match``: N games against an opponent policy, the policy alternating seats (even games seat 0,
   odd games seat 1), the deals fixed by ``seed`` so that two policies meet the same deals. Reported:
@@ -6,7 +6,7 @@
   interval (chips in Kuhn Poker, +1/-1/0 elsewhere; an invalid move forfeits: -1 to the offender, +1
   to the other player, as a fold does in Kuhn Poker), the payoff per seat and the invalid-move rate.
 - ``kuhn_exploitability``: action frequencies at the 12 Kuhn info states from K samples each, then the
-  exact best response (``exploit.py``): 0 at equilibrium, 11/24 for uniform random.
+  exact best response (``serl.games.exploit``): 0 at equilibrium, 11/24 for uniform random.
 - ``cli_run``: ``serl eval --games kuhn_poker,tictactoe --opponents random,PATH ...``.
 """
 from __future__ import annotations
@@ -18,10 +18,11 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
-from .exploit import best_response, estimate_policy, text_sampler
-from .games import check_game_names, make_game
-from .lockstep import Policy, RandomPolicy, RewardRule, pair_seats, play_lockstep, text_policy
-from .prompts import render_prompt
+from serl.games import check_game_names, make_game
+from serl.games.actions import PARSERS, parser_options
+from serl.games.exploit import best_response, estimate_policy, text_sampler
+from serl.games.lockstep import Policy, RandomPolicy, RewardRule, pair_seats, play_lockstep, text_policy
+from serl.games.prompts import render_prompt
 
 FORFEIT = RewardRule(invalid=-1.0, invalid_opponent=1.0, use_payoffs=True)  # payoffs, invalid = forfeit
 Z95 = 1.959964
@@ -131,7 +132,7 @@ def add_arguments(p) -> None:
     p.add_argument("--exploit_samples", type=int, default=50,
                    help="games: samples per Kuhn Poker info state for the exploitability (0 = skip)")
     p.add_argument("--kuhn_rules", default="standard", choices=("standard", "spiral"), help="games: Kuhn payoffs")
-    p.add_argument("--action_parser", default="strict", choices=("strict", "lenient", "mention"),
+    p.add_argument("--action_parser", default="strict", choices=PARSERS,
                    help="games: how a response becomes a move (see serl train --recipe spiral --help)")
 
 
@@ -154,11 +155,9 @@ def cli_run(args) -> int:
     if args.n_games < 0 or args.exploit_samples < 0:
         print("serl eval: error: --n_games / --exploit_samples must be >= 0", file=sys.stderr)
         return 2
+    from serl.engines.snapshots import CURRENT, WeightSwitcher, load_snapshot
     from serl.eval.cli import make_generator, write_atomic
     from serl.models import load_tokenizer, resolve_model
-
-    from .config import parse_options
-    from .snapshots import CURRENT, WeightSwitcher, load_snapshot
 
     model_path = resolve_model(args.model)
     tok = load_tokenizer(model_path)
@@ -180,7 +179,7 @@ def cli_run(args) -> int:
         opponents.update({n: text_policy(served(p)) for n, p in opp_paths.items()})
         metrics = evaluate_games(texts(served(CURRENT)), games, args.n_games, opponents,
                                  exploit_samples=args.exploit_samples, seed=args.seed, kuhn_rules=args.kuhn_rules,
-                                 parse_options=parse_options(args.action_parser))
+                                 parse_options=parser_options(args.action_parser))
     finally:
         gen.close()
     results = {"model": args.model, "generator": kind, "games": games, "opponents": args.opponents,
