@@ -155,3 +155,29 @@ def test_learner_settings_reach_the_learner_config():
     lc = learner_config(cfg)
     assert (lc.ppo_epochs, lc.loss_agg, lc.loss_agg_const, lc.total_steps) == (2, "seq_sum_const", 96.0, 12)
     assert lc.use_kl_loss is False and lc.lr == 1e-6
+
+
+class CallSeededGenerator(FakeGenerator):
+    """Its moves depend only on how many calls it has answered, as the real generators' sampling seeds do."""
+
+    def generate(self, prompts, n, sampling):
+        self.rng = random.Random(self.calls)
+        return super().generate(prompts, n, sampling)
+
+
+def test_a_resumed_step_equals_the_uninterrupted_one(tmp_path):
+    flags = ["--games", "kuhn_poker,tictactoe", "--games_per_step", "6", "--opponent", "population",
+             "--population_size", "3", "--population_every", "1", "--rae_alpha", "0.5"]
+    straight, *_ = make(tmp_path / "a", *flags, gen=CallSeededGenerator())
+    expected = [straight.step(1), straight.step(2), straight.step(3)]
+    first, _, learner = make(tmp_path / "b", *flags, gen=CallSeededGenerator())
+    got = [first.step(1)]
+    resumed, _, other = make(tmp_path / "b", *flags, gen=CallSeededGenerator())
+    other.w = learner.w.clone()  # what the learner's checkpoint restores
+    resumed.load_state_dict(first.state_dict())
+    got += [resumed.step(2), resumed.step(3)]
+    untimed = lambda ms: [{k: v for k, v in m.items() if not k.startswith("time/")} for m in ms]  # noqa: E731
+    assert untimed(got) == untimed(expected)
+    assert expected[2]["spiral/opponent/snapshot"] > 0  # the population took part
+    assert resumed.state_dict()["pool"] == straight.state_dict()["pool"]
+    assert resumed.baselines.values == straight.baselines.values
