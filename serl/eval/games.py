@@ -4,7 +4,9 @@
   odd games seat 1), the deals fixed by ``seed`` so that two policies meet the same deals. Reported:
   win/loss/draw rates (95% Wilson interval on the win rate), the mean payoff per game with a 95% normal
   interval (chips in Kuhn Poker, +1/-1/0 elsewhere; an invalid move forfeits: -1 to the offender, +1
-  to the other player, as a fold does in Kuhn Poker), the payoff per seat and the invalid-move rate.
+  to the other player, as a fold does in Kuhn Poker), the payoff per seat and the invalid-move rate;
+  ``invalid_rate_strict`` is the share of the same moves that upstream's strict parser would refuse
+  (equal to ``invalid_rate`` under the strict parser; higher under a lenient one).
 - ``kuhn_exploitability``: action frequencies at the 12 Kuhn info states from K samples each, then the
   exact best response (``serl.games.exploit``): 0 at equilibrium, 11/24 for uniform random.
 - ``cli_run``: ``serl eval --games kuhn_poker,tictactoe --opponents random,PATH ...``.
@@ -19,7 +21,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from serl.games import check_game_names, make_game
-from serl.games.actions import PARSERS, parser_options
+from serl.games.actions import PARSERS, parse_action, parser_options
 from serl.games.exploit import best_response, estimate_policy, text_sampler
 from serl.games.lockstep import Policy, RandomPolicy, RewardRule, pair_seats, play_lockstep, text_policy
 from serl.games.prompts import render_prompt
@@ -66,7 +68,9 @@ def play_match(policy: Policy, opponent: Policy, game: str, n_games: int, *, see
     out = {"n": float(n_games), "win_rate": wins / n_games, "win_lo": wlo, "win_hi": whi,
            "loss_rate": losses / n_games, "draw_rate": (n_games - wins - losses) / n_games,
            "payoff": m, "payoff_lo": lo, "payoff_hi": hi,
-           "invalid_rate": sum(t.action is None for t in moves) / len(moves) if moves else 0.0}
+           "invalid_rate": sum(t.action is None for t in moves) / len(moves) if moves else 0.0,
+           "invalid_rate_strict": sum(not (t.action and parse_action(t.response, t.legal_actions).valid)
+                                      for t in moves) / len(moves) if moves else 0.0}
     for seat in (0, 1):
         xs = [p for p, s in zip(pay, mine) if s == seat]
         out[f"payoff_seat{seat}"] = sum(xs) / len(xs) if xs else math.nan

@@ -135,3 +135,19 @@ def test_serl_eval_games_against_a_snapshot(tmp_path, monkeypatch, capsys):
     assert m["eval/kuhn_poker/exploitability"] == pytest.approx(exploitability(passive))
     assert 1.0 in gen.loads and gen.w == 0.0  # the snapshot was served, then the policy again
     assert "kuhn_poker/vs_fixed" in capsys.readouterr().out and (out / "games.txt").is_file()
+
+
+@pytest.mark.parametrize("say,parser,invalid,strict", [
+    ("\\boxed{%s}", "strict", 0.0, 0.0),
+    ("\\boxed{%s}", "mention", 0.0, 0.0),
+    ("I have thought about this hand for a long while and I will %s", "mention", 0.0, 1.0),
+    ("I have thought about this hand for a long while and I will %s", "strict", 1.0, 1.0),
+])
+def test_strict_invalid_rate_rereads_the_same_moves(say, parser, invalid, strict):
+    from serl.games.actions import parser_options
+
+    def passive(requests):  # check, or fold facing a bet: always legal when parsed
+        return [say % r.legal_actions[0].strip("[]") for r in requests]
+
+    m = play_match(passive, RandomPolicy(1), "kuhn_poker", 20, parse_options=parser_options(parser))
+    assert (m["invalid_rate"], m["invalid_rate_strict"]) == (invalid, strict)

@@ -238,7 +238,8 @@ class SpiralRecipe(Recipe):
         out = evaluate_games(generate, games, cfg.eval_games, exploit_samples=cfg.exploit_samples,
                              seed=1_000_000 + cfg.seed, kuhn_rules=cfg.kuhn_rules, max_turns=cfg.max_turns or None,
                              prompt=self.prompt, parse_options=self.parse)
-        keep = ("win_rate", "win_lo", "win_hi", "payoff", "payoff_lo", "payoff_hi", "invalid_rate", "exploitability")
+        keep = ("win_rate", "win_lo", "win_hi", "payoff", "payoff_lo", "payoff_hi", "invalid_rate",
+                "invalid_rate_strict", "exploitability")
         out = {k: v for k, v in out.items() if k.rsplit("/", 1)[-1] in keep}
         return out | {"time/eval": time.perf_counter() - t0}
 

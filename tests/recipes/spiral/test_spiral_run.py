@@ -1,8 +1,10 @@
 """The one real SPIRAL run on SmolLM2 (transformers generator): two steps of TicTacToe against a
-population of 2, stopped after step 1 and resumed. The resumed step must continue the baselines and the
-population (its snapshots, evictions and RNG); that a resumed step equals an uninterrupted one to the
-last digit is checked on stand-in engines (test_spiral_recipe.py), and for the runner by tests/test_resume.py."""
+population of 2, killed (SIGKILL) as step 2 starts and resumed. The resumed step must continue the
+baselines and the population (its snapshots, evictions and RNG); that a resumed step equals an
+uninterrupted one to the last digit is checked on stand-in engines (test_spiral_recipe.py), and for the
+runner by tests/test_resume.py. Sizes are the smallest that still train: one PPO epoch, 12 new tokens."""
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,15 +16,16 @@ ROOT = Path(__file__).resolve().parents[3]
 TINY = ["--recipe", "spiral", "--generator", "hf", "--device", "cpu", "--games", "tictactoe", "--games_per_step", "2",
         "--max_turns", "4", "--generate_max_len", "12", "--opponent", "population", "--population_size", "2",
         "--population_every", "1", "--mask_truncated", "false", "--filter_zero_adv", "false",
-        "--ppo_epochs", "2", "--actor_learning_rate", "1e-4", "--progress", "quiet", "--save_model", "false",
+        "--ppo_epochs", "1", "--actor_learning_rate", "1e-4", "--progress", "quiet", "--save_model", "false",
         "--save_steps", "1", "--max_ckpt_num", "1", "--seed", "3"]
 SNAP1, SNAP2 = "snapshots/step_000001.safetensors", "snapshots/step_000002.safetensors"
 
 
-def train(*args):
-    r = subprocess.run([sys.executable, "-m", "serl.cli", "train", *map(str, args)], cwd=ROOT,
+def train(*args, fault="", code=0):
+    env = {**os.environ, "SERL_FAULT": fault}
+    r = subprocess.run([sys.executable, "-m", "serl.cli", "train", *map(str, args)], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=900)
-    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.returncode == code, r.stderr[-3000:]
 
 
 @pytest.mark.slow
@@ -32,14 +35,15 @@ def test_two_steps_of_tictactoe_with_a_population_of_two_resumed_after_one(tmp_p
     from serl.recipes.spiral.population import CURRENT, SnapshotPool
 
     run = tmp_path / "run"
-    train("--run_dir", run, "--steps", "1", *TINY)
+    train("--run_dir", run, "--steps", "2", *TINY, fault="generate:2", code=-9)  # killed as step 2 starts
     state1 = load_trainer_state(latest_checkpoint(run))
-    train("--resume", run, "--steps", "2")
+    assert state1["step"] == 1
+    train("--resume", run)
     first, second = rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2]
     assert first["spiral/opponent/self"] == 1.0  # no snapshot before step 1
     assert second["spiral/population/size"] == 2 and second["spiral/learner_turns"] > 0
-    assert second["actor/updates"] == 4.0  # 2 steps x 2 PPO epochs, the count carried over the resume
+    assert second["actor/updates"] == 2.0  # one per step, the count carried over the resume
 
     # baselines: step 1 starts them at 0, the resumed step 2 continues them (EMA, alpha 0.95)
     b1 = {r: first[f"spiral/baseline/tictactoe/role{r}"] for r in (0, 1)}
