@@ -22,7 +22,8 @@ SNAP1, SNAP2 = "snapshots/step_000001.safetensors", "snapshots/step_000002.safet
 
 
 def train(*args, fault="", code=0):
-    env = {**os.environ, "SERL_FAULT": fault}
+    # one intra-op thread: on a shared machine two threads spin-wait (3-4x the CPU time, 2x the wall time)
+    env = {**os.environ, "SERL_FAULT": fault, "OMP_NUM_THREADS": "1"}
     r = subprocess.run([sys.executable, "-m", "serl.cli", "train", *map(str, args)], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=900)
     assert r.returncode == code, r.stderr[-3000:]
