@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
+import signal
 import subprocess
 import sys
 import time
@@ -89,13 +91,29 @@ def run_arm(a, name: str, arm: list[str]) -> Path:
         cmd = ["train", *train_args(a, run_dir, arm)]
     print(f"{name}: serl {' '.join(cmd)}", flush=True)
     wall, cpu = time.time(), cpu_seconds()
-    r = subprocess.run([sys.executable, "-m", "serl.cli", *cmd], cwd=ROOT)
+    code = train(cmd)
     timing = {"wall_s": round(time.time() - wall, 1), "cpu_s": round(cpu_seconds() - cpu, 1), "command": cmd[:3]}
     with open(run_dir / "timing.jsonl", "a") as f:  # one line per (re)start of the arm
         f.write(json.dumps(timing) + "\n")
-    if r.returncode:
-        sys.exit(f"{name}: serl train exited with {r.returncode}; rerun with --resume to continue")
+    if code:
+        sys.exit(f"{name}: serl train exited with {code}; rerun with --resume to continue")
     return run_dir
+
+
+def train(cmd: list[str]) -> int:
+    """Run `serl train` in its own process group, and end the group afterwards: a run killed from outside
+    (OOM, kill -9) leaves its vLLM engine processes behind, holding gigabytes, otherwise."""
+    p = subprocess.Popen([sys.executable, "-m", "serl.cli", *cmd], cwd=ROOT, start_new_session=True)
+    try:
+        return p.wait()
+    except KeyboardInterrupt:  # Ctrl-C reaches only this process now: pass it on
+        os.killpg(p.pid, signal.SIGINT)
+        return p.wait()
+    finally:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def cpu_seconds() -> float:
