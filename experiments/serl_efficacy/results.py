@@ -163,11 +163,12 @@ def plot(out: Path, base: dict, curve: dict, arms: list[str]) -> None:
     axes = fig.subplots(2, 3).ravel()
     held = [("correct_number", "pass@1, last-number fallback (%)"), ("correct_boxed", "pass@1, boxed only (%)"),
             ("boxed", "\\boxed{} rate (%)")]
+    span = max([r["step"] for a in arms for r in curve[a]] + [1])
     for ax, (key, title) in zip(axes, held):
-        for a in arms:
+        for j, a in enumerate(arms):  # arms side by side, so equal points stay visible
             rs = [base] + curve[a]
             ys = [rate(r[key]) for r in rs]
-            ax.errorbar([r["step"] for r in rs], [100 * y[0] for y in ys],
+            ax.errorbar([r["step"] + (j - 1) * 0.01 * span for r in rs], [100 * y[0] for y in ys],
                         yerr=[[100 * (y[0] - y[1]) for y in ys], [100 * (y[2] - y[0]) for y in ys]],
                         marker="o", capsize=3, label=f"arm {a}")
         ax.set(title=f"held-out {title}, 95% Wilson", xlabel="step", ylabel="%")
@@ -177,7 +178,7 @@ def plot(out: Path, base: dict, curve: dict, arms: list[str]) -> None:
         ax.plot([r["step"] for r in rs], [sum(r["tokens"]) / len(r["tokens"]) for r in rs], marker="o",
                 label=f"arm {a}")
     ax.set(title="held-out mean greedy response length", xlabel="step", ylabel="tokens")
-    for ax, key, title in ((axes[4], "reward/mean", "training reward (mean)"),
+    for ax, key, title in ((axes[4], "reward/mean", "training reward (a, b: vote agreement; c: correct)"),
                            (axes[5], "response/truncated_frac", "training responses cut at the limit")):
         for a in arms:
             pts = [(r["step"], r[key]) for r in train_rows(out / f"arm_{a}") if key in r]

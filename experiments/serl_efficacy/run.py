@@ -102,6 +102,25 @@ class Timings:
         self.path.write_text(json.dumps(self.data, indent=1))
 
 
+def projection(timings: Timings, arms: list[str], minutes: float, points: int) -> str:
+    """The whole experiment's length from this machine's timings so far: arm d's evaluation
+    (a greedy-only point costs its engine start and greedy pass; an arm's last point adds the
+    samples), and the training segments' time beyond their budget (start-up, checkpoints, the
+    last step past the budget; 90 s each until one was measured)."""
+    d = timings.data["eval"]["d"][-1]
+    point = d["engine_start_s"] + d["greedy_s"]
+    last = point + d.get("sample_s", 0.0)
+    extra = [sum(e["wall_s"] for e in es if e["wall_s"] > 0) - 60 * es[-1]["to_minutes"]
+             for es in timings.data["train"].values() if any(e["wall_s"] > 0 for e in es)]
+    runs = [sum(e["wall_s"] > 0 for e in es) for es in timings.data["train"].values()]
+    overhead = max(0.0, sum(extra) / max(1, sum(runs))) if extra else 90.0
+    ev = last + len(arms) * ((points - 1) * point + last)
+    tr = len(arms) * (60 * minutes + points * overhead)
+    return (f"projected length of the whole experiment: {(ev + tr) / 3600:.1f} h (evaluation {ev / 60:.0f} min, "
+            f"training {tr / 60:.0f} min with {overhead:.0f} s overhead per segment; load average now "
+            f"{os.getloadavg()[0]:.1f})")
+
+
 # ---- training ---------------------------------------------------------------------------
 def budget_used(run_dir: Path) -> tuple[int, float]:
     """(last step, minutes of training steps used) of a run, from its metrics.jsonl."""
@@ -114,6 +133,13 @@ def budget_used(run_dir: Path) -> tuple[int, float]:
 
 def train_segment(arm: str, point: int, run_dir: Path, minutes: float, flags: list[str], timings: Timings) -> None:
     """Train ``run_dir`` until ``minutes`` of training steps in all (a new run or --resume)."""
+    if run_dir.exists() and (run_dir / "metrics.jsonl").exists():
+        step, used = budget_used(run_dir)
+        if used >= minutes:  # the last step of an earlier segment went past this one's end too
+            log(f"arm {arm}: {used:.2f} min used by step {step} already cover {minutes:g} min")
+            timings.add("train", arm, {"point": point, "to_minutes": minutes, "wall_s": 0.0, "step": step,
+                                       "minutes_used": used})
+            return
     args = (["--resume", str(run_dir), "--max_minutes", str(minutes)] if run_dir.exists()
             else [*flags, "--max_minutes", str(minutes), "--run_dir", str(run_dir)])
     log(f"arm {arm}: serl train to {minutes:g} min of training steps ({'resume' if run_dir.exists() else 'new'})")
@@ -126,6 +152,19 @@ def train_segment(arm: str, point: int, run_dir: Path, minutes: float, flags: li
         sys.exit(f"{run_dir}: stopped at step {step} after {used:.2f} of {minutes:g} min; expected the budget")
     timings.add("train", arm, {"point": point, "to_minutes": minutes, "wall_s": time.perf_counter() - t0, "step": step,
                                "minutes_used": used})
+
+
+EVAL_FIELDS = ("system_prompt", "generate_max_len", "temperature", "top_p")
+
+
+def check_eval_settings(run_dir: Path, cfg) -> None:
+    """The evaluation must use the prompt, token limit and sampling the arm trained with."""
+    from serl.config import parse_args
+
+    saved = parse_args(["--config", str(run_dir / "config.yaml")])[0]
+    bad = {f: (getattr(saved, f), getattr(cfg, f)) for f in EVAL_FIELDS if getattr(saved, f) != getattr(cfg, f)}
+    if bad:
+        sys.exit(f"{run_dir} trained with other settings than the evaluation uses (trained, evaluated): {bad}")
 
 
 def snapshot(run_dir: Path, dest: Path) -> int:
@@ -184,8 +223,9 @@ def main(argv=None) -> int:
     else:
         setup.write_text(json.dumps({"settings": settings, "machine": machine()}, indent=1))
     flags = train_flags(args)
-    cfgs = {a: parse_args(flags + ARMS[a][1])[0] for a in arms}  # bad flags fail here, before any work
-    cfg = parse_args(flags + ARMS["a"][1])[0]
+    for a in arms:  # bad flags fail here, before any work
+        parse_args(flags + ARMS[a][1])
+    cfg = parse_args(flags + ARMS["a"][1])[0]  # prompt, token limit and sampling of the evaluation
 
     from heldout import Evaluator
 
@@ -196,6 +236,7 @@ def main(argv=None) -> int:
     from serl.models import resolve_model
 
     ev.evaluate("d", resolve_model("smollm2"), step=0, k=args.k, timings=timings)
+    log(projection(timings, arms, args.minutes, args.curve_points))
     for arm in arms:
         run_dir = out / f"arm_{arm}"
         for i in range(1, args.curve_points + 1):
@@ -204,12 +245,11 @@ def main(argv=None) -> int:
                 train_segment(arm, i, run_dir, round(args.minutes * i / args.curve_points, 4), flags + ARMS[arm][1],
                               timings)
                 snapshot(run_dir, dest)
+                log(projection(timings, arms, args.minutes, args.curve_points))
             step = int((dest / "STEP").read_text())
+            check_eval_settings(run_dir, cfg)
             ev.evaluate(f"{arm}_{i}", str(dest), step=step, k=args.k if i == args.curve_points else 0,
                         timings=timings)
-        saved_prompt = parse_args(["--config", str(run_dir / "config.yaml")])[0].system_prompt
-        if saved_prompt != cfgs[arm].system_prompt:
-            sys.exit(f"arm {arm} trained with another prompt than the evaluation uses: {saved_prompt!r}")
     ev.close()
     from results import report
 
