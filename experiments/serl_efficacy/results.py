@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import random
+import time
 from pathlib import Path
 
 from serl.eval.stats import mcnemar_p, paired_bootstrap, wilson
@@ -80,7 +81,8 @@ def report(out: Path, arms: list[str], points: int, names: dict) -> str:
     s = setup["settings"]
     lines = [f"# SeRL efficacy: results{' (SMOKE: pipeline check, not a result)' if s['smoke'] else ''}", "",
              f"Machine: {m['cpu']}, {m['cores']} cores, {m['mem_gib']} GiB, {m['platform']}; load average at "
-             f"start {', '.join(f'{x:.1f}' for x in m['loadavg_at_start'])}. Date {m['date']}, commit {m['commit']}.",
+             f"start {', '.join(f'{x:.1f}' for x in m['loadavg_at_start'])}. Started {m['date']}, report written "
+             f"{time.strftime('%Y-%m-%d %H:%M %Z')}, commit {m['commit']}.",
              f"Settings: {json.dumps(s)}", "",
              f"Held-out: n = {n} problems (dataset/arith_efficacy_heldout.jsonl). 95% Wilson intervals; "
              "deltas paired over the same problems (95% paired-bootstrap interval, exact McNemar p).", "",
