@@ -209,12 +209,16 @@ def main(argv=None) -> int:
     out = Path(args.out)
     if out.exists() and any(out.iterdir()) and not args.resume:
         sys.exit(f"{out} exists; add --resume to continue it, or choose another --out")
-    out.mkdir(parents=True, exist_ok=True)
 
     from serl.config import parse_args
     from serl.data.seeds import read_seeds
 
+    flags = train_flags(args)
+    for a in arms:  # bad flags fail here, before anything is written
+        parse_args(flags + ARMS[a][1])
+    cfg = parse_args(flags + ARMS["a"][1])[0]  # prompt, token limit and sampling of the evaluation
     settings = {k: getattr(args, k) for k in (*FULL, "generator", "train_flags", "smoke")}
+    out.mkdir(parents=True, exist_ok=True)
     setup = out / "setup.json"
     if setup.exists():  # a resume continues the same experiment, never a changed one
         saved = json.loads(setup.read_text())
@@ -228,10 +232,6 @@ def main(argv=None) -> int:
             sys.exit(f"{setup}: settings differ from this command's: {diff}; use another --out")
     else:
         setup.write_text(json.dumps({"settings": settings, "machine": machine()}, indent=1))
-    flags = train_flags(args)
-    for a in arms:  # bad flags fail here, before any work
-        parse_args(flags + ARMS[a][1])
-    cfg = parse_args(flags + ARMS["a"][1])[0]  # prompt, token limit and sampling of the evaluation
 
     from heldout import Evaluator
 
