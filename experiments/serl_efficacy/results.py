@@ -97,8 +97,8 @@ def report(out: Path, arms: list[str], points: int, names: dict) -> str:
         wall[a] = (sum(e["wall_s"] for e in tr) + ev) / 60
         steps, used = (tr[-1]["step"], tr[-1]["minutes_used"]) if tr else (0, 0.0)
         maj = [pct(rate(r[f"maj_{x}"])) if f"maj_{x}" in r else "-" for x in ("number", "boxed")]
-        lines.append(f"| {a}: {names[a][0]} | {steps} | {used:.1f} | {wall[a]:.1f} | {pct(rate(r['correct_number']))} | "
-                     f"{pct(rate(r['correct_boxed']))} | {maj[0]} | {maj[1]} | {pct(rate(r['boxed']))} | "
+        lines.append(f"| {a}: {names[a][0]} | {steps} | {used:.1f} | {wall[a]:.1f} | "
+                     f"{pct(rate(r['correct_number']))} | {pct(rate(r['correct_boxed']))} | {maj[0]} | {maj[1]} | {pct(rate(r['boxed']))} | "
                      f"{sum(r['tokens']) / n:.1f} | {100 * sum(r['truncated']) / n:.1f} |")
     lines += ["", "Change against arm d (points; mean length in tokens):", "",
               f"| comparison | pass@1 last-number | pass@1 boxed-only | maj@{k} last-number | boxed rate | "
