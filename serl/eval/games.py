@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
+from serl.eval import stats
 from serl.games import check_game_names, make_game
 from serl.games.actions import PARSERS, parse_action, parser_options
 from serl.games.exploit import best_response, estimate_policy, text_sampler
@@ -31,13 +32,11 @@ Z95 = 1.959964
 
 
 def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float]:
-    """Wilson score interval of a proportion k/n."""
+    """Wilson score interval of a proportion k/n (``serl.eval.stats.wilson``), [0, 1] when n = 0."""
     if n == 0:
         return 0.0, 1.0
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
+    lo, hi = stats.wilson(k, n, z)
+    return max(0.0, lo), min(1.0, hi)
 
 
 def mean_ci(xs: Sequence[float], z: float = Z95) -> tuple[float, float, float]:
