@@ -1,7 +1,7 @@
 import pytest
 
-from serl.recipes.spiral.games import GAMES, KuhnPoker, TicTacToe, make_game
-from serl.recipes.spiral.lockstep import (MoveRequest, RandomPolicy, RewardRule, pair_seats, play_lockstep,
+from serl.games import GAMES, KuhnPoker, TicTacToe, make_game
+from serl.games.lockstep import (MoveRequest, RandomPolicy, RewardRule, pair_seats, play_lockstep,
                                           text_policy)
 
 
@@ -107,6 +107,7 @@ def test_outputs_with_text_are_kept():
     turns, (ep,) = play_lockstep([game], [("x", "x")], {"x": policy})
     assert [t.action for t in turns] == ["[check]", "[check]"] and turns[0].output.token_ids == [1, 2]
     assert turns[0].prompt.startswith("You are Player 0") and turns[1].prompt.startswith("You are Player 1")
+    assert turns[0].legal_actions == turns[1].legal_actions == ("[check]", "[bet]")
 
 
 def test_prompt_and_parse_options():

@@ -62,7 +62,7 @@ class RoleBaselines:
 
 def turn_advantages(turns: Sequence, episodes: Sequence, learner: str = "current",
                     baselines: RoleBaselines | None = None) -> list[tuple[object, float]]:
-    """``(turn, A)`` for every turn the ``learner`` played (``lockstep.Turn``/``lockstep.Episode`` records).
+    """``(turn, A)`` for every turn the ``learner`` played (``serl.games.lockstep`` Turn/Episode records).
 
     Each seat the learner held in an episode is one return ``R`` of role = seat. With ``baselines``
     A = R - b(game, role) and the baselines take this step's update; without, A = R - mean of all the

@@ -1,4 +1,10 @@
-"""The four SPIRAL games (Liu et al., 2025), written for serl, behind one protocol (``base.Game``)."""
+"""Two-player zero-sum text games and the code that plays them with text policies.
+
+Environments: the four games SPIRAL trains on (Liu et al., 2025), written for serl behind one protocol
+(``base.Game``), and this registry. Around them: ``prompts`` (the text of one turn), ``actions`` (a
+response -> a legal move), ``lockstep`` (the actor: plays B games at once, one policy call per round and
+policy) and ``exploit`` (Kuhn Poker's exact best response and exploitability). Nothing here loads a
+model; recipes (``serl.recipes.spiral``) and ``serl eval --games`` (``serl.eval.games``) build on it."""
 from __future__ import annotations
 
 from .base import Game, make_rng

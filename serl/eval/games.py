@@ -1,12 +1,14 @@
-"""Evaluating a game-playing policy (SPIRAL's evaluation, Liu et al., 2025; own code).
+"""Evaluating a game-playing text policy (the evaluation of SPIRAL, Liu et al., 2025; own code).
 
 - ``play_match``: N games against an opponent policy, the policy alternating seats (even games seat 0,
   odd games seat 1), the deals fixed by ``seed`` so that two policies meet the same deals. Reported:
   win/loss/draw rates (95% Wilson interval on the win rate), the mean payoff per game with a 95% normal
   interval (chips in Kuhn Poker, +1/-1/0 elsewhere; an invalid move forfeits: -1 to the offender, +1
-  to the other player, as a fold does in Kuhn Poker), the payoff per seat and the invalid-move rate.
+  to the other player, as a fold does in Kuhn Poker), the payoff per seat and the invalid-move rate;
+  ``invalid_rate_strict`` is the share of the same moves that upstream's strict parser would refuse
+  (equal to ``invalid_rate`` under the strict parser; higher under a lenient one).
 - ``kuhn_exploitability``: action frequencies at the 12 Kuhn info states from K samples each, then the
-  exact best response (``exploit.py``): 0 at equilibrium, 11/24 for uniform random.
+  exact best response (``serl.games.exploit``): 0 at equilibrium, 11/24 for uniform random.
 - ``cli_run``: ``serl eval --games kuhn_poker,tictactoe --opponents random,PATH ...``.
 """
 from __future__ import annotations
@@ -18,23 +20,23 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
-from .exploit import best_response, estimate_policy, text_sampler
-from .games import check_game_names, make_game
-from .lockstep import Policy, RandomPolicy, RewardRule, pair_seats, play_lockstep, text_policy
-from .prompts import render_prompt
+from serl.eval import stats
+from serl.games import check_game_names, make_game
+from serl.games.actions import PARSERS, parse_action, parser_options
+from serl.games.exploit import best_response, estimate_policy, text_sampler
+from serl.games.lockstep import Policy, RandomPolicy, RewardRule, pair_seats, play_lockstep, text_policy
+from serl.games.prompts import render_prompt
 
 FORFEIT = RewardRule(invalid=-1.0, invalid_opponent=1.0, use_payoffs=True)  # payoffs, invalid = forfeit
 Z95 = 1.959964
 
 
 def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float]:
-    """Wilson score interval of a proportion k/n."""
+    """Wilson score interval of a proportion k/n (``serl.eval.stats.wilson``), [0, 1] when n = 0."""
     if n == 0:
         return 0.0, 1.0
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
+    lo, hi = stats.wilson(k, n, z)
+    return max(0.0, lo), min(1.0, hi)
 
 
 def mean_ci(xs: Sequence[float], z: float = Z95) -> tuple[float, float, float]:
@@ -65,7 +67,9 @@ def play_match(policy: Policy, opponent: Policy, game: str, n_games: int, *, see
     out = {"n": float(n_games), "win_rate": wins / n_games, "win_lo": wlo, "win_hi": whi,
            "loss_rate": losses / n_games, "draw_rate": (n_games - wins - losses) / n_games,
            "payoff": m, "payoff_lo": lo, "payoff_hi": hi,
-           "invalid_rate": sum(t.action is None for t in moves) / len(moves) if moves else 0.0}
+           "invalid_rate": sum(t.action is None for t in moves) / len(moves) if moves else 0.0,
+           "invalid_rate_strict": sum(not (t.action and parse_action(t.response, t.legal_actions).valid)
+                                      for t in moves) / len(moves) if moves else 0.0}
     for seat in (0, 1):
         xs = [p for p, s in zip(pay, mine) if s == seat]
         out[f"payoff_seat{seat}"] = sum(xs) / len(xs) if xs else math.nan
@@ -131,7 +135,7 @@ def add_arguments(p) -> None:
     p.add_argument("--exploit_samples", type=int, default=50,
                    help="games: samples per Kuhn Poker info state for the exploitability (0 = skip)")
     p.add_argument("--kuhn_rules", default="standard", choices=("standard", "spiral"), help="games: Kuhn payoffs")
-    p.add_argument("--action_parser", default="strict", choices=("strict", "lenient", "mention"),
+    p.add_argument("--action_parser", default="strict", choices=PARSERS,
                    help="games: how a response becomes a move (see serl train --recipe spiral --help)")
 
 
@@ -154,11 +158,9 @@ def cli_run(args) -> int:
     if args.n_games < 0 or args.exploit_samples < 0:
         print("serl eval: error: --n_games / --exploit_samples must be >= 0", file=sys.stderr)
         return 2
+    from serl.engines.snapshots import CURRENT, WeightSwitcher, load_snapshot
     from serl.eval.cli import make_generator, write_atomic
     from serl.models import load_tokenizer, resolve_model
-
-    from .config import parse_options
-    from .snapshots import CURRENT, WeightSwitcher, load_snapshot
 
     model_path = resolve_model(args.model)
     tok = load_tokenizer(model_path)
@@ -180,7 +182,7 @@ def cli_run(args) -> int:
         opponents.update({n: text_policy(served(p)) for n, p in opp_paths.items()})
         metrics = evaluate_games(texts(served(CURRENT)), games, args.n_games, opponents,
                                  exploit_samples=args.exploit_samples, seed=args.seed, kuhn_rules=args.kuhn_rules,
-                                 parse_options=parse_options(args.action_parser))
+                                 parse_options=parser_options(args.action_parser))
     finally:
         gen.close()
     results = {"model": args.model, "generator": kind, "games": games, "opponents": args.opponents,

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from .actions import parse_action
-from .games import Game
+from .base import Game
 from .prompts import render_prompt, strip_brackets
 
 
@@ -75,6 +75,7 @@ class Turn:
     action: str | None  # the legal action played, None if the move was invalid
     raw: str | None  # the candidate read from the response
     status: str  # "ok", "illegal" or "missing"
+    legal_actions: tuple[str, ...] = ()  # what the player could play (to re-parse the response another way)
 
 
 @dataclass
@@ -152,7 +153,7 @@ def play_lockstep(games: Sequence[Game], seats: Sequence[tuple[str, str]], polic
                 ok = parsed.valid and g.step(parsed.action)
                 counts[i] += 1
                 turns.append(Turn(i, g.name, req.player, pid, req.prompt, text, out,
-                                  parsed.action if ok else None, parsed.raw, parsed.status))
+                                  parsed.action if ok else None, parsed.raw, parsed.status, req.legal_actions))
                 limit = g.max_turns if max_turns is None else max_turns
                 if not ok:
                     r = [rule.invalid_opponent] * 2

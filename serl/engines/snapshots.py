@@ -1,5 +1,6 @@
-"""Policy snapshots for the SPIRAL population (Liu et al., 2025): bf16 weight files in the run directory,
-and a switcher that serves the current policy or a snapshot from one generator.
+"""Policy snapshots: bf16 weight files, and a switcher that serves either the learner's current weights
+or a saved snapshot from one generator (any ``Generator`` with ``load_weights``). SPIRAL's population of
+past selves (Liu et al., 2025) and ``serl eval --games`` against a snapshot use it.
 
 A snapshot is one ``.safetensors`` file of the policy's weights (Hugging Face parameter names, as
 ``Learner.named_weights`` yields them) in bf16, written through a temporary name and a rename. A fixed
@@ -17,7 +18,7 @@ from typing import Callable, Iterable
 
 import torch
 
-CURRENT = "current"  # the learner's own, live weights (the population's name for them, too)
+CURRENT = "current"  # the learner's own, live weights (SPIRAL's population names them so, too)
 
 
 def save_snapshot(named_weights: Iterable[tuple[str, torch.Tensor]], path: str | Path) -> Path:

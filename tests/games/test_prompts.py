@@ -1,8 +1,8 @@
 import pytest
 
-from serl.recipes.spiral.actions import parse_action
-from serl.recipes.spiral.games import GAMES, KuhnPoker, make_game
-from serl.recipes.spiral.prompts import render_prompt, strip_brackets
+from serl.games import GAMES, KuhnPoker, make_game
+from serl.games.actions import parse_action
+from serl.games.prompts import render_prompt, strip_brackets
 
 
 def test_kuhn_prompt_layout():

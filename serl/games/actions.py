@@ -28,6 +28,15 @@ _LATEX_COMMAND = re.compile(r"\\[A-Za-z]{1,20}")
 _TOKEN = re.compile(r"[a-z]+|\d+")
 
 OK, ILLEGAL, MISSING = "ok", "illegal", "missing"
+PARSERS = ("strict", "lenient", "mention")  # the named parsers (``--action_parser``), strictest first
+
+
+def parser_options(parser: str) -> dict:
+    """``parse_action`` keywords of a named parser: strict (upstream's rule), lenient or mention."""
+    options = {"strict": {}, "lenient": {"lenient": True}, "mention": {"lenient": True, "mention": True}}
+    if parser not in options:
+        raise ValueError(f"unknown action parser {parser!r}; known: {', '.join(PARSERS)}")
+    return options[parser]
 
 
 @dataclass(frozen=True)

@@ -2,10 +2,9 @@ import random
 
 import pytest
 
-from serl.recipes.spiral.actions import action_key
-from serl.recipes.spiral.games import (GAMES, KuhnPoker, LiarsDice, SimpleNegotiation, TicTacToe,
-                                       check_game_names, make_game)
-from serl.recipes.spiral.games.kuhn import terminal_payoffs
+from serl.games import GAMES, KuhnPoker, LiarsDice, SimpleNegotiation, TicTacToe, check_game_names, make_game
+from serl.games.actions import action_key
+from serl.games.kuhn import terminal_payoffs
 
 
 def play(game, actions):

@@ -1,6 +1,6 @@
 import pytest
 
-from serl.recipes.spiral.lockstep import Episode, Turn
+from serl.games.lockstep import Episode, Turn
 from serl.recipes.spiral.stats import summarize
 
 

@@ -5,7 +5,7 @@ The prompt is plain text; the caller applies the model's chat template.
 """
 from __future__ import annotations
 
-from .games import Game
+from .base import Game
 
 INSTRUCTION = ("Think about the game step by step, then give your move as one of the legal actions, written "
                "without the square brackets inside \\boxed{}")

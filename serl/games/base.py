@@ -1,4 +1,4 @@
-"""The protocol every SPIRAL game follows (two players, alternating or not, zero-sum outcome).
+"""The protocol every game follows (two players, alternating or not, zero-sum outcome).
 
 A game is a small mutable object: ``reset(seed)`` deals a new game, ``current_player`` says who moves,
 ``observation(player)`` is what that player may see, as text, ``legal_actions()`` lists the moves of the
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import random
 from typing import ClassVar
-
 
 
 def make_rng(seed: int | random.Random | None) -> random.Random:

@@ -2,7 +2,8 @@ import time
 
 import pytest
 
-from serl.recipes.spiral.actions import (ILLEGAL, MISSING, OK, action_key, last_boxed, parse_action)
+from serl.games.actions import (ILLEGAL, MISSING, OK, PARSERS, action_key, last_boxed, parse_action,
+                                parser_options)
 
 KUHN = ["[check]", "[bet]"]
 FACING = ["[fold]", "[call]"]
@@ -97,3 +98,23 @@ def test_bounded_work_on_hostile_text(text):
     parsed = parse_action(text, KUHN)
     assert time.perf_counter() - start < 0.5
     assert parsed.action is None
+
+
+@pytest.mark.parametrize("text,parser,action", [
+    ("I think I should check here, or maybe bet. Final: bet it is", "strict", None),
+    ("I think I should check here, or maybe bet. Final: bet it is", "lenient", None),
+    ("I think I should check here, or maybe bet. Final: bet it is", "mention", "[bet]"),
+    ("bet? no, that would be silly with a jack in my hand. I will check", "mention", "[check]"),
+    ("nothing useful at all", "mention", None),
+    ("\\boxed{raise} but then I bet", "mention", None),  # a box decides, even an illegal one
+    ("\\boxed{I bet}", "strict", None),
+    ("\\boxed{I bet}", "lenient", "[bet]"),
+])
+def test_named_parsers(text, parser, action):
+    assert parse_action(text, KUHN, **parser_options(parser)).action == action
+
+
+def test_unknown_parser_lists_the_known_ones():
+    assert PARSERS == ("strict", "lenient", "mention")
+    with pytest.raises(ValueError, match="unknown action parser 'loose'; known: strict, lenient, mention"):
+        parser_options("loose")

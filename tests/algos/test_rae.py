@@ -2,8 +2,8 @@ import json
 
 import pytest
 
-from serl.recipes.spiral.lockstep import Episode, Turn
-from serl.recipes.spiral.rae import RoleBaselines, turn_advantages
+from serl.algos.rae import RoleBaselines, turn_advantages
+from serl.games.lockstep import Episode, Turn
 
 
 def test_ema_against_hand_numbers():
