@@ -35,8 +35,8 @@ def main(argv=None) -> int:
     from serl.engines.base import Sampling
     from serl.engines.factory import make_generator
     from serl.models import load_tokenizer, resolve_model
-    from serl.recipes.spell.corpus import read_corpus, sample_evidence
-    from serl.recipes.spell.parse import parse_questioner
+    from serl.data.corpus import read_corpus, sample_evidence
+    from serl.recipes.spell.episode import parse_questioner
     from serl.recipes.spell.prompts import questioner_prompt
 
     path = resolve_model(args.model)

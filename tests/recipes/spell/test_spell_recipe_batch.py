@@ -6,10 +6,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from serl.data.corpus import Cluster, Corpus, CorpusStats
 from serl.engines.base import Completion
 from serl.recipes.base import RunContext
 from serl.recipes.spell.config import Config
-from serl.recipes.spell.corpus import Cluster, Corpus, CorpusStats
 from serl.recipes.spell.recipe import SpellRecipe
 
 CLUSTERS = [Cluster("A", ["Acme Works was founded by Ann.", "Filler about bread."], ["a", "a"]),
@@ -148,9 +148,7 @@ def test_questioner_garbage_is_bad_format(tmp_path, reply):
 
     recipe = make_recipe(tmp_path)
     q = episode.Question(CLUSTERS[0], [0], Completion(reply, [1], [0]))
-    from serl.recipes.spell.parse import parse_questioner
-
-    q.status, q.qa = parse_questioner(reply)
+    q.status, q.qa = episode.parse_questioner(reply)
     episode.settle(q)
     assert q.status == "bad_format" and q.reward == -1.0
     groups = episode.RoleGroups()

@@ -2,7 +2,12 @@ import time
 
 import pytest
 
-from serl.recipes.spell.parse import extract_qa, parse_questioner
+from serl.rewards.json_extract import extract_json_fields
+
+
+def extract_qa(text):
+    return extract_json_fields(text, ("question", "answer"), numeric=("answer",))
+
 
 QA = {"question": "Who founded Nuling Works?", "answer": "Suna Graland"}
 
@@ -64,9 +69,12 @@ def test_input_is_bounded():
     assert time.perf_counter() - t < 2.0
 
 
-def test_parse_questioner_statuses():
-    assert parse_questioner('{"question": "Q?", "answer": "Varn"}') == \
-        ("ok", {"question": "Q?", "answer": "Varn"})
-    assert parse_questioner("no json here") == ("bad_format", None)
-    status, qa = parse_questioner('{"question": "Q?", "answer": "%s"}' % ("word " * 60))
-    assert status == "too_long" and qa["answer"].startswith("word")
+@pytest.mark.parametrize("text,fields,numeric,want", [
+    ('{"name": "Ann", "age": 41}', ("name",), (), {"name": "Ann"}),
+    ('{"name": "Ann", "age": 41}', ("name", "age"), (), None),            # a number where text is wanted
+    ('{"name": "Ann", "age": 41}', ("name", "age"), ("age",), {"name": "Ann", "age": "41"}),
+    ('{"move": "e4"} then {"move": "d4", "why": "space"}', ("move",), (), {"move": "d4"}),
+    ('{"move": "d4", "why": "space"} {"move": "e4"}', ("move", "why"), (), {"move": "d4", "why": "space"}),
+])
+def test_any_fields(text, fields, numeric, want):
+    assert extract_json_fields(text, fields, numeric) == want
