@@ -11,7 +11,8 @@ commas or write several blocks, so we look harder than ``json.loads`` first:
    double-quoted strings do not count).
 3. From the last span backwards, try ``json.loads``; then the same after repairs:
    curly quotes to straight, trailing commas removed, single-quoted strings turned
-   into JSON strings, bare keys quoted. The first span that yields an object with
+   into JSON strings, bare keys quoted, and last a double quote inside a string that
+   does not end it escaped (``"answer": "the "Star" inn"``). The first span that yields an object with
    every wanted field (keys matched without case or spaces) as a non-empty string
    (or, for ``numeric`` fields, a number) wins.
 
@@ -106,10 +107,33 @@ def _single_to_double(s: str) -> str:
     return "".join(out)
 
 
+def _escape_inner_quotes(s: str) -> str:
+    """Escape a '"' inside a string that does not end it: a quote ends a string only when
+    the next non-space character is , : } ] or the end (so 'the "Star" inn' stays text)."""
+    out, in_str, i, n = [], False, 0, len(s)
+    while i < n:
+        c = s[i]
+        if in_str and c == "\\" and i + 1 < n:
+            out.append(s[i:i + 2])
+            i += 2
+            continue
+        if c == '"':
+            if not in_str:
+                in_str = True
+            else:
+                rest = s[i + 1:i + 200].lstrip()  # a bounded look-ahead
+                if rest and rest[0] not in ",:}]":
+                    c = '\\"'
+                else:
+                    in_str = False
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
 def _loads(span: str):
-    attempts = [span]
     fixed = _TRAILING_COMMA.sub(r"\1", span.translate(_CURLY))
-    attempts.append(fixed)
+    attempts = [span, fixed]
     if "'" in fixed:
         attempts.append(_TRAILING_COMMA.sub(r"\1", _single_to_double(fixed)))
     attempts.append(_BARE_KEY.sub(r'\1"\2"\3', attempts[-1]))
@@ -118,7 +142,10 @@ def _loads(span: str):
             return json.loads(a)
         except (json.JSONDecodeError, RecursionError):
             continue
-    return None
+    try:  # the last resort, built only when all else failed
+        return json.loads(_escape_inner_quotes(attempts[-1]))
+    except (json.JSONDecodeError, RecursionError):
+        return None
 
 
 def _fields(obj, fields, numeric) -> dict | None:

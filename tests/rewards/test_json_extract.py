@@ -36,6 +36,16 @@ def test_apostrophe_inside_single_quotes_and_braces_inside_strings():
         {"question": 'What is {x} in "Brelby"?', "answer": "y"}
 
 
+@pytest.mark.parametrize("text,want", [
+    ('{"question": "Which inn?", "answer": "the "Star" inn",}', {"question": "Which inn?", "answer": 'the "Star" inn'}),
+    ('{"question": "Who is "Red" Varn?", "answer": "a miller"}', {"question": 'Who is "Red" Varn?', "answer": "a miller"}),
+    ('{"question": "Q?", "answer": "a \\"quoted\\" b"}', {"question": "Q?", "answer": 'a "quoted" b'}),  # escaped: as is
+    ('{"question": "What about "this", then?", "answer": "x"}', None),   # a quote before a comma ends the string
+])
+def test_unescaped_inner_quotes(text, want):
+    assert extract_qa(text) == want
+
+
 @pytest.mark.parametrize("answer,expected", [("12", "12"), ("1887.5", "1887.5")])
 def test_number_answers_become_strings(answer, expected):
     assert extract_qa('{"question": "How many?", "answer": %s}' % answer)["answer"] == expected

@@ -27,7 +27,7 @@ from serl.models import load_tokenizer, resolve_model
 from serl.recipes.base import Recipe, RunContext
 from serl.recipes.spell import episode
 from serl.recipes.spell.memory import HistoryMemory
-from serl.recipes.spell.prompts import questioner_prompt, responder_prompt, verifier_prompt
+from serl.recipes.spell.prompts import questioner_prefill, questioner_prompt, responder_prompt, verifier_prompt
 from serl.rewards.qa import cover_em_many, extract_final_answer
 
 log = logging.getLogger(__name__)
@@ -37,6 +37,7 @@ MAX_KNOWN = 64          # questions remembered per cluster for the novelty check
 
 class SpellRecipe(Recipe):
     resume_fixed = ("corpus", "cluster_size", "paragraphs_per_prompt", "compact_prompts", "few_shot_questioner",
+                    "questioner_prefill",
                     "verifier_samples", "grounding_samples", "memory_capacity", "prompt_max_len")
 
     @classmethod
@@ -77,6 +78,7 @@ class SpellRecipe(Recipe):
         self.order: list[int] = []                 # cluster indices still to visit this epoch
         self.step_done = 0
         self.band = tuple(cfg.verifier_band)
+        self.prefill = questioner_prefill(cfg.questioner_prefill, cfg.compact_prompts)  # the reply's start
 
     # ---- the loop -------------------------------------------------------------------
     def step(self, step: int) -> dict[str, float]:
@@ -129,9 +131,6 @@ class SpellRecipe(Recipe):
         return self.generator.generate(prompts, n, Sampling(max_new_tokens=max_new_tokens, temperature=t,
                                                             top_p=self.cfg.top_p))
 
-    def fits(self, prompt: str) -> bool:
-        return len(self.tok(prompt, add_special_tokens=False)["input_ids"]) <= self.cfg.prompt_max_len
-
     def ask(self, clusters) -> list[episode.Question]:
         """The questioner's replies, parsed and checked for novelty."""
         cfg, prompts, evidence = self.cfg, [], []
@@ -140,8 +139,8 @@ class SpellRecipe(Recipe):
             history = self.memory.get(c.id)
             while True:  # the oldest examples go first when the prompt is over budget
                 p = self.chat_prompt(questioner_prompt([c.paragraphs[i] for i in ev], history, compact=cfg.compact_prompts,
-                                                few_shot=cfg.few_shot_questioner))
-                if self.fits(p) or not history:
+                                                       few_shot=cfg.few_shot_questioner)) + self.prefill
+                if len(self.tok(p, add_special_tokens=False)["input_ids"]) <= cfg.prompt_max_len or not history:
                     break
                 history = history[1:]
             prompts.append(p)
@@ -152,7 +151,7 @@ class SpellRecipe(Recipe):
         qs = []
         for c, ev, g in zip(clusters, evidence, replies):
             q = episode.Question(c, ev, g[0])
-            q.status, q.qa = episode.parse_questioner(g[0].text)
+            q.status, q.qa = episode.parse_questioner(self.prefill + g[0].text)
             if q.status == "ok" and self.repeated(c.id, q.qa["question"]):
                 q.status = "repeated"
             qs.append(q)
@@ -237,8 +236,9 @@ class SpellRecipe(Recipe):
         cfg, chat, compact = self.cfg, self.chat_prompt, self.cfg.compact_prompts
         return Roles(responder=lambda q, docs: chat(responder_prompt(q, docs, compact)),
                      verifier=lambda q, a, ref: chat(verifier_prompt(q, a, ref, compact)),
-                     questioner=lambda ps: chat(questioner_prompt(ps, compact=compact, few_shot=cfg.few_shot_questioner)),
-                     parse_question=lambda text: episode.parse_questioner(text)[1],
+                     questioner=lambda ps: chat(questioner_prompt(ps, compact=compact,
+                                                                  few_shot=cfg.few_shot_questioner)) + self.prefill,
+                     parse_question=lambda text: episode.parse_questioner(self.prefill + text)[1],
                      responder_len=cfg.generate_max_len, verifier_len=cfg.verifier_max_len,
                      questioner_len=cfg.questioner_max_len, paragraphs_per_prompt=cfg.paragraphs_per_prompt,
                      grounding_threshold=cfg.grounding_threshold)

@@ -2,8 +2,8 @@ import pytest
 
 from serl.recipes.spell.episode import parse_questioner
 from serl.recipes.spell.memory import MemoryEntry
-from serl.recipes.spell.prompts import (ANSWER_PHRASE, MAX_ANSWER_CHARS, questioner_prompt,
-                                        responder_prompt, verifier_prompt)
+from serl.recipes.spell.prompts import (ANSWER_PHRASE, MAX_ANSWER_CHARS, QUESTIONER_PREFILL, questioner_prefill,
+                                        questioner_prompt, responder_prompt, verifier_prompt)
 from serl.rewards.judge import parse_judgment
 from serl.rewards.qa import extract_final_answer
 
@@ -18,6 +18,22 @@ def test_questioner_numbers_paragraphs_and_asks_for_json(compact):
     assert '{"question": "...", "answer": "..."}' in p
     assert parse_questioner(p + '\n{"question": "Who founded Nuling Works?", "answer": "Suna Graland"}') == \
         ("ok", {"question": "Who founded Nuling Works?", "answer": "Suna Graland"})
+
+
+@pytest.mark.parametrize("mode,compact,want", [("auto", True, QUESTIONER_PREFILL), ("auto", False, ""),
+                                               ("on", False, QUESTIONER_PREFILL), ("off", True, "")])
+def test_prefill_modes(mode, compact, want):
+    assert questioner_prefill(mode, compact) == want
+
+
+@pytest.mark.parametrize("reply,want", [
+    ('Who founded Nuling Works?", "answer": "Suna Graland"}', ("ok", {"question": "Who founded Nuling Works?",
+                                                                      "answer": "Suna Graland"})),
+    ('How many staff?", "answer": 120} Anything else?', ("ok", {"question": "How many staff?", "answer": "120"})),
+    ("What is Brelby? It is a town.", ("bad_format", None)),   # never closes the block
+])
+def test_prefill_plus_reply_parses(reply, want):
+    assert parse_questioner(QUESTIONER_PREFILL + reply) == want
 
 
 def test_compact_prompts_are_shorter():
