@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from serl.recipes.spell.corpus import CorpusError, read_corpus, sample_evidence, split_paragraphs
+from serl.data.corpus import CorpusError, read_corpus, sample_evidence, split_paragraphs
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 MAN = """NAME
 
 ls - list
@@ -158,7 +158,7 @@ def test_sample_evidence(n, k, keep, expected_len, must):
     ([2, 2, 2, 2], 2, [[0], [1], [2], [3]]),
 ])
 def test_fit_clusters_splits_in_order(sizes, budget, parts):
-    from serl.recipes.spell.corpus import Cluster, fit_clusters
+    from serl.data.corpus import Cluster, fit_clusters
 
     paras = [f"p{i} " + "w " * (n - 1) for i, n in enumerate(sizes)]
     c = Cluster("x", paras, [f"src{i}" for i in range(len(paras))])
@@ -168,7 +168,7 @@ def test_fit_clusters_splits_in_order(sizes, budget, parts):
 
 
 def test_fit_clusters_refuses_a_paragraph_over_budget():
-    from serl.recipes.spell.corpus import Cluster, CorpusError, fit_clusters
+    from serl.data.corpus import Cluster, CorpusError, fit_clusters
 
     with pytest.raises(CorpusError, match="src1: a paragraph of 5 tokens exceeds the budget of 4"):
         fit_clusters([Cluster("x", ["a b", "a b c d e"], ["src0", "src1"])], lambda t: len(t.split()), 4)

@@ -1,18 +1,20 @@
-"""Pull the questioner's ``{"question": ..., "answer": ...}`` out of messy model text.
+"""Pull a JSON object with given fields out of messy model text.
 
-SPELL (Tongyi-Zhiwen 2025) asks the questioner to end with a JSON block and counts
-an unparseable one as bad format (reward -1). Small models wrap the block in code
-fences, add prose, use single quotes, leave trailing commas or write several blocks,
-so we look harder than ``json.loads`` before calling it bad format:
+Self-play roles that must write a JSON block (SPELL's questioner, Tongyi-Zhiwen 2025,
+ends with ``{"question": ..., "answer": ...}``) count an unparseable one as bad format.
+Small models wrap the block in code fences, add prose, use single quotes, leave trailing
+commas or write several blocks, so we look harder than ``json.loads`` first:
 
-1. Keep the text after the last ``</think>``; an unclosed ``<think>`` is bad format.
+1. Keep the text after the last ``</think>``; an unclosed ``<think>`` finds nothing.
 2. Look at the last ``max_chars`` characters only (the block is at the end), and
    find every balanced top-level ``{...}`` span in one linear pass (braces inside
    double-quoted strings do not count).
 3. From the last span backwards, try ``json.loads``; then the same after repairs:
    curly quotes to straight, trailing commas removed, single-quoted strings turned
-   into JSON strings, bare keys quoted. The first span that yields an object with a
-   non-empty string ``question`` and a string or number ``answer`` wins.
+   into JSON strings, bare keys quoted, and last a double quote inside a string that
+   does not end it escaped (``"answer": "the "Star" inn"``). The first span that yields an object with
+   every wanted field (keys matched without case or spaces) as a non-empty string
+   (or, for ``numeric`` fields, a number) wins.
 
 Nothing is ever evaluated; the work is linear in ``max_chars`` times the (bounded)
 number of spans tried.
@@ -21,10 +23,10 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Sequence
 
 MAX_CHARS = 8000      # tail of the response that is searched
 MAX_SPANS = 16        # at most this many {...} spans are tried, last first
-MAX_ANSWER_CHARS = 200  # longer answers are "too_long" (upstream drops > 40 tokens unpenalised)
 
 _TRAILING_COMMA = re.compile(r",\s*([}\]])")
 _BARE_KEY = re.compile(r"([{,]\s*)([A-Za-z_][A-Za-z0-9_]*)(\s*:)")
@@ -105,10 +107,33 @@ def _single_to_double(s: str) -> str:
     return "".join(out)
 
 
+def _escape_inner_quotes(s: str) -> str:
+    """Escape a '"' inside a string that does not end it: a quote ends a string only when
+    the next non-space character is , : } ] or the end (so 'the "Star" inn' stays text)."""
+    out, in_str, i, n = [], False, 0, len(s)
+    while i < n:
+        c = s[i]
+        if in_str and c == "\\" and i + 1 < n:
+            out.append(s[i:i + 2])
+            i += 2
+            continue
+        if c == '"':
+            if not in_str:
+                in_str = True
+            else:
+                rest = s[i + 1:i + 200].lstrip()  # a bounded look-ahead
+                if rest and rest[0] not in ",:}]":
+                    c = '\\"'
+                else:
+                    in_str = False
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
 def _loads(span: str):
-    attempts = [span]
     fixed = _TRAILING_COMMA.sub(r"\1", span.translate(_CURLY))
-    attempts.append(fixed)
+    attempts = [span, fixed]
     if "'" in fixed:
         attempts.append(_TRAILING_COMMA.sub(r"\1", _single_to_double(fixed)))
     attempts.append(_BARE_KEY.sub(r'\1"\2"\3', attempts[-1]))
@@ -117,46 +142,37 @@ def _loads(span: str):
             return json.loads(a)
         except (json.JSONDecodeError, RecursionError):
             continue
-    return None
+    try:  # the last resort, built only when all else failed
+        return json.loads(_escape_inner_quotes(attempts[-1]))
+    except (json.JSONDecodeError, RecursionError):
+        return None
 
 
-def _as_qa(obj) -> dict | None:
+def _fields(obj, fields, numeric) -> dict | None:
     if not isinstance(obj, dict):
         return None
     keys = {str(k).strip().lower(): v for k, v in obj.items()}
-    q, a = keys.get("question"), keys.get("answer")
-    if not isinstance(q, str) or not q.strip():
-        return None
-    if isinstance(a, bool) or not isinstance(a, (str, int, float)):
-        return None
-    a = a.strip() if isinstance(a, str) else str(a)
-    if not a:
-        return None
-    return {"question": q.strip(), "answer": a}
+    out = {}
+    for name in fields:
+        v = keys.get(name.lower())
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and name in numeric:
+            v = str(v)
+        if not isinstance(v, str) or not v.strip():
+            return None
+        out[name] = v.strip()
+    return out
 
 
-def extract_qa(text: str, max_chars: int = MAX_CHARS) -> dict | None:
-    """``{"question": str, "answer": str}`` from the last valid block, or None."""
+def extract_json_fields(text: str, fields: Sequence[str], numeric: Sequence[str] = (),
+                        max_chars: int = MAX_CHARS) -> dict[str, str] | None:
+    """``{field: text}`` from the last JSON object holding every one of ``fields`` as a
+    non-empty string (``numeric`` fields may be numbers, returned as text), or None."""
     if "</think>" in text:
         text = text.rsplit("</think>", 1)[1]
     elif "<think>" in text:
         return None
     for span in reversed(_spans(text[-max_chars:])[-MAX_SPANS:]):
-        qa = _as_qa(_loads(span))
-        if qa is not None:
-            return qa
+        found = _fields(_loads(span), fields, numeric)
+        if found is not None:
+            return found
     return None
-
-
-def parse_questioner(text: str, max_answer_chars: int = MAX_ANSWER_CHARS) -> tuple[str, dict | None]:
-    """(status, qa): ``("ok", qa)``, ``("bad_format", None)`` or ``("too_long", qa)``.
-
-    ``too_long`` answers are dropped without penalty, as upstream does for answers
-    over 40 tokens: long answers make cover-EM meaningless rather than being wrong.
-    """
-    qa = extract_qa(text)
-    if qa is None:
-        return "bad_format", None
-    if len(qa["answer"]) > max_answer_chars:
-        return "too_long", qa
-    return "ok", qa

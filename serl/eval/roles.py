@@ -1,8 +1,12 @@
-"""Held-out evaluation of SPELL's three roles, greedy, on labelled files.
+"""Held-out evaluation of self-play roles over documents, greedy, on labelled files.
+
+The roles are SPELL's (Yang et al., "SPELL: Self-Play Reinforcement Learning for Evolving
+Long-Context Language Models", Tongyi-Zhiwen 2025); the files are those of
+:mod:`serl.data.docs` (any with the same keys work):
 
 * responder: gold questions about held-out clusters (``docs_heldout_qa.jsonl``), answered
   from the cluster's documents. **strict**: the answer phrase ("The answer is ...") and
-  cover-EM of the gold (the training rule, math answers through the equivalence
+  cover-EM of the gold (:mod:`serl.rewards.qa`, math answers through the equivalence
   checker); **lenient**: the gold anywhere in the reply. Both side by side tell format
   gains from content gains.
 * verifier: labelled (question, candidate, gold) items (``docs_heldout_verify.jsonl``);
@@ -12,8 +16,9 @@
   parsed) and **bad_ground** (of the valid ones, the share the responder answers right
   without the documents).
 
-Inputs are checked when the run starts (errors name file, line and key); per-item
-records go to ``RUN_DIR/spell_eval/step_N.jsonl`` for confidence intervals.
+The recipe supplies the prompts and the questioner's parser (:class:`Roles`), so the
+evaluation is the training-time view of each role. Inputs are checked up front (errors
+name file, line and key); per-item records are returned for confidence intervals.
 """
 from __future__ import annotations
 
@@ -22,13 +27,13 @@ import math
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable, Sequence
 
+from serl.data.corpus import Cluster, CorpusError, read_corpus, sample_evidence
 from serl.data.seeds import DataError
 from serl.engines.base import Sampling
-from serl.recipes.spell.corpus import Cluster, CorpusError, read_corpus, sample_evidence
-from serl.recipes.spell.parse import parse_questioner
-from serl.recipes.spell.prompts import questioner_prompt, responder_prompt, verifier_prompt
-from serl.recipes.spell.rewards import cover_em_many, extract_final_answer, lenient_score, parse_judgment
+from serl.rewards.judge import parse_judgment
+from serl.rewards.qa import cover_em_many, extract_final_answer, lenient_score
 
 
 @dataclass
@@ -41,6 +46,20 @@ class HeldOut:
 
     def __bool__(self) -> bool:
         return bool(self.qa or self.verify or self.clusters)
+
+
+@dataclass
+class Roles:
+    """How the evaluation talks to each role: chat-formatted prompts and reply lengths."""
+    responder: Callable[[str, Sequence[str] | None], str]  # (question, paragraphs or None) -> prompt
+    verifier: Callable[[str, str, str], str]                # (question, candidate, reference) -> prompt
+    questioner: Callable[[Sequence[str]], str]              # paragraphs -> prompt
+    parse_question: Callable[[str], dict | None]            # reply -> {"question", "answer"} or None
+    responder_len: int                                      # max new tokens per reply, by role
+    verifier_len: int
+    questioner_len: int
+    paragraphs_per_prompt: int = 2                          # paragraphs the questioner sees
+    grounding_threshold: float = 0.1                        # no-document score that makes bad_ground
 
 
 def read_rows(path: str, keys: tuple[str, ...], limit: int = 0) -> list[dict]:
@@ -69,24 +88,25 @@ def read_rows(path: str, keys: tuple[str, ...], limit: int = 0) -> list[dict]:
     return rows
 
 
-def load_heldout(cfg) -> HeldOut:
-    if not cfg.heldout_eval:
-        return HeldOut()
+def load_heldout(docs: str, qa: str, verify: str, qa_limit: int = 0, verify_limit: int = 0,
+                 questioner_limit: int = 0) -> HeldOut:
+    """The held-out clusters (``docs``), gold questions (``qa``) and labelled judgments
+    (``verify``); a limit of 0 takes all. Errors name the option, file, line and key."""
     try:
-        corpus = read_corpus(cfg.eval_docs, cluster_size=10 ** 9, text_key="text", cluster_key="cluster")
+        corpus = read_corpus(docs, cluster_size=10 ** 9, text_key="text", cluster_key="cluster")
     except CorpusError as e:
         raise DataError(f"eval_docs: {e}") from None
-    docs = {c.id: c.paragraphs for c in corpus.clusters}
-    qa = read_rows(cfg.eval_qa_data, ("cluster", "question", "answer"), cfg.eval_qa_limit)
-    for r in qa:
-        if str(r["cluster"]) not in docs:
-            raise DataError(f"{cfg.eval_qa_data}:{r['line']}: cluster {r['cluster']!r} is not in {cfg.eval_docs}")
-    verify = read_rows(cfg.eval_verify_data, ("question", "candidate", "gold", "label"), cfg.eval_verify_limit)
-    for r in verify:
+    paragraphs = {c.id: c.paragraphs for c in corpus.clusters}
+    qa_rows = read_rows(qa, ("cluster", "question", "answer"), qa_limit)
+    for r in qa_rows:
+        if str(r["cluster"]) not in paragraphs:
+            raise DataError(f"{qa}:{r['line']}: cluster {r['cluster']!r} is not in {docs}")
+    verify_rows = read_rows(verify, ("question", "candidate", "gold", "label"), verify_limit)
+    for r in verify_rows:
         if str(r["label"]).lower() not in ("yes", "no"):
-            raise DataError(f"{cfg.eval_verify_data}:{r['line']}: key 'label' must be 'yes' or 'no'")
-    n_q = cfg.eval_questioner_limit or len(corpus.clusters)
-    return HeldOut(docs, qa, verify, corpus.clusters[:n_q])
+            raise DataError(f"{verify}:{r['line']}: key 'label' must be 'yes' or 'no'")
+    n_q = questioner_limit or len(corpus.clusters)
+    return HeldOut(paragraphs, qa_rows, verify_rows, corpus.clusters[:n_q])
 
 
 def _mean(xs) -> float:
@@ -94,13 +114,14 @@ def _mean(xs) -> float:
     return sum(xs) / len(xs) if xs else math.nan
 
 
-def evaluate_roles(generate, chat, equal_many, held: HeldOut, cfg) -> tuple[dict, list[dict]]:
+def evaluate_roles(generate, roles: Roles, equal_many, held: HeldOut) -> tuple[dict, list[dict]]:
     """Greedy evaluation of the three roles. ``generate(prompts, max_new_tokens)`` returns
-    one text per prompt; ``chat(text)`` applies the chat template. Returns (metrics, records)."""
-    compact, metrics, records = cfg.compact_prompts, {}, []
+    one text per prompt; ``equal_many`` is the math equivalence check (or None).
+    Returns (metrics, records)."""
+    metrics, records = {}, []
     if held.qa:
-        outs = generate([chat(responder_prompt(r["question"], held.docs[str(r["cluster"])], compact))
-                         for r in held.qa], cfg.generate_max_len)
+        outs = generate([roles.responder(r["question"], held.docs[str(r["cluster"])]) for r in held.qa],
+                        roles.responder_len)
         golds = [str(r["answer"]) for r in held.qa]
         strict = cover_em_many([extract_final_answer(t) for t in outs], golds, equal_many)
         lenient = [lenient_score(t, g) for t, g in zip(outs, golds)]
@@ -108,8 +129,8 @@ def evaluate_roles(generate, chat, equal_many, held: HeldOut, cfg) -> tuple[dict
         records += [{"role": "responder", "line": r["line"], "hops": r.get("hops"), "strict": s,
                      "lenient": le, "reply": t} for r, s, le, t in zip(held.qa, strict, lenient, outs)]
     if held.verify:
-        outs = generate([chat(verifier_prompt(r["question"], str(r["candidate"]), str(r["gold"]), compact))
-                         for r in held.verify], cfg.verifier_max_len)
+        outs = generate([roles.verifier(r["question"], str(r["candidate"]), str(r["gold"])) for r in held.verify],
+                        roles.verifier_len)
         judged = [parse_judgment(t) for t in outs]
         want = [1 if str(r["label"]).lower() == "yes" else 0 for r in held.verify]
         metrics["eval/verifier/accuracy"] = _mean(j == w for j, w in zip(judged, want))
@@ -119,18 +140,16 @@ def evaluate_roles(generate, chat, equal_many, held: HeldOut, cfg) -> tuple[dict
     if held.clusters:
         prompts = []
         for i, c in enumerate(held.clusters):  # the same evidence at every evaluation
-            ev = sample_evidence(len(c.paragraphs), cfg.paragraphs_per_prompt, random.Random(i))
-            prompts.append(chat(questioner_prompt([c.paragraphs[k] for k in ev], compact=compact,
-                                                  few_shot=cfg.few_shot_questioner)))
-        parsed = [parse_questioner(t) for t in generate(prompts, cfg.questioner_max_len)]
-        valid = [(c, qa) for c, (status, qa) in zip(held.clusters, parsed) if status != "bad_format"]
+            ev = sample_evidence(len(c.paragraphs), roles.paragraphs_per_prompt, random.Random(i))
+            prompts.append(roles.questioner([c.paragraphs[k] for k in ev]))
+        parsed = [roles.parse_question(t) for t in generate(prompts, roles.questioner_len)]
+        valid = [(c, qa) for c, qa in zip(held.clusters, parsed) if qa is not None]
         bad_ground = []
         if valid:
-            outs = generate([chat(responder_prompt(qa["question"], None, compact)) for _, qa in valid],
-                            cfg.generate_max_len)
+            outs = generate([roles.responder(qa["question"], None) for _, qa in valid], roles.responder_len)
             no_docs = cover_em_many([extract_final_answer(t) for t in outs], [qa["answer"] for _, qa in valid],
                                     equal_many)
-            bad_ground = [s >= cfg.grounding_threshold for s in no_docs]
+            bad_ground = [s >= roles.grounding_threshold for s in no_docs]
         metrics["eval/questioner/valid_json"] = len(valid) / len(held.clusters)
         metrics["eval/questioner/bad_ground"] = _mean(bad_ground)
         records += [{"role": "questioner", "cluster": c.id, "qa": qa, "bad_ground": b}
@@ -139,6 +158,7 @@ def evaluate_roles(generate, chat, equal_many, held: HeldOut, cfg) -> tuple[dict
 
 
 def greedy_texts(generator, prompts: list[str], max_new_tokens: int) -> list[str]:
+    """One greedy reply per prompt from a ``Generator``."""
     if not prompts:
         return []
     groups = generator.generate(prompts, 1, Sampling(max_new_tokens=max_new_tokens, temperature=0.0))

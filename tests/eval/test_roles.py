@@ -1,29 +1,28 @@
-"""evaluate.py: held-out inputs checked up front; the three roles' greedy scores by hand."""
+"""serl.eval.roles: held-out inputs checked up front; the three roles' greedy scores by hand."""
 import json
 from pathlib import Path
 
 import pytest
 
+from serl.data.corpus import Cluster
 from serl.data.seeds import DataError
-from serl.recipes.spell.config import Config
-from serl.recipes.spell.evaluate import HeldOut, evaluate_roles, load_heldout, read_rows
-from serl.recipes.spell.corpus import Cluster
+from serl.eval.roles import HeldOut, Roles, evaluate_roles, load_heldout, read_rows
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
+FILES = {"docs": str(ROOT / "dataset/docs_heldout.jsonl"), "qa": str(ROOT / "dataset/docs_heldout_qa.jsonl"),
+         "verify": str(ROOT / "dataset/docs_heldout_verify.jsonl")}
 
 
 def shipped(**over):
-    paths = dict(eval_docs=str(ROOT / "dataset/docs_heldout.jsonl"), eval_qa_data=str(ROOT / "dataset/docs_heldout_qa.jsonl"),
-                 eval_verify_data=str(ROOT / "dataset/docs_heldout_verify.jsonl"))
-    return Config(**(paths | over))
+    return load_heldout(**(FILES | over))
 
 
 @pytest.mark.parametrize("limits,sizes", [((0, 0, 0), (120, 240, 20)), ((5, 7, 2), (5, 7, 2))])
 def test_shipped_files_and_limits(limits, sizes):
-    held = load_heldout(shipped(eval_qa_limit=limits[0], eval_verify_limit=limits[1], eval_questioner_limit=limits[2]))
+    held = shipped(qa_limit=limits[0], verify_limit=limits[1], questioner_limit=limits[2])
     assert (len(held.qa), len(held.verify), len(held.clusters)) == sizes
     assert all(len(held.docs[r["cluster"]]) == 6 for r in held.qa)
-    assert not load_heldout(shipped(heldout_eval=False))
+    assert not HeldOut()
 
 
 @pytest.mark.parametrize("text,needle", [
@@ -36,14 +35,14 @@ def test_bad_qa_file(tmp_path, text, needle):
     bad = tmp_path / "qa.jsonl"
     bad.write_text(text)
     with pytest.raises(DataError, match=needle.replace("?", r"\?")):
-        load_heldout(shipped(eval_qa_data=str(bad)))
+        shipped(qa=str(bad))
 
 
 def test_verify_labels_must_be_yes_or_no(tmp_path):
     bad = tmp_path / "v.jsonl"
     bad.write_text(json.dumps({"question": "q", "candidate": "a", "gold": "a", "label": "maybe"}) + "\n")
     with pytest.raises(DataError, match="v.jsonl:1: key 'label' must be 'yes' or 'no'"):
-        load_heldout(shipped(eval_verify_data=str(bad)))
+        shipped(verify=str(bad))
     assert read_rows(str(bad), ("question",))[0]["line"] == 1
 
 
@@ -75,8 +74,12 @@ def test_scores_by_hand():
             out.append(next(v for k, v in replies.items() if k in p))
         return out
 
-    cfg = Config(generate_max_len=40, verifier_max_len=8, questioner_max_len=30)
-    m, records = evaluate_roles(generate, lambda t: t, None, held, cfg)
+    roles = Roles(responder=lambda q, docs: (f"[1] {docs[0]}\n" if docs else "") + f"Question: {q}",
+                  verifier=lambda q, a, ref: f"Question: {q}\nAnswer A: {a}\nAnswer B: {ref}",
+                  questioner=lambda ps: "Documents: " + " ".join(ps),
+                  parse_question=lambda t: json.loads(t) if t.startswith("{") else None,
+                  responder_len=40, verifier_len=8, questioner_len=30, paragraphs_per_prompt=2)
+    m, records = evaluate_roles(generate, roles, None, held)
     assert m == pytest.approx({"eval/responder/strict": 1 / 3, "eval/responder/lenient": 2 / 3,
                                "eval/verifier/accuracy": 2 / 4, "eval/verifier/bad_format": 1 / 4,
                                "eval/questioner/valid_json": 1 / 2, "eval/questioner/bad_ground": 1.0})

@@ -1,8 +1,8 @@
-"""Read a document corpus (``--corpus DIR|FILE``) into clusters of paragraphs.
+"""Read a document corpus (a folder or a file) into clusters of paragraphs.
 
-SPELL (Tongyi-Zhiwen 2025) shows the questioner a few paragraphs of a cluster and
-the responder the whole cluster, distractors included. This module turns any text
-into such clusters:
+Self-play over documents needs text cut into small groups: SPELL (Tongyi-Zhiwen 2025)
+shows its questioner a few paragraphs of a cluster and its responder the whole cluster,
+distractors included. This module turns any text into such clusters:
 
 * **Text files** (``.txt``, ``.md``, ``.rst``, ``.text``, ``.man``, or a rendered man
   page with no suffix): paragraphs are blocks separated by blank lines. Inside a

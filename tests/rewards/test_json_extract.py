@@ -2,7 +2,12 @@ import time
 
 import pytest
 
-from serl.recipes.spell.parse import extract_qa, parse_questioner
+from serl.rewards.json_extract import extract_json_fields
+
+
+def extract_qa(text):
+    return extract_json_fields(text, ("question", "answer"), numeric=("answer",))
+
 
 QA = {"question": "Who founded Nuling Works?", "answer": "Suna Graland"}
 
@@ -29,6 +34,16 @@ def test_apostrophe_inside_single_quotes_and_braces_inside_strings():
         {"question": "What is Tobin's job?", "answer": "carpenter"}
     assert extract_qa('{"question": "What is {x} in \\"Brelby\\"?", "answer": "y"}') == \
         {"question": 'What is {x} in "Brelby"?', "answer": "y"}
+
+
+@pytest.mark.parametrize("text,want", [
+    ('{"question": "Which inn?", "answer": "the "Star" inn",}', {"question": "Which inn?", "answer": 'the "Star" inn'}),
+    ('{"question": "Who is "Red" Varn?", "answer": "a miller"}', {"question": 'Who is "Red" Varn?', "answer": "a miller"}),
+    ('{"question": "Q?", "answer": "a \\"quoted\\" b"}', {"question": "Q?", "answer": 'a "quoted" b'}),  # escaped: as is
+    ('{"question": "What about "this", then?", "answer": "x"}', None),   # a quote before a comma ends the string
+])
+def test_unescaped_inner_quotes(text, want):
+    assert extract_qa(text) == want
 
 
 @pytest.mark.parametrize("answer,expected", [("12", "12"), ("1887.5", "1887.5")])
@@ -64,9 +79,12 @@ def test_input_is_bounded():
     assert time.perf_counter() - t < 2.0
 
 
-def test_parse_questioner_statuses():
-    assert parse_questioner('{"question": "Q?", "answer": "Varn"}') == \
-        ("ok", {"question": "Q?", "answer": "Varn"})
-    assert parse_questioner("no json here") == ("bad_format", None)
-    status, qa = parse_questioner('{"question": "Q?", "answer": "%s"}' % ("word " * 60))
-    assert status == "too_long" and qa["answer"].startswith("word")
+@pytest.mark.parametrize("text,fields,numeric,want", [
+    ('{"name": "Ann", "age": 41}', ("name",), (), {"name": "Ann"}),
+    ('{"name": "Ann", "age": 41}', ("name", "age"), (), None),            # a number where text is wanted
+    ('{"name": "Ann", "age": 41}', ("name", "age"), ("age",), {"name": "Ann", "age": "41"}),
+    ('{"move": "e4"} then {"move": "d4", "why": "space"}', ("move",), (), {"move": "d4"}),
+    ('{"move": "d4", "why": "space"} {"move": "e4"}', ("move", "why"), (), {"move": "d4", "why": "space"}),
+])
+def test_any_fields(text, fields, numeric, want):
+    assert extract_json_fields(text, fields, numeric) == want
