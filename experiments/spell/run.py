@@ -25,10 +25,11 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-# the questioner's bootstrap (probe_json.py, README): the reply starts with '{"question": "'
-# and the questioner samples at 0.7; the one-example bootstrap is off (the model copies it)
+# the bootstrap (probe_json.py, probe_verifier.py, README): the questioner's reply starts with
+# '{"question": "' and it samples at 0.7; the verifier's reply starts with '[['; the
+# one-example bootstrap is off (the model copies it)
 BOOTSTRAP = ["--compact_prompts", "true", "--questioner_prefill", "on", "--questioner_temperature", "0.7",
-             "--few_shot_questioner", "false"]
+             "--few_shot_questioner", "false", "--verifier_prefill", "on"]
 FULL = ["--steps", "10", "--rollout_batch_size", "8", "--n_samples_per_prompt", "8", "--verifier_samples", "3",
         "--grounding_samples", "4", "--max_refill_rounds", "2", *BOOTSTRAP,
         "--questioner_max_len", "96", "--generate_max_len", "96", "--verifier_max_len", "48",

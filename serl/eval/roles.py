@@ -60,6 +60,7 @@ class Roles:
     questioner_len: int
     paragraphs_per_prompt: int = 2                          # paragraphs the questioner sees
     grounding_threshold: float = 0.1                        # no-document score that makes bad_ground
+    verifier_prefill: str = ""                              # the verifier prompt's last text (the reply's start)
 
 
 def read_rows(path: str, keys: tuple[str, ...], limit: int = 0) -> list[dict]:
@@ -131,6 +132,7 @@ def evaluate_roles(generate, roles: Roles, equal_many, held: HeldOut) -> tuple[d
     if held.verify:
         outs = generate([roles.verifier(r["question"], str(r["candidate"]), str(r["gold"])) for r in held.verify],
                         roles.verifier_len)
+        outs = [roles.verifier_prefill + t for t in outs]  # judged as written: prefill + reply
         judged = [parse_judgment(t) for t in outs]
         want = [1 if str(r["label"]).lower() == "yes" else 0 for r in held.verify]
         metrics["eval/verifier/accuracy"] = _mean(j == w for j, w in zip(judged, want))
