@@ -22,7 +22,6 @@ name file, line and key); per-item records are returned for confidence intervals
 """
 from __future__ import annotations
 
-import json
 import math
 import random
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from serl.data.corpus import Cluster, CorpusError, read_corpus, sample_evidence
+from serl.data.jsonl import jsonl_objects
 from serl.data.seeds import DataError
 from serl.engines.base import Sampling
 from serl.rewards.judge import parse_judgment
@@ -69,15 +69,7 @@ def read_rows(path: str, keys: tuple[str, ...], limit: int = 0) -> list[dict]:
     if not p.is_file():
         raise DataError(f"{p}: file not found")
     rows = []
-    for no, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise DataError(f"{p}:{no}: not valid JSON ({e.msg})") from None
-        if not isinstance(row, dict):
-            raise DataError(f"{p}:{no}: expected a JSON object")
+    for no, row in jsonl_objects(p, DataError):
         for k in keys:
             if not isinstance(row.get(k), (str, int)) or isinstance(row.get(k), bool) or str(row[k]).strip() == "":
                 raise DataError(f"{p}:{no}: key '{k}' missing or not a non-empty string")
