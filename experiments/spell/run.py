@@ -144,7 +144,7 @@ def plot(run: Path, path: Path) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="SPELL before/after on the embedded model")
-    ap.add_argument("--out", default=str(ROOT / "experiments/spell/results"), help="output folder")
+    ap.add_argument("--out", default=str(ROOT / "runs/spell_experiment"), help="output folder (the run and its analysis)")
     ap.add_argument("--resume", action="store_true", help="continue OUT/run, then analyse")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: check the pipeline only")
     ap.add_argument("--generator", default="auto", help="auto (vLLM when installed), vllm or hf")
