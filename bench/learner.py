@@ -1,7 +1,7 @@
 """Throughput and MFU of a full TorchLearner update on SmolLM2-135M (fp32 and bf16).
 
-``--paths old,new`` times the learner's code paths side by side, their timed updates
-interleaved (old, new, old, new, ...) so that both see the same machine load: ``new``
+``--paths old,new`` times the learner's code paths side by side, in rounds (old, new,
+old, new, ...) so that both see the same spells of machine load: ``new``
 is the default LearnerConfig (packed micro-batches, blockwise log-softmax, and in bf16
 bf16 weights with fp32 masters); ``old`` switches those off (padded micro-batches,
 full-size fp32 log-softmax, fp32 weights under bf16 autocast), as before issue 17.
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import gc
 import json
 import os
 import statistics
@@ -70,30 +71,33 @@ def make_batch(learner: TorchLearner, n: int, prompt_len: int, response_len: int
 
 
 def bench_update(model_path: str, bf16: bool, args) -> list[dict]:
-    """One result per path in ``args.paths``; their timed updates interleave."""
-    learners, batch = {}, None
-    for name in args.paths:
-        cfg = LearnerConfig(lr=1e-6, warmup_ratio=0.0, total_steps=1000, micro_batch_size=args.micro_batch,
-                            bf16=bf16, **PATHS[name])
-        learners[name] = TorchLearner(model_path, cfg, need_ref=False)
-        if batch is None:
-            batch = make_batch(learners[name], args.batch, args.prompt_len, args.response_len,
-                               learners[name].policy.config.vocab_size, args.seed)
-        learners[name].step(batch)  # warm-up: Adam state allocation, kernel selection
-    params = sum(p.numel() for p in learners[args.paths[0]].policy.parameters())  # tied head counted once
-    tokens = sum(len(p) + len(r) for p, r in zip(batch.prompt_ids, batch.response_ids))
-    wall = {n: [] for n in learners}
-    cpu = {n: [] for n in learners}
+    """One result per path in ``args.paths``. Each round builds each path's learner in
+    turn (old, new, old, new, ...), warms it up with one update and times the next, so
+    both paths see the same spells of machine load and only one learner is in memory."""
+    batch, params = None, 0
+    wall: dict[str, list[float]] = {n: [] for n in args.paths}
+    cpu: dict[str, list[float]] = {n: [] for n in args.paths}
     for _ in range(args.steps):
-        for name, learner in learners.items():
+        for name in args.paths:
+            cfg = LearnerConfig(lr=1e-6, warmup_ratio=0.0, total_steps=1000, micro_batch_size=args.micro_batch,
+                                bf16=bf16, **PATHS[name])
+            learner = TorchLearner(model_path, cfg, need_ref=False)
+            if batch is None:
+                batch = make_batch(learner, args.batch, args.prompt_len, args.response_len,
+                                   learner.policy.config.vocab_size, args.seed)
+                params = sum(p.numel() for p in learner.policy.parameters())  # tied head counted once
+            learner.step(batch)  # warm-up: Adam state allocation, kernel selection
             t, c = time.perf_counter(), time.process_time()
             m = learner.step(batch)
             wall[name].append(time.perf_counter() - t)
             cpu[name].append(time.process_time() - c)
             if m["actor/skipped"]:
                 raise RuntimeError("the benchmark update was skipped (non-finite)")
+            del learner
+            gc.collect()
+    tokens = sum(len(p) + len(r) for p, r in zip(batch.prompt_ids, batch.response_ids))
     out = []
-    for name in learners:
+    for name in args.paths:
         med = statistics.median(wall[name])
         out.append({"path": name, "params": params, "tokens": tokens, "step_s": med, "step_s_best": min(wall[name]),
                     "step_s_all": [round(x, 3) for x in wall[name]],
@@ -111,7 +115,8 @@ def parse_args(argv):
     ap.add_argument("--prompt-len", type=int, default=128, help="mean prompt length (tokens)")
     ap.add_argument("--response-len", type=int, default=256, help="mean response length (tokens)")
     ap.add_argument("--micro-batch", type=int, default=4, help="sequences per forward/backward")
-    ap.add_argument("--steps", type=int, default=3, help="timed updates per dtype and path (the median is kept)")
+    ap.add_argument("--steps", type=int, default=3,
+                    help="rounds per dtype: each builds each path's learner, warms it up, times one update")
     ap.add_argument("--paths", default="new", help="comma list of new and/or old (interleaved; see above)")
     ap.add_argument("--peak-seconds", type=float, default=4.0, help="time spent measuring each matmul peak")
     ap.add_argument("--threads", type=int, default=0,

@@ -9,10 +9,11 @@ bf16 pieces by plain matmuls (faster than SDPA's CPU flash kernel there, see
 ``EAGER_MAX_LEN``), the rest through transformers' own ``sdpa_attention_forward``.
 
 It is installed as a transformers attention implementation (``AttentionInterface``)
-named ``serl_varlen``. transformers builds no mask for an implementation it does not
-know, so the model is called with ``attention_mask=None``, the packed ``position_ids``
-(rotary positions restart at 0 for each sequence) and ``serl_seq_lens``, which the
-decoder layers pass through to the attention as a keyword.
+named ``serl_varlen``. The scorer calls the model with ``attention_mask=None``, the
+packed ``position_ids`` (rotary positions restart at 0 for each sequence) and
+``serl_seq_lens``, which the decoder layers pass through to the attention as a keyword;
+for that call no mask is built. Any other call of the model (no ``serl_seq_lens``) gets
+transformers' SDPA mask and plain SDPA, as before the switch.
 
 Models whose attention is not plain causal SDPA (sliding windows shorter than a
 sequence, logit soft-capping, attention sinks) are refused with an error, never run
@@ -39,9 +40,12 @@ def varlen_attention(module, query: Tensor, key: Tensor, value: Tensor, attentio
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     lens = kwargs.get("serl_seq_lens")
-    if lens is None:
-        raise RuntimeError(f"{VARLEN} attention called without serl_seq_lens: this model does not pass "
-                           "attention keywords through its layers; set LearnerConfig.pack=False")
+    if lens is None:  # an ordinary call of the model (not the scorer's): plain SDPA
+        pos = kwargs.get("position_ids")
+        if attention_mask is None and pos is not None and pos.shape[-1] > 1 and not bool((pos.diff(dim=-1) == 1).all()):
+            raise RuntimeError(f"{VARLEN}: packed position_ids without serl_seq_lens (the sequence lengths); "
+                               "the model would attend across sequences")
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling)
     if attention_mask is not None or query.shape[0] != 1 or sum(lens) != query.shape[2]:
         raise RuntimeError(f"{VARLEN}: expected one packed row of {sum(lens)} tokens and no mask, got "
                            f"query {tuple(query.shape)}, mask {attention_mask is not None}")
@@ -92,8 +96,10 @@ def _causal_bias(n: int, like: Tensor) -> Tensor:
 def use_varlen(lm) -> None:
     """Switch ``lm`` (a transformers causal LM) to packed attention, or raise why not."""
     from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
 
     AttentionInterface.register(VARLEN, varlen_attention)
+    AttentionMaskInterface.register(VARLEN, _mask)
     config = lm.config
     if getattr(config, "attn_logit_softcapping", None):
         raise ValueError(f"{type(lm).__name__}: soft-capped attention is not supported with packing; "
@@ -106,6 +112,14 @@ def use_varlen(lm) -> None:
     if config._attn_implementation != VARLEN:
         raise ValueError(f"{type(lm).__name__}: could not switch attention to {VARLEN}; "
                          "set LearnerConfig.pack=False")
+
+
+def _mask(*args, **kwargs):
+    """The mask transformers builds for this implementation: SDPA's for an ordinary padded
+    call, none when there is no padding mask (causal, or packed: the attention splits)."""
+    from transformers.masking_utils import sdpa_mask
+
+    return None if kwargs.get("attention_mask") is None else sdpa_mask(*args, **kwargs)
 
 
 def packed_forward(model, input_ids: Tensor, position_ids: Tensor, seq_lens: tuple[int, ...]):

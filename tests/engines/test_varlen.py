@@ -141,3 +141,20 @@ def test_smollm2_new_path_matches_the_old(smol_path, smol_tokenizer):
     err_new = (lp["new_bf16"] - lp["old_fp32"]).abs().max().item()
     err_old = (lp["old_bf16"] - lp["old_fp32"]).abs().max().item()
     assert err_new <= 0.15 and err_old <= 0.15, (err_new, err_old)
+
+
+def test_ordinary_calls_of_the_switched_model_stay_plain_sdpa(tiny_path):
+    """Calling the learner's policy directly (left padding, a mask) gives what an SDPA
+    model gives; packed position ids without the lengths are refused."""
+    from transformers import AutoModelForCausalLM
+
+    learner = _learner(tiny_path, True)
+    assert learner.policy.config._attn_implementation == varlen.VARLEN
+    plain = AutoModelForCausalLM.from_pretrained(tiny_path, dtype=torch.float32, attn_implementation="sdpa")
+    ids = torch.tensor([[0, 0, 5, 6, 7], [3, 4, 5, 6, 7]])
+    mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
+    with torch.no_grad():
+        got, want = learner.policy(ids, attention_mask=mask).logits, plain(ids, attention_mask=mask).logits
+    assert torch.allclose(got[mask.bool()], want[mask.bool()], atol=1e-5)
+    with pytest.raises(RuntimeError, match="packed position_ids without serl_seq_lens"):
+        learner.policy(ids[1:], position_ids=torch.tensor([[0, 1, 0, 1, 2]]))
