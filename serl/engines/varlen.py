@@ -5,7 +5,7 @@ A packed micro-batch (``serl.engines.micro``) is one row of ``T = sum(seq_lens)`
 tokens. A dense block-diagonal causal mask over it would cost ``T²`` attention work;
 instead, this attention splits queries, keys and values at the sequence boundaries and
 runs causal attention on each piece (``sum(len²)`` work, as padded rows would): short
-bf16 pieces by plain matmuls (faster than SDPA's CPU flash kernel there, see
+bf16 pieces on a CPU by plain matmuls (faster than SDPA's CPU flash kernel there, see
 ``EAGER_MAX_LEN``), the rest through transformers' own ``sdpa_attention_forward``.
 
 It is installed as a transformers attention implementation (``AttentionInterface``)
@@ -25,8 +25,8 @@ import torch
 from torch import Tensor
 
 VARLEN = "serl_varlen"
-# bf16 sequences up to this length take grouped eager attention (plain matmuls and a
-# softmax over the [n, n] scores), longer ones SDPA's flash kernel. On a 2-core Zen 4
+# On a CPU, bf16 sequences up to this length take grouped eager attention (plain matmuls
+# and a softmax over the [n, n] scores), longer ones SDPA's flash kernel. On a 2-core Zen 4
 # (no AMX), fwd+bwd of 4 x 384 tokens took 43 ms eager against 83 ms flash, 2 x 640
 # 60 against 81, 2 x 768 128 against 91 (the scores outgrow the cache).
 EAGER_MAX_LEN = 512
@@ -60,7 +60,8 @@ def varlen_attention(module, query: Tensor, key: Tensor, value: Tensor, attentio
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
     outs = []
     for q, k, v in zip(query.split(lens, 2), key.split(lens, 2), value.split(lens, 2)):
-        if query.dtype == torch.bfloat16 and q.shape[2] <= EAGER_MAX_LEN and not (dropout and module.training):
+        if (query.device.type == "cpu" and query.dtype == torch.bfloat16 and q.shape[2] <= EAGER_MAX_LEN
+                and not (dropout and module.training)):
             outs.append(_grouped_eager(q, k, v, scale))
         else:
             outs.append(sdpa_attention_forward(module, q, k, v, None, dropout=dropout, scaling=scale,
