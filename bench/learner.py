@@ -10,6 +10,8 @@ A full update = forward + backward over every micro-batch of the batch, gradient
 clipping and the AdamW step. MFU = 6·params·tokens / time / peak, where the peak is the
 best dense matmul rate this script measures on this machine in the same run, for the
 same dtype (the higher of a reading before and one after the updates). Tokens are prompt + response tokens, no padding.
+MFU(cpu) is the same ratio by this process's CPU time on both sides (update and peak):
+on a shared machine it leaves out the time other jobs take (most exact with --threads 1).
 
     python bench/learner.py            # table + a JSON line in bench/results.jsonl
     python bench/learner.py --paths old,new --steps 3   # before/after, interleaved
@@ -37,22 +39,24 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 PATHS = {"new": {}, "old": dict(bf16_weights=False, pack=False, fused_logprobs=False)}
 
 
-def matmul_peak(dtype: torch.dtype, seconds: float) -> float:
-    """Best FLOP/s of square matmuls (sizes 1024..4096) within about ``seconds``."""
-    best = 0.0
+def matmul_peak(dtype: torch.dtype, seconds: float) -> tuple[float, float]:
+    """Best FLOP/s of square matmuls (sizes 1024..4096) within about ``seconds``, by wall
+    time and by this process's CPU time (FLOP per CPU-second, summed over threads)."""
+    best = best_cpu = 0.0
     for n in (1024, 2048, 3072, 4096):
         a = torch.randn(n, n).to(dtype)
         b = torch.randn(n, n).to(dtype)
         a @ b  # warm-up: pick kernels, touch memory
         reps, t0 = 0, time.perf_counter()
         while True:
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             a @ b
             best = max(best, 2 * n ** 3 / (time.perf_counter() - t))
+            best_cpu = max(best_cpu, 2 * n ** 3 / max(time.process_time() - c, 1e-9))
             reps += 1
             if time.perf_counter() - t0 > seconds / 4 and reps >= 2:
                 break
-    return best
+    return best, best_cpu
 
 
 def make_batch(learner: TorchLearner, n: int, prompt_len: int, response_len: int, vocab: int,
@@ -98,11 +102,11 @@ def bench_update(model_path: str, bf16: bool, args) -> list[dict]:
     tokens = sum(len(p) + len(r) for p, r in zip(batch.prompt_ids, batch.response_ids))
     out = []
     for name in args.paths:
-        med = statistics.median(wall[name])
+        med, med_cpu = statistics.median(wall[name]), statistics.median(cpu[name])
         out.append({"path": name, "params": params, "tokens": tokens, "step_s": med, "step_s_best": min(wall[name]),
                     "step_s_all": [round(x, 3) for x in wall[name]],
                     "spread": (max(wall[name]) - min(wall[name])) / med,
-                    "cpu_s_all": [round(x, 3) for x in cpu[name]],
+                    "cpu_s": med_cpu, "cpu_s_all": [round(x, 3) for x in cpu[name]],
                     "tokens_per_s": tokens / med, "flops_per_s": 6 * params * tokens / med})
     return out
 
@@ -148,17 +152,19 @@ def main(argv: list[str] | None = None) -> int:
         before = matmul_peak(DTYPES[name], args.peak_seconds)
         results = bench_update(path, name == "bf16", args)
         after = matmul_peak(DTYPES[name], args.peak_seconds)
-        peak = max(before, after)
+        peak, peak_cpu = max(before[0], after[0]), max(before[1], after[1])
         for r in results:
-            r.update(dtype=name, peak_flops_per_s=peak, peak_readings=[before, after],
-                     mfu=r["flops_per_s"] / peak)
+            # by CPU time: time other jobs take from this process counts on neither side
+            mfu_cpu = 6 * r["params"] * r["tokens"] / r["cpu_s"] / peak_cpu
+            r.update(dtype=name, peak_flops_per_s=peak, peak_readings=[before[0], after[0]],
+                     peak_cpu_flops_per_s=peak_cpu, mfu=r["flops_per_s"] / peak, mfu_cpu=mfu_cpu)
             rows.append(r)
     print(f"{'dtype':<6}{'path':<5}{'tokens':>7}{'step s':>8}{'spread':>8}{'tokens/s':>9}{'GFLOP/s':>9}"
-          f"{'peak GFLOP/s':>13}{'MFU':>7}")
+          f"{'peak GFLOP/s':>13}{'MFU':>7}{'cpu s':>8}{'MFU(cpu)':>9}")
     for r in rows:
         print(f"{r['dtype']:<6}{r['path']:<5}{r['tokens']:>7}{r['step_s']:>8.2f}{100 * r['spread']:>7.0f}%"
               f"{r['tokens_per_s']:>9.1f}{r['flops_per_s'] / 1e9:>9.1f}{r['peak_flops_per_s'] / 1e9:>13.1f}"
-              f"{100 * r['mfu']:>6.1f}%")
+              f"{100 * r['mfu']:>6.1f}%{r['cpu_s']:>8.2f}{100 * r['mfu_cpu']:>8.1f}%")
     print(f"load average (1 min): {load_start:.2f} at the start, {os.getloadavg()[0]:.2f} at the end")
     record = {
         "bench": "learner", "date": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
