@@ -59,6 +59,9 @@ class TrainConfig:
     eval_k: int = _f(0, "also sample K answers per problem for maj@K and pass@K (0 = greedy only)")
     # --- loop size
     steps: int = _f(3, "training steps (one step = grow pool, rollout, reward, filter, update, sync)")
+    max_minutes: float = _f(0.0, "wall-clock budget of the training steps in minutes (loading, evaluation and "
+                                 "checkpoints not counted; kept across --resume): the run stops after the "
+                                 "step that reaches it, with a checkpoint; 0 = no limit")
     rollout_batch_size: int = _f(4, "prompts trained on per step (after the difficulty filter)")
     n_samples_per_prompt: int = _f(4, "responses sampled per prompt (the majority-vote group)")
     # --- reward
@@ -163,6 +166,8 @@ class TrainConfig:
             raise ConfigError("vllm_enable_sleep: needs the vllm generator, but --generator is hf")
         if self.param_offload and self.zero_stage != 3:
             raise ConfigError(f"param_offload: needs --zero_stage 3, got {self.zero_stage}")
+        if self.max_minutes < 0:
+            raise ConfigError(f"max_minutes: must be >= 0 (0 = no limit), got {self.max_minutes}")
         if self.eval_steps < 0 or self.eval_k < 0:
             raise ConfigError("eval_steps / eval_k: must be >= 0")
         if self.temperature < 0:

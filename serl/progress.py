@@ -96,9 +96,10 @@ def _fmt(value: float | int | None) -> str:
 
 
 def step_summary(step: int, metrics: Mapping[str, float | int | None]) -> str:
-    """One line: reward mean, agreement, kept, loss, kl, seconds (those present)."""
+    """One line: reward mean, agreement, truncated share, kept, loss, kl, seconds (those present)."""
     parts = [f"step {step}"]
-    for key, label in (("reward/mean", "reward"), ("reward/agreement", "agree")):
+    for key, label in (("reward/mean", "reward"), ("reward/agreement", "agree"),
+                       ("response/truncated_frac", "trunc")):
         if key in metrics:
             parts.append(f"{label} {_fmt(metrics[key])}")
     kept = metrics.get("pool/kept", metrics.get("filter/difficulty/kept"))

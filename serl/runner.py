@@ -26,6 +26,11 @@ log = logging.getLogger("serl")
 # Exceptions that mean "the user's input is wrong": one message, exit code 2.
 USER_ERRORS = (ConfigError, DataError, ModelError)
 
+# With --max_minutes: minutes of training steps used so far, logged each step; a resume
+# reads it back from metrics.jsonl so the budget spans the interruption.
+BUDGET_KEY = "budget/minutes_used"
+_now = time.monotonic  # the budget's clock (tests replace it)
+
 
 def new_run_dir(cfg: TrainConfig) -> Path:
     if cfg.run_dir:
@@ -166,16 +171,31 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None) -> Path:
             log.info("resumed from %s: continuing at step %d", ckpt, done + 1)
         if eval_set and done == 0:
             evals[0] = _evaluate(recipe, eval_set, logger, 0)
+        budget = cfg.max_minutes * 60
+        used = budget_used(run_dir, done) * 60 if budget and done else 0.0
         for step in range(done + 1, cfg.steps + 1):
+            if budget and used >= budget:  # a resume of a run that had spent its budget
+                log.info("wall-clock budget of %g min was spent by step %d; no more steps", cfg.max_minutes, done)
+                break
+            t0 = _now()
             m = recipe.step(step)
+            used += _now() - t0
+            out_of_time = bool(budget) and used >= budget
+            if budget:
+                m[BUDGET_KEY] = used / 60
             logger.log(step, m)
-            if eval_set and (step == cfg.steps or (cfg.eval_steps and step % cfg.eval_steps == 0)):
+            last = step == cfg.steps or out_of_time
+            if eval_set and (last or (cfg.eval_steps and step % cfg.eval_steps == 0)):
                 evals[step] = _evaluate(recipe, eval_set, logger, step)
                 m.update(evals[step])
             history.append(m)
             print_step_summary(step, m, mode)
-            if step == cfg.steps or (cfg.save_steps and step % cfg.save_steps == 0):
+            if last or (cfg.save_steps and step % cfg.save_steps == 0):
                 save_checkpoint(run_dir, step, engines.learner, recipe.state_dict(), keep=cfg.max_ckpt_num)
+            if out_of_time:
+                log.info("wall-clock budget of %g min reached after step %d (%.1f min of training steps); "
+                         "stopping", cfg.max_minutes, step, used / 60)
+                break
         if cfg.save_model:  # under LoRA: the adapter in PEFT layout
             engines.learner.save(str(run_dir / "model"))
         if cfg.save_merged:
@@ -188,6 +208,19 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None) -> Path:
             logger.close()
     summarise(run_dir, history, evals, time.time() - t_start)
     return run_dir
+
+
+def budget_used(run_dir: Path, step: int) -> float:
+    """Minutes of training steps a run had used by ``step`` (its ``BUDGET_KEY`` in
+    metrics.jsonl); 0, with a warning, when that step did not log it."""
+    from serl.metrics import read_steps
+
+    for s, line in reversed(read_steps(Path(run_dir) / "metrics.jsonl")):
+        if s == step and BUDGET_KEY in (row := json.loads(line)):
+            return float(row[BUDGET_KEY])
+    log.warning("%s: step %d logged no %s (the run had no --max_minutes); the wall-clock budget "
+                "counts from this resume", run_dir, step, BUDGET_KEY)
+    return 0.0
 
 
 def _evaluate(recipe, problems, logger, step: int) -> dict:

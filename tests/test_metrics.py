@@ -391,6 +391,7 @@ SUMMARY = {"reward/mean": 0.5, "reward/agreement": 0.75, "pool/kept": 12, "pool/
         (SUMMARY, "step 3 | reward 0.500 | agree 0.750 | kept 12/64 | loss 0.012 | kl 3.10e-03 | 41.3 s"),
         ({"reward/mean": float("nan"), "filter/difficulty/kept": 7.0}, "step 3 | reward n/a | kept 7"),
         ({}, "step 3"),
+        ({"reward/agreement": 0.5, "response/truncated_frac": 0.875}, "step 3 | agree 0.500 | trunc 0.875"),
     ],
 )
 def test_step_summary(metrics, expected):

@@ -25,14 +25,18 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+# the questioner's bootstrap (probe_json.py, README): the reply starts with '{"question": "'
+# and the questioner samples at 0.7; the one-example bootstrap is off (the model copies it)
+BOOTSTRAP = ["--compact_prompts", "true", "--questioner_prefill", "on", "--questioner_temperature", "0.7",
+             "--few_shot_questioner", "false"]
 FULL = ["--steps", "10", "--rollout_batch_size", "8", "--n_samples_per_prompt", "8", "--verifier_samples", "3",
-        "--grounding_samples", "4", "--max_refill_rounds", "2", "--compact_prompts", "true",
+        "--grounding_samples", "4", "--max_refill_rounds", "2", *BOOTSTRAP,
         "--questioner_max_len", "96", "--generate_max_len", "96", "--verifier_max_len", "48",
-        "--prompt_max_len", "1024", "--actor_learning_rate", "2e-6", "--temperature", "1.0",
+        "--prompt_max_len", "1024", "--actor_learning_rate", "2e-6", "--temperature", "1.0", "--bf16", "true",
         "--eval_qa_limit", "0", "--eval_verify_limit", "0", "--eval_questioner_limit", "20"]
 SMOKE = ["--steps", "2", "--rollout_batch_size", "2", "--n_samples_per_prompt", "2", "--verifier_samples", "2",
-         "--grounding_samples", "1", "--max_refill_rounds", "1", "--questioner_max_len", "48",
-         "--generate_max_len", "48", "--verifier_max_len", "16", "--prompt_max_len", "1024",
+         "--grounding_samples", "1", "--max_refill_rounds", "1", *BOOTSTRAP, "--questioner_max_len", "48",
+         "--generate_max_len", "48", "--verifier_max_len", "24", "--prompt_max_len", "1024",
          "--eval_qa_limit", "8", "--eval_verify_limit", "8", "--eval_questioner_limit", "2"]
 CURVES = ["questioner/valid_json", "questioner/bad_ground", "questioner/informative", "responder/accuracy",
           "verifier/agreement", "verifier/bad_format", "questioner/reward_mean", "responder/reward_mean"]
@@ -151,8 +155,6 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=str(ROOT / "experiments/spell/results"), help="output folder")
     ap.add_argument("--resume", action="store_true", help="continue OUT/run, then analyse")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: check the pipeline only")
-    ap.add_argument("--few_shot", default="true", choices=("true", "false"),
-                    help="the questioner's one-example bootstrap (the untrained model rarely writes JSON)")
     ap.add_argument("--generator", default="auto", help="auto (vLLM when installed), vllm or hf")
     ap.add_argument("--analyse_only", action="store_true", help="only (re)write the tables and curves")
     args, extra = ap.parse_known_args(argv)
@@ -165,7 +167,7 @@ def main(argv=None) -> int:
             if run.exists():
                 raise SystemExit(f"{run} exists: use --resume, or another --out")
             cmd = ["--recipe", "spell", "--model", "smollm2", "--run_dir", str(run), "--generator", args.generator,
-                   "--few_shot_questioner", args.few_shot, "--progress", "plain",
+                   "--progress", "plain",
                    *(SMOKE if args.smoke else FULL), *extra]
         r = subprocess.run([sys.executable, "-m", "serl.cli", "train", *cmd], cwd=ROOT)
         if r.returncode:

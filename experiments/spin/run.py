@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import random
 import subprocess
 import sys
 import time
@@ -31,12 +30,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # this checkout's serl
 
+from serl.eval.stats import mcnemar_p, paired_bootstrap, wilson  # noqa: E402
+
 TRAIN, HELDOUT = ROOT / "dataset/arith_spin_train.jsonl", ROOT / "dataset/arith_spin_heldout.jsonl"
 
 # Fixed before any run (not tuned on the held-out set). SPIN's beta, sampling and mixing;
 # a learning rate for a 135M model and a few dozen steps instead of SPIN's 5e-7 for 7B.
-FULL = dict(train=256, heldout=256, iterations=2, batch=16, epochs=2, lr=5e-6, beta=0.1, max_len=128,
-            eval_max_len=160, online_steps=20, online_prompts=16, online_n=4)
+FULL = dict(train=256, heldout=200, iterations=2, batch=16, epochs=1, lr=1e-5, beta=0.1, max_len=128,
+            eval_max_len=160, online_steps=10, online_prompts=8, online_n=4)
 SMOKE = dict(train=8, heldout=12, iterations=2, batch=4, epochs=1, lr=5e-6, beta=0.1, max_len=32,
              eval_max_len=40, online_steps=2, online_prompts=2, online_n=2)
 
@@ -138,33 +139,7 @@ class Evaluator:
         return res
 
 
-# ---- statistics -------------------------------------------------------------------------
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    if n == 0:
-        return (math.nan, math.nan)
-    p = k / n
-    mid, half = (p + z * z / (2 * n)), z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    return ((mid - half) / (1 + z * z / n), (mid + half) / (1 + z * z / n))
-
-
-def paired_bootstrap(a: list[float], b: list[float], reps: int = 10000, seed: int = 0) -> tuple[float, float, float]:
-    """Mean of b - a with a 95% percentile interval over problems resampled in pairs."""
-    d = [y - x for x, y in zip(a, b)]
-    rng, n = random.Random(seed), len(d)
-    means = sorted(sum(d[rng.randrange(n)] for _ in range(n)) / n for _ in range(reps))
-    return sum(d) / n, means[int(0.025 * reps)], means[int(0.975 * reps) - 1]
-
-
-def mcnemar_p(a: list[int], b: list[int]) -> float:
-    """Exact two-sided McNemar test on paired 0/1 outcomes."""
-    up, down = sum(1 for x, y in zip(a, b) if y > x), sum(1 for x, y in zip(a, b) if x > y)
-    n = up + down
-    if n == 0:
-        return 1.0
-    tail = sum(math.comb(n, k) for k in range(min(up, down) + 1)) / 2 ** n
-    return min(1.0, 2 * tail)
-
-
+# ---- statistics (serl.eval.stats: wilson, paired_bootstrap, mcnemar_p) -------------------
 def summary(res: dict, ref0: dict, beta: float) -> dict:
     n = len(res["boxed"])
     per_tok = [s / m for s, m in zip(res["gold_logp"], res["gold_len"])]

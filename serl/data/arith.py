@@ -13,8 +13,10 @@ Files (regenerate all with ``python -m serl.data.arith``; each is fixed by its s
 - ``arith_heldout.jsonl``: 64 held-out problems (seed 999), none in the seed file.
 - ``arith_spin_train.jsonl``: 256 SPIN training problems (seed 2024).
 - ``arith_spin_heldout.jsonl``: 256 SPIN held-out problems (seed 2025).
+- ``arith_efficacy_heldout.jsonl``: 256 held-out problems of ``experiments/serl_efficacy``
+  (seed 2026).
 
-The four files share no problem text. The solutions were added after the first two
+The five files share no problem text. The solutions were added after the first two
 files shipped; drawing them takes no random numbers, so those files kept their
 problems, answers and order.
 """
@@ -134,6 +136,17 @@ def spin_splits(n_train: int = SPIN_N, n_heldout: int = SPIN_N) -> tuple[list[di
     return train, heldout
 
 
+EFFICACY_HELDOUT_SEED, EFFICACY_HELDOUT_N = 2026, 256
+
+
+def efficacy_heldout(n: int = EFFICACY_HELDOUT_N) -> list[dict]:
+    """Held-out rows of the SeRL efficacy experiment: the same templates under another seed,
+    disjoint from the seed, held-out and SPIN files (so from every training set shipped)."""
+    train, heldout = spin_splits()
+    taken = shipped_problems() | {r["problem"] for r in train + heldout}
+    return make_problems(n, EFFICACY_HELDOUT_SEED, exclude=taken)
+
+
 if __name__ == "__main__":
     root = Path(__file__).resolve().parents[2] / "dataset"
     print(write(root / "arith_seed.jsonl"))
@@ -141,3 +154,4 @@ if __name__ == "__main__":
     spin_train, spin_heldout = spin_splits()
     print(_write_rows(root / "arith_spin_train.jsonl", spin_train))
     print(_write_rows(root / "arith_spin_heldout.jsonl", spin_heldout))
+    print(_write_rows(root / "arith_efficacy_heldout.jsonl", efficacy_heldout()))

@@ -25,7 +25,7 @@ line):
 
 ``docs_train.jsonl`` and ``docs_heldout.jsonl``
     ``{"cluster", "doc", "kind", "distractor", "title", "text"}``; read them with
-    ``serl.recipes.spell.corpus.read_corpus(path)`` (text key ``text``, cluster key
+    ``serl.data.corpus.read_corpus(path)`` (text key ``text``, cluster key
     ``cluster``).
 ``docs_heldout_qa.jsonl``
     ``{"cluster", "question", "answer", "hops", "kind", "evidence"}``: gold single-

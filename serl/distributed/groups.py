@@ -162,6 +162,17 @@ class RewardGroup:
         parts = ray.get([w.equal_many.remote(pairs[a:b]) for w, (a, b) in zip(self.workers, spans)])
         return [r for part in parts for r in part]
 
+    @property
+    def stats(self) -> dict[str, int]:
+        """The workers' checker counters (timeouts, errors, ...), summed."""
+        import ray
+
+        total: dict[str, int] = {}
+        for part in ray.get([w.stats.remote() for w in self.workers]):
+            for k, v in part.items():
+                total[k] = total.get(k, 0) + v
+        return total
+
     def close(self) -> None:
         import ray
 

@@ -151,5 +151,8 @@ class RewardWorker:
     def equal_many(self, pairs: list[tuple[str, str]]) -> list[bool]:
         return self.checker.equal_many(pairs)
 
+    def stats(self) -> dict[str, int]:
+        return dict(self.checker.stats)
+
     def close(self) -> None:
         self.checker.close()

@@ -1,4 +1,5 @@
-"""Evaluation: math benchmarks (pass@1, maj@K, pass@K) and MMLU-Pro.
+"""Evaluation: math benchmarks (pass@1, maj@K, pass@K), MMLU-Pro, and text games (``games.py``:
+win rates against random or a snapshot, Kuhn Poker exploitability).
 
 For training-time evaluation call :func:`evaluate_math` with the trainer's generator,
 tokenizer and checker; its ``"metrics"`` are ``eval/<bench>/pass@1``,

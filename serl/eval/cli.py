@@ -66,9 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="sampling seed")
     p.add_argument("--workers", type=int, default=1, help="math-verify worker processes")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-    from serl.recipes.spiral.evaluate import add_arguments
+    from serl.eval.games import add_arguments
 
-    add_arguments(p)  # --games and its options: SPIRAL's game evaluation
+    add_arguments(p)  # --games and its options: the game evaluation
     return p
 
 
@@ -243,7 +243,7 @@ def cli_main(argv: list[str] | None = None) -> int:
     if problem:
         return _fail(problem)
     if args.games:
-        from serl.recipes.spiral.evaluate import cli_run
+        from serl.eval.games import cli_run
 
         code = cli_run(args)
         if code or not args.benchmarks:

@@ -17,17 +17,18 @@ BOXED_INSTRUCTION = "Please reason step by step, and put your final answer withi
 RAW_STOP = ("\n\n\n",)  # a raw prompt has no end-of-turn; SeRL's "pure" style stops here
 
 
-def build_prompt(question: str, tokenizer, style: str = "chat_boxed") -> str:
+def build_prompt(question: str, tokenizer, style: str = "chat_boxed", instruction: str = BOXED_INSTRUCTION) -> str:
     """``raw``: the question text as it is (SeRL's "pure" prompt);
     ``chat``: the question as the user turn of the chat template;
-    ``chat_boxed``: the same plus an instruction to put the answer in ``\\boxed{}``."""
+    ``chat_boxed``: the same plus ``instruction`` (by default: reason step by step and put
+    the answer in ``\\boxed{}``; training runs pass their own ``--system_prompt``)."""
     if style == "raw":
         return question
     if style not in PROMPT_STYLES:
         raise ValueError(f"prompt style must be one of {PROMPT_STYLES}, got {style!r}")
     content = question.strip()
     if style == "chat_boxed":
-        content = f"{content}\n{BOXED_INSTRUCTION}"
+        content = f"{content}\n{instruction}"
     return tokenizer.apply_chat_template([{"role": "user", "content": content}],
                                          add_generation_prompt=True, tokenize=False)
 
@@ -61,7 +62,8 @@ def _verdicts(problems: list[MathProblem], answers: list[list[str | None]], chec
 def evaluate_math(generator, tokenizer, problems: list[MathProblem], k: int = 8, *, checker,
                   greedy: bool = True, max_new_tokens: int = 1024, temperature: float = 1.0,
                   top_p: float = 0.95, prompt_style: str = "chat_boxed", seed: int | None = None,
-                  prefix: str = "eval", chunk: int = 64, fallback: str = "number", log=None) -> dict:
+                  prefix: str = "eval", chunk: int = 64, fallback: str = "number", log=None,
+                  instruction: str = BOXED_INSTRUCTION) -> dict:
     """Evaluate ``generator`` on math problems (any mix of benchmarks).
 
     Returns ``{"metrics": {...}, "benchmarks": {...}, "records": [...]}``:
@@ -77,7 +79,7 @@ def evaluate_math(generator, tokenizer, problems: list[MathProblem], k: int = 8,
         raise ValueError("k must be >= 0")
     if fallback not in FALLBACKS:
         raise ValueError(f"fallback must be one of {FALLBACKS}, got {fallback!r}")
-    prompts = [build_prompt(p.question, tokenizer, prompt_style) for p in problems]
+    prompts = [build_prompt(p.question, tokenizer, prompt_style, instruction) for p in problems]
     stop = RAW_STOP if prompt_style == "raw" else ()
     records: list[dict] = []
     greedy_ok: list[float] = []

@@ -4,8 +4,9 @@ from serl.instruct.config import InstructConfig
 from serl.instruct.filters import DifficultyFilter, TextFilters, normalize
 from serl.instruct.generate import Candidate, SelfInstruct
 from serl.instruct.pool import PoolError, PoolItem, PromptPool
+from serl.instruct.rollouts import Rollout, fill_batch
 from serl.instruct.template import build_prompt, load_template, parse_items
 
 __all__ = ["InstructConfig", "DifficultyFilter", "TextFilters", "normalize", "Candidate",
-           "SelfInstruct", "PoolError", "PoolItem", "PromptPool", "build_prompt",
-           "load_template", "parse_items"]
+           "SelfInstruct", "PoolError", "PoolItem", "PromptPool", "Rollout", "fill_batch",
+           "build_prompt", "load_template", "parse_items"]

@@ -140,6 +140,22 @@ class NoveltyFilter(_Counted):
         return self._count(f"too_similar: rougeL={score:.3f} vs known #{idx}" if bad else None)
 
 
+class PromptLengthFilter(_Counted):
+    """Rejects a problem whose rollout prompt would exceed ``max_tokens`` (``--prompt_max_len``).
+
+    ``count_tokens(text)`` gives the length of the prompt the policy will see for ``text``
+    (chat template and instruction included)."""
+    name = "prompt_len"
+
+    def __init__(self, count_tokens, max_tokens: int):
+        super().__init__()
+        self.count_tokens, self.max_tokens = count_tokens, max_tokens
+
+    def check(self, text: str) -> str | None:
+        n = self.count_tokens(text)
+        return self._count(f"too_long: {n} prompt tokens > {self.max_tokens}" if n > self.max_tokens else None)
+
+
 class TextFilters:
     """All text filters, in order, plus the set of known texts they compare against.
 
@@ -163,6 +179,10 @@ class TextFilters:
     def from_config(cls, cfg) -> "TextFilters":
         return cls(cfg.min_words, cfg.max_words, cfg.rouge_threshold, cfg.banned_words,
                    cfg.banned_starts, cfg.allowed_start_punct)
+
+    def add_filter(self, f) -> None:
+        """One more filter, run before the (costlier) duplicate and novelty checks."""
+        self.filters.insert(self.filters.index(self.duplicate), f)
 
     def add_known(self, text: str) -> None:
         self.duplicate.add(text)

@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 
 POOL_FILE = "pool.jsonl"
 FORMAT_VERSION = 1
-STATUSES = ("pending", "kept", "filtered", "expired")
+STATUSES = ("pending", "kept", "filtered")
 
 
 class PoolError(RuntimeError):
@@ -37,7 +37,7 @@ class PoolItem:
     source: str  # "seed" | "generated"
     step: int  # step it was made (seeds: 0)
     parents: list[str]  # ids of the few-shot examples it was generated from
-    status: str  # pending | kept | filtered | expired (seeds are "kept")
+    status: str  # pending | kept | filtered (seeds are "kept")
     history: list[dict] = field(default_factory=list)  # one entry per rollout
     filter: str | None = None  # which filter set status "filtered"
     reason: str | None = None  # and why
@@ -51,13 +51,12 @@ class PoolItem:
 class PromptPool:
     """Seeds and generated problems. Use ``create`` or ``load``, not the constructor.
 
-    ``replay_window`` W: a kept generated problem made at step s is trainable at steps
-    s .. s+W-1, then expires. W = 1 is SeRL's rule (train on it only in its own step).
+    A generated problem is ``pending`` until its rollout, then ``kept`` or ``filtered`` by
+    the difficulty filter (or a filter of the trainer's own, through ``mark``).
     """
 
-    def __init__(self, path: Path, replay_window: int = 1):
+    def __init__(self, path: Path):
         self.path = path
-        self.replay_window = replay_window
         self._items: dict[str, PoolItem] = {}
         self._order: list[str] = []
         self._n_generated = 0
@@ -65,9 +64,7 @@ class PromptPool:
 
     # ---- construction -------------------------------------------------------------
     @classmethod
-    def create(cls, run_dir: str | Path, seeds: list[Problem], replay_window: int = 1) -> "PromptPool":
-        if replay_window < 1:
-            raise ValueError(f"replay_window must be >= 1, got {replay_window}")
+    def create(cls, run_dir: str | Path, seeds: list[Problem]) -> "PromptPool":
         if not seeds:
             raise ValueError("a prompt pool needs at least one seed problem")
         run_dir = Path(run_dir)
@@ -75,8 +72,8 @@ class PromptPool:
         if path.exists():
             raise PoolError(f"a prompt pool already exists at {path}; use PromptPool.load to resume")
         run_dir.mkdir(parents=True, exist_ok=True)
-        pool = cls(path, replay_window)
-        pool._emit({"e": "header", "version": FORMAT_VERSION, "replay_window": replay_window})
+        pool = cls(path)
+        pool._emit({"e": "header", "version": FORMAT_VERSION})
         for i, p in enumerate(seeds):
             item = PoolItem(id=f"s{i}", text=p.text, label=p.label, source="seed", step=0,
                             parents=[], status="kept", meta=dict(p.meta))
@@ -148,7 +145,6 @@ class PromptPool:
         if kind == "header":
             if ev["version"] != FORMAT_VERSION:
                 raise ValueError(f"pool format version {ev['version']} (this code reads {FORMAT_VERSION})")
-            self.replay_window = int(ev["replay_window"])
         elif kind == "add":
             item = PoolItem(**ev["item"])
             if item.id in self._items:
@@ -220,20 +216,6 @@ class PromptPool:
         self._emit({"e": "status", "id": item_id, "status": status, "step": step,
                     "filter": filter, "reason": reason})
 
-    def trainable(self, step: int) -> list[PoolItem]:
-        """Kept generated items inside the replay window at ``step``; kept items whose
-        window has passed are marked expired on the way."""
-        out = []
-        for it in self.generated():
-            if it.status != "kept":
-                continue
-            age = step - it.step
-            if age >= self.replay_window:
-                self.mark(it.id, "expired", step, reason=f"older than {self.replay_window} step(s)")
-            elif age >= 0:
-                out.append(it)
-        return out
-
     # ---- queries --------------------------------------------------------------------
     def __len__(self) -> int:
         return len(self._order)
@@ -251,14 +233,14 @@ class PromptPool:
         return [it for it in self.items() if it.source == "generated"]
 
     def known_texts(self) -> list[str]:
-        """Every text in the pool (seeds, kept, pending, filtered, expired), in the order
+        """Every text in the pool (seeds, kept, pending, filtered), in the order
         added; the list only grows, so filters can index it incrementally."""
         return [self._items[i].text for i in self._order]
 
     def fewshot_examples(self, rng: random.Random, k: int, max_generated: int) -> list[PoolItem]:
         """Up to ``max_generated`` generated problems that passed the difficulty filter,
         the rest seeds, shuffled."""
-        good = [it for it in self.generated() if it.ever_kept and it.status in ("kept", "expired")]
+        good = [it for it in self.generated() if it.ever_kept and it.status == "kept"]
         n_gen = min(max_generated, len(good), k)
         picked = rng.sample(good, n_gen)
         seeds = self.seeds()

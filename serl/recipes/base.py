@@ -125,14 +125,18 @@ class Recipe:
         pass
 
     def evaluate(self, problems) -> dict[str, float]:
-        """Greedy pass@1 (and maj@K / pass@K with --eval_k) on held-out math problems."""
+        """Greedy pass@1 (and maj@K / pass@K with --eval_k) on held-out math problems, asked
+        as in training (``--system_prompt`` after each question)."""
         from serl.eval import evaluate_math
 
         cfg = self.cfg
         t0 = time.perf_counter()
+        # the prompt the policy is trained with: the run's instruction after each question
         out = evaluate_math(self.generator, self.tok, problems, k=cfg.eval_k, checker=self.checker,
                             max_new_tokens=cfg.generate_max_len, fallback=cfg.answer_fallback,
-                            temperature=cfg.temperature, top_p=cfg.top_p)
+                            temperature=cfg.temperature, top_p=cfg.top_p,
+                            prompt_style="chat_boxed" if cfg.system_prompt else "chat",
+                            instruction=cfg.system_prompt)
         metrics = {k: v for k, v in out["metrics"].items() if isinstance(v, (int, float))}
         metrics["time/eval"] = time.perf_counter() - t0
         return metrics
@@ -176,7 +180,7 @@ class Recipe:
                                  mask, gamma=self.cfg.gamma)
         if metrics is not None:
             metrics["response/length_mean"] = sum(lens) / len(lens)
-            metrics["response/truncated_frac"] = sum(c.finish_reason == "length" for _, c, _ in rows) / len(rows)
+            metrics["response/truncated_frac"] = sum(truncated(c) for _, c, _ in rows) / len(rows)
         return TrainBatch(prompt_ids=[list(c.prompt_ids) for _, c, _ in rows],
                           response_ids=[list(c.token_ids) for _, c, _ in rows],
                           advantages=[adv[i, :n] for i, n in enumerate(lens)])
@@ -185,3 +189,16 @@ class Recipe:
         """Serve the learner's current weights from the generator."""
         with self.timed("sync"):
             self.generator.load_weights(self.learner.named_weights())
+
+
+# ---- the overlong rule: one place for every recipe ---------------------------------------------
+def truncated(completion) -> bool:
+    """A response cut off by the token limit (it never finished)."""
+    return completion.finish_reason == "length"
+
+
+def masked_overlong(completion, enabled: bool) -> bool:
+    """Whether the overlong filter leaves this response out of the loss: with ``enabled``,
+    a truncated one is (DAPO, Yu et al. 2025, "overlong filtering"; SPIRAL, Liu et al. 2025).
+    Its reward still counts where it was given (the vote, the group's baseline)."""
+    return enabled and truncated(completion)

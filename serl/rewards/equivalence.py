@@ -55,6 +55,13 @@ _STAT_KEYS = (
 READY = "ready"  # a worker's first message
 
 
+def checker_counts(checker) -> dict[str, int]:
+    """A copy of a checker's running counters (``EquivalenceChecker.stats``; summed over the
+    workers for Ray's reward group); {} for a checker that keeps none."""
+    stats = getattr(checker, "stats", None)
+    return dict(stats) if isinstance(stats, dict) else {}
+
+
 class RewardPoolError(RuntimeError):
     """The worker pool could not finish a job; no reward is given for it."""
 

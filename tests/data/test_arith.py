@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from serl.data.arith import KINDS, make_problems, shipped_problems, spin_splits
+from serl.data.arith import KINDS, efficacy_heldout, make_problems, shipped_problems, spin_splits
 from serl.data.seeds import read_seeds
 from serl.rewards.extract import last_boxed
 
@@ -30,7 +30,7 @@ def test_shipped_problems_unchanged(name):
     assert hashlib.sha256(json.dumps(triples).encode()).hexdigest() == PINNED[name]
 
 
-@pytest.mark.parametrize("name", FILES)
+@pytest.mark.parametrize("name", FILES + ["arith_efficacy_heldout.jsonl"])
 def test_every_solution_is_worked_and_boxed(name):
     ops = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
            "/": lambda a, b: a / b}
@@ -71,3 +71,14 @@ def test_exclude_keeps_the_template_order():
 def test_spin_train_reads_with_output_key():
     probs = read_seeds(DATASET / "arith_spin_train.jsonl", output_key="solution")
     assert len(probs) == 256 and all(p.solution.endswith("\\boxed{%s}" % p.label) for p in probs)
+
+
+def test_efficacy_heldout_matches_the_generator_and_is_disjoint():
+    held = rows("arith_efficacy_heldout.jsonl")
+    assert held == efficacy_heldout() and len(held) == 256
+    texts = {r["problem"] for r in held}
+    assert len(texts) == 256
+    for name in FILES:  # every training and evaluation file shipped before it
+        assert not texts & {r["problem"] for r in rows(name)}, name
+    kinds = Counter(r["kind"] for r in held)  # 256 = 6 * 42 + 4, templates in turn
+    assert sorted(kinds.values()) == [42, 42, 43, 43, 43, 43]

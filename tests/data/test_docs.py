@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 from serl.data.docs import FILES, make_corpus, write
-from serl.recipes.spell.rewards import cover_em
+from serl.rewards.qa import cover_em
 
 ROOT = Path(__file__).resolve().parents[2]
 

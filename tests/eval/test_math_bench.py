@@ -71,6 +71,8 @@ def test_prompt_styles(smol_tokenizer):
     boxed = build_prompt(q, smol_tokenizer, "chat_boxed")
     assert chat.rstrip().endswith("<|im_start|>assistant") and q in chat and BOXED_INSTRUCTION not in chat
     assert BOXED_INSTRUCTION in boxed and boxed.rstrip().endswith("<|im_start|>assistant")
+    short = build_prompt(q, smol_tokenizer, "chat_boxed", "Answer briefly in \\boxed{}.")
+    assert f"{q}\nAnswer briefly in \\boxed{{}}." in short and BOXED_INSTRUCTION not in short
     with pytest.raises(ValueError):
         build_prompt(q, smol_tokenizer, "fancy")
 

@@ -14,11 +14,11 @@ def _seeds(n=10):
 
 
 def _snapshot(pool):
-    return [asdict(it) for it in pool.items()], pool.replay_window
+    return [asdict(it) for it in pool.items()]
 
 
-def _two_steps(run_dir, replay_window=1):
-    pool = PromptPool.create(run_dir, _seeds(), replay_window=replay_window)
+def _two_steps(run_dir):
+    pool = PromptPool.create(run_dir, _seeds())
     a, b = pool.add_generated(["Gen A: what is 7 times 6?", "Gen B: what is 9 squared?"], step=1,
                               parents=[["s0", "s1"], ["s2"]])
     pool.record_rollout(a.id, 1, 0.5, "42", True, None)
@@ -111,19 +111,14 @@ def test_load_until_step_resumes_an_older_checkpoint(tmp_path):
     assert len(PromptPool.load(tmp_path).generated()) == 2  # step 2 was cut from the file
 
 
-@pytest.mark.parametrize("window,trainable_at", [
-    (1, {1: ["g0"], 2: [], 3: []}),
-    (2, {1: ["g0"], 2: ["g0"], 3: []}),
-])
-def test_trainable_and_expiry(tmp_path, window, trainable_at):
-    pool = _two_steps(tmp_path, replay_window=window)
-    for step, ids in trainable_at.items():
-        assert [it.id for it in pool.trainable(step)] == ids
-    assert pool.get("g0").status == "expired"
-    assert pool.get("g1").status == "filtered"  # never trainable
-    pool.flush()
-    assert PromptPool.load(tmp_path).get("g0").status == "expired"
-    assert PromptPool.load(tmp_path).replay_window == window
+def test_a_header_of_the_older_format_still_loads(tmp_path):
+    _two_steps(tmp_path)
+    path = tmp_path / POOL_FILE
+    lines = path.read_text().splitlines()
+    header = json.loads(lines[0])
+    lines[0] = json.dumps(dict(header, replay_window=1))  # written before the option was removed
+    path.write_text("\n".join(lines) + "\n")
+    assert PromptPool.load(tmp_path).get("g0").status == "kept"
 
 
 def test_fewshot_mix_and_stats(tmp_path):
@@ -132,7 +127,6 @@ def test_fewshot_mix_and_stats(tmp_path):
     gen = pool.add_generated(texts, step=1, parents=[["s0"]] * 5)
     for it, ok in zip(gen, [True, True, True, False, False]):
         pool.record_rollout(it.id, 1, 0.5 if ok else 1.0, None, ok, None if ok else "too_easy")
-    pool.trainable(2)  # g0..g2 expire: still good few-shot examples
     rng = random.Random(0)
     for _ in range(20):
         shots = pool.fewshot_examples(rng, 8, 2)
@@ -143,8 +137,7 @@ def test_fewshot_mix_and_stats(tmp_path):
     fresh = PromptPool.create(tmp_path / "b", _seeds(10))
     assert all(s.source == "seed" for s in fresh.fewshot_examples(rng, 8, 2))
     assert pool.stats() == {"pool/size": 15.0, "pool/seeds": 10.0, "pool/generated": 5.0,
-                            "pool/pending": 0.0, "pool/kept": 0.0, "pool/filtered": 2.0,
-                            "pool/expired": 3.0}
+                            "pool/pending": 0.0, "pool/kept": 3.0, "pool/filtered": 2.0}
     assert pool.known_texts()[:10] == [s.text for s in _seeds(10)]
     assert pool.known_texts()[10:] == texts
 

@@ -80,11 +80,11 @@ def test_option_of_another_recipe_names_its_owner(tmp_path, monkeypatch):
         with pytest.raises(SystemExit):
             parse_args(["--other_knob", "3"])
         y = tmp_path / "c.yaml"
-        y.write_text("recipe: other\nrollout_batch_size: 2\nreplay_window: 2\n")
-        with pytest.raises(ConfigError, match="option 'replay_window' belongs to recipe 'serl'"):
+        y.write_text("recipe: other\nrollout_batch_size: 2\noverlong_filter: true\n")
+        with pytest.raises(ConfigError, match="option 'overlong_filter' belongs to recipe 'serl'"):
             parse_args(["--config", str(y)])
         cfg, _ = parse_args(["--recipe", "other", "--other_knob", "3"])
-        assert cfg.other_knob == 3 and not hasattr(cfg, "replay_window")
+        assert cfg.other_knob == 3 and not hasattr(cfg, "overlong_filter")
     finally:
         recipes.RECIPES.pop("other")
         recipes.config_class.cache_clear()

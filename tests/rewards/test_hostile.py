@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from serl.rewards import EquivalenceChecker, score_groups
+from serl.rewards import EquivalenceChecker, checker_counts, score_groups
 from serl.rewards.safety import guarded_parse_expr
 
 TIMEOUT = 1.0
@@ -54,6 +54,8 @@ def test_timeouts_are_counted_and_workers_replaced(hard_checker):
     before = dict(hard_checker.stats)
     assert hard_checker.equal("{" * 400 + "1" + "}" * 400, "1") is False
     assert hard_checker.stats["timeouts"] == before["timeouts"] + 1
+    assert checker_counts(hard_checker)["timeouts"] == before["timeouts"] + 1  # what a step's metrics read
+    assert checker_counts(object()) == {}
     assert hard_checker.stats["restarts"] == before["restarts"] + 1
     assert hard_checker.equal("\\frac{1}{2}", "0.5")
 

@@ -9,9 +9,11 @@ from serl.config import ConfigError, TrainConfig, _f
 
 @dataclass
 class SerlOptions:
-    max_refill_rounds: int = _f(3, "rollout rounds per step to fill the batch after filtering")
+    max_refill_rounds: int = _f(3, "rounds per step (generate, roll out, filter) to fill the batch after filtering")
     enable_self_evolution: bool = _f(True, "grow the prompt pool by few-shot self-instruction")
-    instructions_num_per_iteration: int = _f(8, "new problems to generate per round")
+    instructions_num_per_iteration: int = _f(0, "SeRL's learning-rate schedule length, in prompts: the "
+                                                "schedule spans ceil(N / rollout_batch_size) steps (0 = "
+                                                "--steps); what a step generates is set by rollout_batch_size")
     few_shot_generation: int = _f(8, "examples per few-shot instruction prompt")
     few_shot_generation_batch_size: int = _f(8, "few-shot prompts per generate call")
     reward_difficulty_bounds: list = _f([0.2, 0.8], "keep prompts whose agreement lies in [low, high]")
@@ -19,8 +21,9 @@ class SerlOptions:
     instruction_max_attempts: int = _f(4, "generate calls per round before self-instruction gives up short")
     instruction_temperature: float = _f(0.8, "sampling temperature for problem generation")
     instruction_top_p: float = _f(0.95, "nucleus sampling for problem generation")
-    replay_window: int = _f(1, "steps a kept generated problem stays trainable (1 = SeRL: its own step)")
     rouge_threshold: float = _f(0.7, "reject a new problem whose ROUGE-L F1 with a known one exceeds this")
+    overlong_filter: bool = _f(False, "leave responses cut off by --generate_max_len out of the loss (DAPO); "
+                                      "their votes still count")
 
 
 @dataclass
@@ -35,6 +38,17 @@ class Config(SerlOptions, TrainConfig):
             raise ConfigError(f"reward_difficulty_bounds: need two numbers 0 <= low <= high <= 1, got {lo_hi}")
         if self.max_refill_rounds < 1:
             raise ConfigError(f"max_refill_rounds: must be >= 1, got {self.max_refill_rounds}")
+        if self.instructions_num_per_iteration < 0:
+            raise ConfigError(f"instructions_num_per_iteration: must be >= 0 (0 = the schedule spans "
+                              f"--steps), got {self.instructions_num_per_iteration}")
+        if self.prompt_max_len < 1:
+            raise ConfigError(f"prompt_max_len: must be >= 1, got {self.prompt_max_len}")
+        if self.reward_mode == "rule" and self.enable_self_evolution:
+            raise ConfigError("reward_mode: rule needs a label for every problem it trains on, but with "
+                              "--enable_self_evolution the problems are generated and have none; use "
+                              "--reward_mode majority or auto (auto: the rule reward where a problem has a "
+                              "label, the vote elsewhere), or --enable_self_evolution false to train the "
+                              "labelled seeds")
 
 
 SerlConfig = Config

@@ -25,6 +25,9 @@ class SpellOptions:
     paragraphs_per_prompt: int = option(2, "new paragraphs shown to the questioner per prompt")
     compact_prompts: bool = option(True, "short prompts for models under ~1B parameters")
     few_shot_questioner: bool = option(False, "show the questioner one worked JSON example (bootstrap)")
+    questioner_prefill: str = option("auto", "start the questioner's reply with '{\"question\": \"' so a small "
+                                             "model only continues the JSON block: auto (= on with compact "
+                                             "prompts), on, off", choices=("auto", "on", "off"))
     questioner_max_len: int = option(128, "max new tokens of a questioner reply")
     questioner_temperature: float = option(1.0, "sampling temperature of the questioner (the other roles: "
                                                 "--temperature)")

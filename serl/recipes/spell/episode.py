@@ -3,7 +3,11 @@ the responder's samples and the verifier's judgments, and the rewards of all thr
 
 The recipe (``serl.recipes.spell.recipe``) fills these in stage by stage with the
 generator; everything here is pure, so it is tested without a model. The rules are
-SPELL's (Tongyi-Zhiwen 2025), via :mod:`serl.recipes.spell.rewards`.
+SPELL's (Tongyi-Zhiwen 2025; numbers cited from its public trainer, the code is ours):
+answer scoring from :mod:`serl.rewards.qa`, the verifier's majority and rewards from
+:mod:`serl.rewards.judge`, and the questioner's own rules here: -1 for bad format, -0.5
+for ``bad_ground`` (the responder without documents scores >= 0.1), 0 when the
+responder's mean score is 0 or 1, else exp(-(r-0.5)^2 / (2 (1/6)^2)).
 
 Statuses of a question:
 ``ok``          parsed, new, grounded: the responder answered it;
@@ -14,16 +18,58 @@ Statuses of a question:
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
 
+from serl.data.corpus import Cluster
 from serl.engines.base import Completion, TrainBatch
-from serl.recipes.spell.corpus import Cluster
-from serl.recipes.spell.rewards import (Majority, parse_judgment, questioner_reward, responder_reward,
-                                        verifier_majority, verifier_rewards, verifier_train_mask)
+from serl.rewards.json_extract import extract_json_fields
+from serl.rewards.judge import (Majority, parse_judgment, responder_reward, verifier_majority, verifier_rewards,
+                                verifier_train_mask)
 
 TRAINED_STATUSES = ("ok", "bad_format", "bad_ground")
+GROUNDING_THRESHOLD = 0.1
+QUESTIONER_SIGMA = 1 / 6
+MAX_ANSWER_CHARS = 200  # longer answers are "too_long" (upstream drops > 40 tokens unpenalised)
+
+
+def parse_questioner(text: str, max_answer_chars: int = MAX_ANSWER_CHARS) -> tuple[str, dict | None]:
+    """(status, qa): ``("ok", qa)``, ``("bad_format", None)`` or ``("too_long", qa)``.
+
+    ``too_long`` answers are dropped without penalty, as upstream does for answers
+    over 40 tokens: long answers make cover-EM meaningless rather than being wrong.
+    """
+    qa = extract_json_fields(text, ("question", "answer"), numeric=("answer",))
+    if qa is None:
+        return "bad_format", None
+    return ("too_long" if len(qa["answer"]) > max_answer_chars else "ok"), qa
+
+
+def is_bad_ground(no_doc_score: float, threshold: float = GROUNDING_THRESHOLD) -> bool:
+    """Answerable without the documents: the no-document mean score reaches ``threshold``."""
+    return no_doc_score >= threshold
+
+
+def difficulty_reward(mean_score: float, sigma: float = QUESTIONER_SIGMA) -> float:
+    """0 when every response is right or every one wrong, else a Gaussian bump at 0.5."""
+    if not 0.0 <= mean_score <= 1.0:
+        raise ValueError(f"mean responder score must lie in [0, 1], got {mean_score}")
+    if mean_score in (0.0, 1.0):
+        return 0.0
+    return math.exp(-((mean_score - 0.5) ** 2) / (2 * sigma ** 2))
+
+
+def questioner_reward(status: str, mean_score: float | None = None, sigma: float = QUESTIONER_SIGMA) -> float:
+    """-1 bad format, -0.5 bad_ground, else :func:`difficulty_reward` of the mean score."""
+    if status in ("bad_format", "bad_ground"):
+        return -1.0 if status == "bad_format" else -0.5
+    if status != "ok":
+        raise ValueError(f"unknown questioner status {status!r}; expected one of {TRAINED_STATUSES}")
+    if mean_score is None:
+        raise ValueError("a questioner with status 'ok' needs the responder's mean score")
+    return difficulty_reward(mean_score, sigma)
 
 
 @dataclass
@@ -129,3 +175,38 @@ def nonzero_rows(batch: TrainBatch | None) -> TrainBatch | None:
         return None
     keep = [i for i, a in enumerate(batch.advantages) if bool(torch.any(a != 0))]
     return batch.subset(keep) if keep else None
+
+
+def _share(num, den) -> float:
+    return num / den if den else float("nan")  # nothing to measure is NaN (logged as null), not 0
+
+
+def role_metrics(qs: list[Question], groups: RoleGroups) -> dict[str, float]:
+    """Per-role rates over one step's questions (``questioner/``, ``responder/``, ``verifier/``)."""
+    n = len(qs)
+    checked = [q for q in qs if q.ground is not None]
+    answered = [q for q in qs if q.status == "ok"]
+    rewarded = [q.reward for q in qs if q.reward is not None]
+    responses = [(r, w) for q in answered for r, w in zip(q.rule, q.rewards)]
+    judgments = [(j, maj, rule) for q in answered for js, maj, rule in zip(q.judges, q.majorities, q.rule)
+                 for j in (parse_judgment(c.text) for c in js)]
+    valid = [(j, maj, rule) for j, maj, rule in judgments if j != -1]
+    return {
+        "questioner/valid_json": _share(sum(q.status != "bad_format" for q in qs), n),
+        "questioner/bad_ground": _share(sum(q.status == "bad_ground" for q in checked), len(checked)),
+        "questioner/informative": _share(sum(q.informative for q in answered), len(answered)),
+        "questioner/repeated": _share(sum(q.status == "repeated" for q in qs), n),
+        "questioner/too_long": _share(sum(q.status == "too_long" for q in qs), n),
+        "questioner/reward_mean": _share(sum(rewarded), len(rewarded)),
+        "questioner/asked": float(n),
+        "responder/accuracy": _share(sum(r for r, _ in responses), len(responses)),
+        "responder/reward_mean": _share(sum(w for _, w in responses), len(responses)),
+        "responder/verifier_lift": _share(sum(w > r for r, w in responses), len(responses)),
+        "responder/no_answer": _share(sum(a is None for q in answered for a in q.answers), len(responses)),
+        "verifier/agreement": _share(sum(float(j) == rule for j, _, rule in valid), len(valid)),
+        "verifier/majority_agreement": _share(sum(maj is not None and j == maj.label for j, maj, _ in valid),
+                                              len(valid)),
+        "verifier/bad_format": _share(len(judgments) - len(valid), len(judgments)),
+        "train/responder_groups": float(len(groups.responder)),
+        "train/verifier_groups": float(len(groups.verifier)),
+    }

@@ -4,7 +4,7 @@ SPELL (Tongyi-Zhiwen 2025) keeps, for each cluster, the last few questions whose
 responder mean score was in range, with the paragraphs they came from. The next
 questioner prompt for that cluster shows them as examples and asks for a new, harder
 question, and their evidence stays in the context while new paragraphs are added
-(:func:`serl.recipes.spell.corpus.sample_evidence`), so questions grow in scope.
+(:func:`serl.data.corpus.sample_evidence`), so questions grow in scope.
 
 Here: at most ``capacity`` (3, as upstream) entries per cluster, first in first out;
 an entry is stored when the responder's mean score lies in (0, 1] (the issue's rule;

@@ -19,6 +19,14 @@ from typing import Sequence
 from serl.recipes.spell.memory import MemoryEntry
 
 ANSWER_PHRASE = "The answer is"
+# The bootstrap for small models (--questioner_prefill): the questioner's reply starts with
+# this text, so the model only continues the JSON block; the parser reads prefill + reply.
+QUESTIONER_PREFILL = '{"question": "'
+
+
+def questioner_prefill(mode: str, compact: bool) -> str:
+    """The prefill for ``--questioner_prefill`` ``auto`` (on with compact prompts), ``on`` or ``off``."""
+    return QUESTIONER_PREFILL if mode == "on" or (mode == "auto" and compact) else ""
 MAX_QUESTION_CHARS = 600
 MAX_ANSWER_CHARS = 300
 

@@ -18,18 +18,17 @@ import random
 import torch
 
 from serl.checkpoint import fault_point
+from serl.data.corpus import CorpusError, fit_clusters, read_corpus, sample_evidence
 from serl.data.seeds import DataError
 from serl.engines.base import Sampling
+from serl.eval.roles import HeldOut, Roles, evaluate_roles, greedy_texts, load_heldout
 from serl.instruct.novelty import RougeIndex
 from serl.models import load_tokenizer, resolve_model
 from serl.recipes.base import Recipe, RunContext
 from serl.recipes.spell import episode
-from serl.recipes.spell.corpus import CorpusError, fit_clusters, read_corpus, sample_evidence
-from serl.recipes.spell.evaluate import evaluate_roles, greedy_texts, load_heldout
 from serl.recipes.spell.memory import HistoryMemory
-from serl.recipes.spell.parse import parse_questioner
-from serl.recipes.spell.prompts import questioner_prompt, responder_prompt, verifier_prompt
-from serl.recipes.spell.rewards import cover_em_many, extract_final_answer, is_bad_ground, parse_judgment
+from serl.recipes.spell.prompts import questioner_prefill, questioner_prompt, responder_prompt, verifier_prompt
+from serl.rewards.qa import cover_em_many, extract_final_answer
 
 log = logging.getLogger(__name__)
 PROMPT_RESERVE = 256    # prompt tokens kept free of documents: chat template, instructions, question
@@ -38,6 +37,7 @@ MAX_KNOWN = 64          # questions remembered per cluster for the novelty check
 
 class SpellRecipe(Recipe):
     resume_fixed = ("corpus", "cluster_size", "paragraphs_per_prompt", "compact_prompts", "few_shot_questioner",
+                    "questioner_prefill",
                     "verifier_samples", "grounding_samples", "memory_capacity", "prompt_max_len")
 
     @classmethod
@@ -62,7 +62,10 @@ class SpellRecipe(Recipe):
 
     @classmethod
     def eval_set(cls, cfg):
-        return load_heldout(cfg)
+        if not cfg.heldout_eval:
+            return HeldOut()
+        return load_heldout(cfg.eval_docs, cfg.eval_qa_data, cfg.eval_verify_data, cfg.eval_qa_limit,
+                            cfg.eval_verify_limit, cfg.eval_questioner_limit)
 
     def __init__(self, ctx: RunContext, corpus=None):
         super().__init__(ctx, corpus)
@@ -75,6 +78,7 @@ class SpellRecipe(Recipe):
         self.order: list[int] = []                 # cluster indices still to visit this epoch
         self.step_done = 0
         self.band = tuple(cfg.verifier_band)
+        self.prefill = questioner_prefill(cfg.questioner_prefill, cfg.compact_prompts)  # the reply's start
 
     # ---- the loop -------------------------------------------------------------------
     def step(self, step: int) -> dict[str, float]:
@@ -93,7 +97,9 @@ class SpellRecipe(Recipe):
                         self.memory.add(q.cluster.id, q.evidence, q.qa["question"], q.qa["answer"], q.mean_score)
                     groups.add(q, self.band, cfg.rollout_batch_size)
                 asked += qs
-            metrics = self.role_metrics(asked, groups) | {"filter/rounds": rounds}
+            metrics = episode.role_metrics(asked, groups) | {
+                "filter/rounds": rounds, "questioner/memory_fill": self.memory.fill(len(self.clusters)),
+                "corpus/skipped_long": float(self.corpus_stats.skipped_long), "corpus/clusters": float(len(self.clusters))}
             batches = {k: episode.nonzero_rows(b) for k, b in episode.role_batches(groups, self.group_batch).items()}
             batch = episode.concat(list(batches.values()))
             for role, b in batches.items():
@@ -125,9 +131,6 @@ class SpellRecipe(Recipe):
         return self.generator.generate(prompts, n, Sampling(max_new_tokens=max_new_tokens, temperature=t,
                                                             top_p=self.cfg.top_p))
 
-    def fits(self, prompt: str) -> bool:
-        return len(self.tok(prompt, add_special_tokens=False)["input_ids"]) <= self.cfg.prompt_max_len
-
     def ask(self, clusters) -> list[episode.Question]:
         """The questioner's replies, parsed and checked for novelty."""
         cfg, prompts, evidence = self.cfg, [], []
@@ -136,8 +139,8 @@ class SpellRecipe(Recipe):
             history = self.memory.get(c.id)
             while True:  # the oldest examples go first when the prompt is over budget
                 p = self.chat_prompt(questioner_prompt([c.paragraphs[i] for i in ev], history, compact=cfg.compact_prompts,
-                                                few_shot=cfg.few_shot_questioner))
-                if self.fits(p) or not history:
+                                                       few_shot=cfg.few_shot_questioner)) + self.prefill
+                if len(self.tok(p, add_special_tokens=False)["input_ids"]) <= cfg.prompt_max_len or not history:
                     break
                 history = history[1:]
             prompts.append(p)
@@ -148,7 +151,7 @@ class SpellRecipe(Recipe):
         qs = []
         for c, ev, g in zip(clusters, evidence, replies):
             q = episode.Question(c, ev, g[0])
-            q.status, q.qa = parse_questioner(g[0].text)
+            q.status, q.qa = episode.parse_questioner(self.prefill + g[0].text)
             if q.status == "ok" and self.repeated(c.id, q.qa["question"]):
                 q.status = "repeated"
             qs.append(q)
@@ -185,7 +188,7 @@ class SpellRecipe(Recipe):
         for q, g in zip(todo, groups):
             _, s = self.score([c.text for c in g], [q.qa["answer"]] * len(g))
             q.ground = sum(s) / len(s)
-            if is_bad_ground(q.ground, self.cfg.grounding_threshold):
+            if episode.is_bad_ground(q.ground, self.cfg.grounding_threshold):
                 q.status = "bad_ground"
 
     def respond(self, qs) -> None:
@@ -211,50 +214,14 @@ class SpellRecipe(Recipe):
             q.judges[i] = g
 
     # ---- metrics, evaluation, state ----------------------------------------------------
-    def role_metrics(self, qs, groups) -> dict[str, float]:
-        def share(num, den):  # nothing to measure is NaN (logged as null), not 0
-            return num / den if den else float("nan")
-
-        n = len(qs)
-        parsed = [q for q in qs if q.status != "bad_format"]
-        checked = [q for q in qs if q.ground is not None]
-        answered = [q for q in qs if q.status == "ok"]
-        rewarded = [q.reward for q in qs if q.reward is not None]
-        responses = [(r, w) for q in answered for r, w in zip(q.rule, q.rewards)]
-        judgments = [(j, maj, rule) for q in answered for js, maj, rule in zip(q.judges, q.majorities, q.rule)
-                     for j in (parse_judgment(c.text) for c in js)]
-        valid = [(j, maj, rule) for j, maj, rule in judgments if j != -1]
-        return {
-            "questioner/valid_json": share(len(parsed), n),
-            "questioner/bad_ground": share(sum(q.status == "bad_ground" for q in checked), len(checked)),
-            "questioner/informative": share(sum(q.informative for q in answered), len(answered)),
-            "questioner/repeated": share(sum(q.status == "repeated" for q in qs), n),
-            "questioner/too_long": share(sum(q.status == "too_long" for q in qs), n),
-            "questioner/reward_mean": share(sum(rewarded), len(rewarded)),
-            "questioner/memory_fill": self.memory.fill(len(self.clusters)),
-            "questioner/asked": float(n),
-            "responder/accuracy": share(sum(r for r, _ in responses), len(responses)),
-            "responder/reward_mean": share(sum(w for _, w in responses), len(responses)),
-            "responder/verifier_lift": share(sum(w > r for r, w in responses), len(responses)),
-            "responder/no_answer": share(sum(a is None for q in answered for a in q.answers), len(responses)),
-            "verifier/agreement": share(sum(float(j) == rule for j, _, rule in valid), len(valid)),
-            "verifier/majority_agreement": share(sum(maj is not None and j == maj.label for j, maj, _ in valid),
-                                                 len(valid)),
-            "verifier/bad_format": share(len(judgments) - len(valid), len(judgments)),
-            "train/responder_groups": float(len(groups.responder)),
-            "train/verifier_groups": float(len(groups.verifier)),
-            "corpus/skipped_long": float(self.corpus_stats.skipped_long),
-            "corpus/clusters": float(len(self.clusters)),
-        }
-
     def evaluate(self, held) -> dict[str, float]:
         """Greedy held-out scores of the three roles (``evaluate.py``). The generator's call
         counter and torch's RNG are put back afterwards, so evaluating (or not) never
         changes what training samples."""
         calls, torch_rng = getattr(self.generator, "calls", None), torch.get_rng_state()
         with self.timed("eval"):
-            metrics, records = evaluate_roles(lambda ps, m: greedy_texts(self.generator, ps, m), self.chat_prompt,
-                                              self.checker.equal_many, held, self.cfg)
+            metrics, records = evaluate_roles(lambda ps, m: greedy_texts(self.generator, ps, m), self.roles(),
+                                              self.checker.equal_many, held)
         if calls is not None:
             self.generator.calls = calls
         torch.set_rng_state(torch_rng)
@@ -263,6 +230,18 @@ class SpellRecipe(Recipe):
         with open(out / f"step_{self.step_done}.jsonl", "w") as f:
             f.writelines(json.dumps(r) + "\n" for r in records)
         return metrics | {"time/eval": self.times.pop("eval")}
+
+    def roles(self) -> Roles:
+        """The three roles as the held-out evaluation drives them: the training prompts."""
+        cfg, chat, compact = self.cfg, self.chat_prompt, self.cfg.compact_prompts
+        return Roles(responder=lambda q, docs: chat(responder_prompt(q, docs, compact)),
+                     verifier=lambda q, a, ref: chat(verifier_prompt(q, a, ref, compact)),
+                     questioner=lambda ps: chat(questioner_prompt(ps, compact=compact,
+                                                                  few_shot=cfg.few_shot_questioner)) + self.prefill,
+                     parse_question=lambda text: episode.parse_questioner(self.prefill + text)[1],
+                     responder_len=cfg.generate_max_len, verifier_len=cfg.verifier_max_len,
+                     questioner_len=cfg.questioner_max_len, paragraphs_per_prompt=cfg.paragraphs_per_prompt,
+                     grounding_threshold=cfg.grounding_threshold)
 
     def state_dict(self) -> dict:
         return {"step": self.step_done, "rng": self.rng.getstate(), "torch_rng": torch.get_rng_state(),

@@ -10,14 +10,10 @@ from pathlib import Path
 from typing import ClassVar
 
 from serl.config import ConfigError, TrainConfig, option
+from serl.games import check_game_names
+from serl.games.actions import PARSERS
 
 OPPONENT_MODES = ("self", "random", "population")  # plus "fixed:PATH"
-PARSERS = ("strict", "lenient", "mention")
-
-
-def parse_options(parser: str) -> dict:
-    """``actions.parse_action`` keywords of an --action_parser choice."""
-    return {"strict": {}, "lenient": {"lenient": True}, "mention": {"lenient": True, "mention": True}}[parser]
 
 
 @dataclass
@@ -73,8 +69,6 @@ class Config(SpiralOptions, TrainConfig):
     prompt_data: str = option("", "unused by SPIRAL (games need no data)", aliases=("seed_data",))
 
     def game_list(self) -> list[str]:
-        from serl.recipes.spiral.games import check_game_names
-
         try:
             return check_game_names(self.games)
         except ValueError as e:

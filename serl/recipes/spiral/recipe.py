@@ -4,12 +4,12 @@ deal B games and their opponents, play them in lockstep, give every learner turn
 role-conditioned advantage, update (PPO-clip, Dr.GRPO aggregation, E epochs, no KL), sync, and add a
 snapshot to the population when one is due.
 
-- Lockstep play (``lockstep.play_lockstep``): each round, all moves of the learner go into one
+- Lockstep play (``serl.games.lockstep.play_lockstep``): each round, all moves of the learner go into one
   ``generate`` call through the chat template; each opponent snapshot gets one call for its moves.
 - Opponents: ``self`` (both seats the current policy, both trained), ``random``, ``fixed:PATH`` or
   ``population`` (a FIFO pool of bf16 snapshots in RUN_DIR/snapshots plus the current policy, drawn
   uniformly per game). Snapshots are served from the same generator through ``load_weights``
-  (``snapshots.WeightSwitcher``: loads only on a change, caches the files read in a step).
+  (``serl.engines.snapshots.WeightSwitcher``: loads only on a change, caches the files read in a step).
 - Seats: the k-th game of each type seats the learner at k mod 2 (``--alternate_seats``).
 - A response cut off by the length limit is left out of the loss (``--mask_truncated``), as is a
   sample whose advantage is exactly 0 (``--filter_zero_adv``).
@@ -27,18 +27,18 @@ from functools import partial
 
 import torch
 
+from serl.algos.rae import RoleBaselines, turn_advantages
 from serl.checkpoint import fault_point, latest_checkpoint
 from serl.engines.base import Sampling, TrainBatch
-from serl.recipes.base import Recipe, RunContext
+from serl.engines.snapshots import CURRENT, WeightSwitcher, save_snapshot
+from serl.eval.games import evaluate_games
+from serl.games import make_game
+from serl.games.actions import parser_options
+from serl.games.lockstep import RandomPolicy, RewardRule, play_lockstep
+from serl.games.prompts import render_prompt
+from serl.recipes.base import Recipe, RunContext, masked_overlong, truncated
 
-from .config import parse_options
-from .evaluate import evaluate_games
-from .games import make_game
-from .lockstep import RandomPolicy, RewardRule, play_lockstep
 from .population import SnapshotPool
-from .prompts import render_prompt
-from .rae import RoleBaselines, turn_advantages
-from .snapshots import CURRENT, WeightSwitcher, save_snapshot
 from .stats import summarize
 
 log = logging.getLogger(__name__)
@@ -96,7 +96,7 @@ class SpiralRecipe(Recipe):
         self.rule = RewardRule(invalid=cfg.invalid_penalty, invalid_opponent=cfg.invalid_opponent_reward,
                                use_payoffs=cfg.use_payoffs)
         self.prompt = partial(render_prompt, show_legal_actions=cfg.show_legal_actions, example=cfg.prompt_example)
-        self.parse = parse_options(cfg.action_parser)
+        self.parse = parser_options(cfg.action_parser)
         self.step_done = 0
 
     def step(self, step: int) -> dict[str, float]:
@@ -184,7 +184,7 @@ class SpiralRecipe(Recipe):
         masked = zero = 0
         for turn, adv in scored:
             c = turn.output
-            if cfg.mask_truncated and c.finish_reason == "length":
+            if masked_overlong(c, cfg.mask_truncated):
                 masked += 1
             elif cfg.filter_zero_adv and adv == 0:
                 zero += 1
@@ -221,7 +221,7 @@ class SpiralRecipe(Recipe):
         out["spiral/invalid_rate"] = sum(t.action is None for t in mine) / len(mine) if mine else 0.0
         out["spiral/learner_turns"] = len(mine)
         out["response/length_mean"] = sum(lens) / len(lens) if lens else 0.0
-        out["response/truncated_frac"] = sum(t.output.finish_reason == "length" for t in mine) / max(len(mine), 1)
+        out["response/truncated_frac"] = sum(truncated(t.output) for t in mine) / max(len(mine), 1)
         for kind, c in Counter(kinds).items():
             out[f"spiral/opponent/{kind}"] = c / len(kinds)
         return out
@@ -238,7 +238,8 @@ class SpiralRecipe(Recipe):
         out = evaluate_games(generate, games, cfg.eval_games, exploit_samples=cfg.exploit_samples,
                              seed=1_000_000 + cfg.seed, kuhn_rules=cfg.kuhn_rules, max_turns=cfg.max_turns or None,
                              prompt=self.prompt, parse_options=self.parse)
-        keep = ("win_rate", "win_lo", "win_hi", "payoff", "payoff_lo", "payoff_hi", "invalid_rate", "exploitability")
+        keep = ("win_rate", "win_lo", "win_hi", "payoff", "payoff_lo", "payoff_hi", "invalid_rate",
+                "invalid_rate_strict", "exploitability")
         out = {k: v for k, v in out.items() if k.rsplit("/", 1)[-1] in keep}
         return out | {"time/eval": time.perf_counter() - t0}
 

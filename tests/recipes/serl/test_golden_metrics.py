@@ -2,7 +2,12 @@
 
 ``golden_metrics.jsonl`` was written by a tiny fixed-seed `serl train` run (the shared
 ``TINY_TRAIN`` flags, transformers generator) with the code before SeRL moved into
-``serl/recipes/serl``. The same run now must log the same numbers, times aside. The
+``serl/recipes/serl``, and re-recorded once, on purpose, for issue 17's step semantics
+(refill rounds of a batch's worth, carry, the ``batch/``, ``filter/prompt_len/``,
+``reward/verify_*`` and ``train/masked_truncated`` keys; ``pool/expired`` gone): every
+value the old file had stayed the same except step 3's ``actor/lr``, since
+``--instructions_num_per_iteration`` now sizes the LR schedule, as in SeRL. The same run
+now must log the same numbers, times aside. The
 generator samples on this machine's CPU kernels: on another kind of machine the samples,
 and so the numbers, can differ; re-record with SERL_RECORD_GOLDEN=1 only when a change of
 behaviour is intended, and say so in the commit.

@@ -1,12 +1,13 @@
-"""episode.py: settling a question's rewards, which groups each role trains on, batch assembly."""
+"""episode.py: the questioner's format and reward rules, settling a question's rewards, which groups each role trains on, batch assembly."""
 import math
 
 import pytest
 import torch
 
+from serl.data.corpus import Cluster
 from serl.engines.base import Completion, TrainBatch
 from serl.recipes.spell import episode
-from serl.recipes.spell.corpus import Cluster
+from serl.recipes.spell.episode import is_bad_ground, parse_questioner, questioner_reward
 
 C = Cluster("c", ["p"], ["s"])
 BAND = (0.51, 0.99)
@@ -67,3 +68,46 @@ def test_batches_group_norm_and_zero_rows_dropped():
     assert episode.nonzero_rows(parts["responder"]) is None  # no spread: nothing to learn
     both = episode.concat([parts["questioner"], episode.nonzero_rows(parts["responder"]), None])
     assert len(both.response_ids) == 2 and episode.concat([None]) is None
+
+
+@pytest.mark.parametrize("score,expected", [(0.1, True), (0.099, False), (0.0, False), (1.0, True)])
+def test_is_bad_ground(score, expected):
+    assert is_bad_ground(score) is expected
+
+
+@pytest.mark.parametrize("status,mean,expected", [
+    ("bad_format", None, -1.0),
+    ("bad_ground", 0.5, -0.5),
+    ("ok", 0.0, 0.0),                             # all wrong
+    ("ok", 1.0, 0.0),                             # all right
+    ("ok", 0.5, 1.0),
+    ("ok", 0.25, math.exp(-1.125)),               # (0.25)^2 / (2/36) = 1.125
+    ("ok", 0.75, math.exp(-1.125)),
+    ("ok", 1 / 3, math.exp(-0.5)),                # (1/6)^2 / (2/36) = 0.5
+    ("ok", 0.125, math.exp(-2.53125)),            # (0.375)^2 * 18
+])
+def test_questioner_reward(status, mean, expected):
+    assert questioner_reward(status, mean) == pytest.approx(expected, abs=1e-12)
+
+
+def test_questioner_reward_values_by_hand():
+    assert questioner_reward("ok", 0.25) == pytest.approx(0.32465246735834974)
+
+
+@pytest.mark.parametrize("status,mean,msg", [("weird", 0.5, "unknown questioner status"),
+                                             ("ok", None, "needs the responder's mean"),
+                                             ("ok", 1.5, r"\[0, 1\]")])
+def test_questioner_reward_errors(status, mean, msg):
+    with pytest.raises(ValueError, match=msg):
+        questioner_reward(status, mean)
+
+
+def test_parse_questioner_statuses():
+    assert parse_questioner('{"question": "Q?", "answer": "Varn"}') == \
+        ("ok", {"question": "Q?", "answer": "Varn"})
+    assert parse_questioner('Sure. {"question": "How many?", "answer": 12}') == \
+        ("ok", {"question": "How many?", "answer": "12"})
+    assert parse_questioner("no json here") == ("bad_format", None)
+    assert parse_questioner('{"question": 5, "answer": "x"}') == ("bad_format", None)  # a question is text
+    status, qa = parse_questioner('{"question": "Q?", "answer": "%s"}' % ("word " * 60))
+    assert status == "too_long" and qa["answer"].startswith("word")

@@ -1,10 +1,11 @@
 import pytest
 
+from serl.recipes.spell.episode import parse_questioner
 from serl.recipes.spell.memory import MemoryEntry
-from serl.recipes.spell.parse import extract_qa
-from serl.recipes.spell.prompts import (ANSWER_PHRASE, MAX_ANSWER_CHARS, questioner_prompt,
-                                        responder_prompt, verifier_prompt)
-from serl.recipes.spell.rewards import extract_final_answer, parse_judgment
+from serl.recipes.spell.prompts import (ANSWER_PHRASE, MAX_ANSWER_CHARS, QUESTIONER_PREFILL, questioner_prefill,
+                                        questioner_prompt, responder_prompt, verifier_prompt)
+from serl.rewards.judge import parse_judgment
+from serl.rewards.qa import extract_final_answer
 
 PARAS = ["Nuling Works produces garden tools. It was founded in 1881 by Suna Graland.",
          "The Treith river runs through the town of Brelby. Braces {like this} stay."]
@@ -15,8 +16,24 @@ def test_questioner_numbers_paragraphs_and_asks_for_json(compact):
     p = questioner_prompt(PARAS, compact=compact)
     assert f"[1] {PARAS[0]}" in p and f"[2] {PARAS[1]}" in p
     assert '{"question": "...", "answer": "..."}' in p
-    assert extract_qa(p + '\n{"question": "Who founded Nuling Works?", "answer": "Suna Graland"}') == \
-        {"question": "Who founded Nuling Works?", "answer": "Suna Graland"}
+    assert parse_questioner(p + '\n{"question": "Who founded Nuling Works?", "answer": "Suna Graland"}') == \
+        ("ok", {"question": "Who founded Nuling Works?", "answer": "Suna Graland"})
+
+
+@pytest.mark.parametrize("mode,compact,want", [("auto", True, QUESTIONER_PREFILL), ("auto", False, ""),
+                                               ("on", False, QUESTIONER_PREFILL), ("off", True, "")])
+def test_prefill_modes(mode, compact, want):
+    assert questioner_prefill(mode, compact) == want
+
+
+@pytest.mark.parametrize("reply,want", [
+    ('Who founded Nuling Works?", "answer": "Suna Graland"}', ("ok", {"question": "Who founded Nuling Works?",
+                                                                      "answer": "Suna Graland"})),
+    ('How many staff?", "answer": 120} Anything else?', ("ok", {"question": "How many staff?", "answer": "120"})),
+    ("What is Brelby? It is a town.", ("bad_format", None)),   # never closes the block
+])
+def test_prefill_plus_reply_parses(reply, want):
+    assert parse_questioner(QUESTIONER_PREFILL + reply) == want
 
 
 def test_compact_prompts_are_shorter():

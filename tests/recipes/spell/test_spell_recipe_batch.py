@@ -6,10 +6,11 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from serl.data.corpus import Cluster, Corpus, CorpusStats
 from serl.engines.base import Completion
 from serl.recipes.base import RunContext
 from serl.recipes.spell.config import Config
-from serl.recipes.spell.corpus import Cluster, Corpus, CorpusStats
+from serl.recipes.spell.prompts import QUESTIONER_PREFILL
 from serl.recipes.spell.recipe import SpellRecipe
 
 CLUSTERS = [Cluster("A", ["Acme Works was founded by Ann.", "Filler about bread."], ["a", "a"]),
@@ -54,6 +55,8 @@ class ScriptedGenerator:
         out = []
         for p in prompts:
             texts = script(p, n)
+            if p.endswith(QUESTIONER_PREFILL):  # prefilled: the model writes what follows
+                texts = [t.split(QUESTIONER_PREFILL, 1)[-1] for t in texts]
             assert len(texts) == n, (p, n)
             out.append([Completion(t, [hash(t) % 1000 + 1, 7], [0]) for t in texts])
         return out
@@ -88,9 +91,12 @@ def make_recipe(tmp_path, **over):
     return recipe
 
 
-def test_one_step_by_hand(tmp_path):
-    recipe = make_recipe(tmp_path)
+@pytest.mark.parametrize("prefill", ["auto", "off"])  # the same replies, prefilled or written whole
+def test_one_step_by_hand(tmp_path, prefill):
+    recipe = make_recipe(tmp_path, questioner_prefill=prefill)
     m = recipe.step(1)
+    asks = [p for p in recipe.generator.prompts if "Reply with JSON only" in p]
+    assert len(asks) == 3 and all(p.endswith(QUESTIONER_PREFILL) is (prefill == "auto") for p in asks)
     # round 1 asks A (kept responder group) and B (bad format); round 2 asks one more: C (bad_ground)
     assert m["filter/rounds"] == 2 and m["questioner/asked"] == 3
     assert m["questioner/valid_json"] == pytest.approx(2 / 3)
@@ -148,9 +154,7 @@ def test_questioner_garbage_is_bad_format(tmp_path, reply):
 
     recipe = make_recipe(tmp_path)
     q = episode.Question(CLUSTERS[0], [0], Completion(reply, [1], [0]))
-    from serl.recipes.spell.parse import parse_questioner
-
-    q.status, q.qa = parse_questioner(reply)
+    q.status, q.qa = episode.parse_questioner(reply)
     episode.settle(q)
     assert q.status == "bad_format" and q.reward == -1.0
     groups = episode.RoleGroups()

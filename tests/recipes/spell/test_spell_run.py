@@ -1,5 +1,6 @@
 """Real `serl train --recipe spell` runs on SmolLM2 (transformers generator, tiny sizes): the
-shipped corpus with held-out evaluation, a user's text folder, and an exact resume."""
+shipped corpus with held-out evaluation and an exact resume (one run of two steps, one of one
+step plus a resumed step); a user's text folder read as the run reads it."""
 import json
 import subprocess
 import sys
@@ -7,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[3]
 TINY = ["--generator", "hf", "--rollout_batch_size", "2", "--n_samples_per_prompt", "2", "--verifier_samples", "2",
         "--grounding_samples", "1", "--max_refill_rounds", "1", "--cluster_size", "2", "--paragraphs_per_prompt", "1",
@@ -38,10 +38,11 @@ def rows(run_dir: Path) -> dict[int, dict]:
 @pytest.fixture(scope="module")
 def two_steps(tmp_path_factory):
     run = tmp_path_factory.mktemp("spell") / "run"
-    spell("--run_dir", run, "--steps", 2, *TINY, *SHIPPED)
+    spell("--run_dir", run, "--steps", 2, "--save_steps", 0, *TINY, *SHIPPED)
     return run
 
 
+@pytest.mark.slow
 def test_two_steps_on_the_shipped_corpus(two_steps):
     m = rows(two_steps)
     assert sorted(m) == [0, 1, 2]
@@ -62,6 +63,7 @@ def test_two_steps_on_the_shipped_corpus(two_steps):
     assert (two_steps / "report" / "roles.png").is_file()
 
 
+@pytest.mark.slow
 def test_resume_matches_the_uninterrupted_run(two_steps, tmp_path):
     run = tmp_path / "run"
     spell("--run_dir", run, "--steps", 1, *TINY, *SHIPPED)
@@ -74,7 +76,12 @@ def test_resume_matches_the_uninterrupted_run(two_steps, tmp_path):
     assert got[0] == want[0] and got[2] == want[2]
 
 
-def test_a_users_text_folder(tmp_path):
+def test_a_users_text_folder(tmp_path, smol_path):
+    """What `serl train --recipe spell --corpus DIR` trains on (the step itself does not
+    depend on where the clusters came from): prompt-budget skips, clusters of the size asked."""
+    from serl.recipes.spell.config import Config
+    from serl.recipes.spell.recipe import SpellRecipe
+
     docs = tmp_path / "notes"
     docs.mkdir()
     (docs / "boats.txt").write_text("The ferry Alda sails from Korrin at seven.\n\nIt carries 40 cars.\n\n"
@@ -82,8 +89,8 @@ def test_a_users_text_folder(tmp_path):
     (docs / "garden.md").write_text("# Garden\n\nThe east bed grows 12 kinds of tomato.\n\n"
                                     "Water comes from a rain barrel behind the shed.\n")
     (docs / "huge.txt").write_text("word " * 3000)  # one paragraph over the prompt budget: skipped
-    run = tmp_path / "run"
-    spell("--run_dir", run, "--steps", 2, *TINY, "--corpus", docs, "--heldout_eval", "false")
-    m = rows(run)
-    assert sorted(m) == [1, 2]
-    assert m[1]["corpus/skipped_long"] == 1 and m[1]["corpus/clusters"] == 2
+    corpus = SpellRecipe.prepare(Config(model=smol_path, corpus=str(docs), cluster_size=2, prompt_max_len=512))
+    assert corpus.stats.skipped_long == 1 and corpus.stats.files == 3
+    # short paragraphs join the next one: 2 from each file, in clusters of two, file by file
+    assert [c.paragraphs[0][:12] for c in corpus.clusters] == ["The ferry Al", "# Garden\nThe"]
+    assert [len(c.paragraphs) for c in corpus.clusters] == [2, 2]

@@ -1,4 +1,5 @@
-"""Bad SPIRAL input: exit code 2, a message naming the option, and no run directory."""
+"""Bad SPIRAL input: exit code 2, a message naming the option, and no run directory (`serl eval
+--games` refusals: tests/eval/test_eval_games.py)."""
 import subprocess
 import sys
 from pathlib import Path
@@ -28,13 +29,3 @@ def test_train_refuses_with_exit_2_and_no_run_dir(tmp_path, flags, message):
     assert message in r.stderr
     assert not run_dir.exists()
 
-
-@pytest.mark.parametrize("flags,message", [
-    (["--games", "chess"], "unknown game 'chess'; known games"),
-    (["--games", "kuhn_poker", "--opponents", "random,no/such/dir"], "snapshot path 'no/such/dir' does not exist"),
-    ([], "nothing to evaluate"),
-])
-def test_eval_refuses_with_exit_2(tmp_path, flags, message):
-    r = serl("eval", "--output_dir", tmp_path / "out", *flags)
-    assert r.returncode == 2, r.stderr[-2000:]
-    assert message in r.stderr and not (tmp_path / "out").exists()

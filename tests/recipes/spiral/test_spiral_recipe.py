@@ -7,9 +7,9 @@ import torch
 
 from serl.config import parse_args
 from serl.engines.base import Completion
+from serl.engines.snapshots import CURRENT, load_snapshot
 from serl.recipes.base import RunContext
 from serl.recipes.spiral.recipe import SpiralRecipe
-from serl.recipes.spiral.snapshots import CURRENT, load_snapshot
 
 LEGAL = re.compile(r"Legal actions: (.*)")
 
@@ -157,16 +157,27 @@ def test_learner_settings_reach_the_learner_config():
     assert lc.use_kl_loss is False and lc.lr == 1e-6
 
 
-@pytest.mark.parametrize("text,parser,action", [
-    ("I think I should check here, or maybe bet. Final: bet it is", "strict", None),
-    ("I think I should check here, or maybe bet. Final: bet it is", "lenient", None),
-    ("I think I should check here, or maybe bet. Final: bet it is", "mention", "[bet]"),
-    ("bet? no, that would be silly with a jack in my hand. I will check", "mention", "[check]"),
-    ("nothing useful at all", "mention", None),
-    ("\\boxed{raise} but then I bet", "mention", None),  # a box decides, even an illegal one
-])
-def test_action_parsers(text, parser, action):
-    from serl.recipes.spiral.actions import parse_action
-    from serl.recipes.spiral.config import parse_options
+class CallSeededGenerator(FakeGenerator):
+    """Its moves depend only on how many calls it has answered, as the real generators' sampling seeds do."""
 
-    assert parse_action(text, ["[check]", "[bet]"], **parse_options(parser)).action == action
+    def generate(self, prompts, n, sampling):
+        self.rng = random.Random(self.calls)
+        return super().generate(prompts, n, sampling)
+
+
+def test_a_resumed_step_equals_the_uninterrupted_one(tmp_path):
+    flags = ["--games", "kuhn_poker,tictactoe", "--games_per_step", "6", "--opponent", "population",
+             "--population_size", "3", "--population_every", "1", "--rae_alpha", "0.5"]
+    straight, *_ = make(tmp_path / "a", *flags, gen=CallSeededGenerator())
+    expected = [straight.step(1), straight.step(2), straight.step(3)]
+    first, _, learner = make(tmp_path / "b", *flags, gen=CallSeededGenerator())
+    got = [first.step(1)]
+    resumed, _, other = make(tmp_path / "b", *flags, gen=CallSeededGenerator())
+    other.w = learner.w.clone()  # what the learner's checkpoint restores
+    resumed.load_state_dict(first.state_dict())
+    got += [resumed.step(2), resumed.step(3)]
+    untimed = lambda ms: [{k: v for k, v in m.items() if not k.startswith("time/")} for m in ms]  # noqa: E731
+    assert untimed(got) == untimed(expected)
+    assert expected[2]["spiral/opponent/snapshot"] > 0  # the population took part
+    assert resumed.state_dict()["pool"] == straight.state_dict()["pool"]
+    assert resumed.baselines.values == straight.baselines.values

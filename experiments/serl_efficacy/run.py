@@ -1,0 +1,269 @@
+"""Does label-free SeRL improve the embedded SmolLM2 here? Four arms, one held-out set.
+
+    python experiments/serl_efficacy/run.py              # the full experiment (README.md)
+    python experiments/serl_efficacy/run.py --resume     # continue in the same --out directory
+    python experiments/serl_efficacy/run.py --smoke --out runs/efficacy_smoke   # minutes, tiny sizes
+
+Arms, all from SmolLM2-135M-Instruct with the same seed problems (dataset/arith_seed.jsonl),
+the same settings and the same wall-clock budget of training steps (--minutes):
+  a  SeRL: self-instruction + majority-vote reward, no labels
+  b  majority-vote reward on the seed problems only (no self-instruction)
+  c  rule reward with the seed labels: the upper reference
+  d  no training
+Each arm trains in --curve_points segments of equal budget (`serl train --max_minutes`, which
+stops after the step that reaches it and counts across `--resume`); after each segment its
+policy is copied to policies/ and evaluated (greedy), the last one also with maj@K. The
+held-out problems (dataset/arith_efficacy_heldout.jsonl) are only evaluated, never trained on
+or used to choose a setting: every setting is fixed below, before any run.
+
+Everything lands in --out (default runs/serl_efficacy): run directories, one JSON per
+evaluation, timings.json, results.md and curves.png (report.py). Every stage is skipped when
+its output exists, so --resume redoes only what is missing.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))  # this checkout's serl
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+SEEDS, HELDOUT = ROOT / "dataset/arith_seed.jsonl", ROOT / "dataset/arith_efficacy_heldout.jsonl"
+
+ARMS = {
+    "a": ("SeRL: self-instruction + majority vote", ["--enable_self_evolution", "true", "--reward_mode", "majority"]),
+    "b": ("majority vote, seed problems only", ["--enable_self_evolution", "false", "--reward_mode", "majority"]),
+    "c": ("rule reward, seed labels (reference)", ["--enable_self_evolution", "false", "--reward_mode", "rule"]),
+    "d": ("no training", None),
+}
+
+# Fixed before any run, not tuned on anything: the quickstart's generation, filter and
+# instruction settings (configs/quickstart.yaml), a larger batch, and a constant learning rate
+# (warm-up 0, floor 1.0) because time, not a step count, ends each run. 5e-6 is the rate
+# experiments/spin uses for this model; the quickstart's 2e-6 was sized for 3 steps. 30 minutes
+# per arm (the issue allows 45) keeps the whole run near 3 hours (README, "Time estimate").
+FULL = dict(minutes=30.0, curve_points=3, heldout=256, k=8, batch=8, n=8, max_len=128, temperature=0.8,
+            lr=5e-6, instructions=12, few_shot=8, few_shot_batch=4, instruction_len=192, refill=2)
+SMOKE = dict(minutes=0.5, curve_points=2, heldout=16, k=2, batch=2, n=2, max_len=32, temperature=0.8,
+             lr=5e-6, instructions=2, few_shot=4, few_shot_batch=2, instruction_len=64, refill=1)
+STEP_CAP = 100000  # --steps; the budget ends the run long before
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def train_flags(args) -> list[str]:
+    """The flags every training arm shares (the arm adds its own two)."""
+    return ["--model", "smollm2", "--prompt_data", str(SEEDS), "--seed", "42", "--generator", args.generator,
+            "--progress", "plain", "--save_model", "false", "--steps", str(STEP_CAP),
+            "--save_steps", "5", "--max_ckpt_num", "2",
+            "--rollout_batch_size", str(args.batch), "--n_samples_per_prompt", str(args.n),
+            "--generate_max_len", str(args.max_len), "--temperature", str(args.temperature),
+            "--instructions_num_per_iteration", str(args.instructions),
+            "--few_shot_generation", str(args.few_shot), "--few_shot_generation_batch_size",
+            str(args.few_shot_batch), "--instruction_max_len", str(args.instruction_len),
+            "--max_refill_rounds", str(args.refill), "--reward_difficulty_bounds", "0.2", "0.8",
+            "--advantage_estimator", "reinforce", "--init_kl_coef", "1e-4",
+            "--actor_learning_rate", str(args.lr), "--lr_warmup_ratio", "0", "--min_lr_ratio", "1.0",
+            "--micro_train_batch_size", "8", "--bf16", "true", *shlex.split(args.train_flags)]
+
+
+def machine() -> dict:
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else ""
+    mem = next((line.split()[1] for line in Path("/proc/meminfo").read_text().splitlines()
+                if line.startswith("MemTotal")), "0") if Path("/proc/meminfo").exists() else "0"
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    return {"date": time.strftime("%Y-%m-%d %H:%M %Z"), "platform": platform.platform(), "cpu": cpu,
+            "cores": len(os.sched_getaffinity(0)), "mem_gib": round(int(mem) / 2 ** 20, 1),
+            "python": platform.python_version(), "commit": commit.stdout.strip(),
+            "loadavg_at_start": os.getloadavg()}
+
+
+class Timings:
+    """timings.json: wall time of every training segment and evaluation, with the load average."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.data = json.loads(path.read_text()) if path.exists() else {"train": {}, "eval": {}}
+
+    def add(self, kind: str, key: str, entry: dict) -> None:
+        entry["loadavg"] = os.getloadavg()
+        self.data[kind].setdefault(key, []).append(entry)
+        self.path.write_text(json.dumps(self.data, indent=1))
+
+
+def projection(timings: Timings, arms: list[str], minutes: float, points: int) -> str:
+    """The whole experiment's length from this machine's timings so far: arm d's evaluation
+    (a greedy-only point costs its engine start and greedy pass; an arm's last point adds the
+    samples), and the training segments' time beyond their budget (start-up, checkpoints, the
+    last step past the budget; 90 s each until one was measured)."""
+    d = timings.data["eval"]["d"][-1]
+    point = d["engine_start_s"] + d["greedy_s"]
+    last = point + d.get("sample_s", 0.0)
+    extra = [sum(e["wall_s"] for e in es if e["wall_s"] > 0) - 60 * es[-1]["to_minutes"]
+             for es in timings.data["train"].values() if any(e["wall_s"] > 0 for e in es)]
+    runs = [sum(e["wall_s"] > 0 for e in es) for es in timings.data["train"].values()]
+    overhead = max(0.0, sum(extra) / max(1, sum(runs))) if extra else 90.0
+    ev = last + len(arms) * ((points - 1) * point + last)
+    tr = len(arms) * (60 * minutes + points * overhead)
+    return (f"projected length of the whole experiment: {(ev + tr) / 3600:.1f} h (evaluation {ev / 60:.0f} min, "
+            f"training {tr / 60:.0f} min with {overhead:.0f} s overhead per segment; load average now "
+            f"{os.getloadavg()[0]:.1f})")
+
+
+# ---- training ---------------------------------------------------------------------------
+def budget_used(run_dir: Path) -> tuple[int, float]:
+    """(last step, minutes of training steps used) of a run, from its metrics.jsonl."""
+    from serl.runner import BUDGET_KEY
+
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    rows = [r for r in rows if BUDGET_KEY in r]
+    return (rows[-1]["step"], rows[-1][BUDGET_KEY]) if rows else (0, 0.0)
+
+
+def train_segment(arm: str, point: int, run_dir: Path, minutes: float, flags: list[str], timings: Timings) -> None:
+    """Train ``run_dir`` until ``minutes`` of training steps in all (a new run or --resume)."""
+    if run_dir.exists() and (run_dir / "metrics.jsonl").exists():
+        step, used = budget_used(run_dir)
+        if used >= minutes:  # the last step of an earlier segment went past this one's end too
+            log(f"arm {arm}: {used:.2f} min used by step {step} already cover {minutes:g} min")
+            timings.add("train", arm, {"point": point, "to_minutes": minutes, "wall_s": 0.0, "step": step,
+                                       "minutes_used": used})
+            return
+    args = (["--resume", str(run_dir), "--max_minutes", str(minutes)] if run_dir.exists()
+            else [*flags, "--max_minutes", str(minutes), "--run_dir", str(run_dir)])
+    log(f"arm {arm}: serl train to {minutes:g} min of training steps ({'resume' if run_dir.exists() else 'new'})")
+    t0 = time.perf_counter()
+    r = subprocess.run([sys.executable, "-m", "serl.cli", "train", *args], cwd=ROOT)
+    if r.returncode != 0:
+        sys.exit(f"serl train failed ({r.returncode}) in {run_dir}; fix it and rerun with --resume")
+    step, used = budget_used(run_dir)
+    if used < minutes and step < STEP_CAP:
+        sys.exit(f"{run_dir}: stopped at step {step} after {used:.2f} of {minutes:g} min; expected the budget")
+    timings.add("train", arm, {"point": point, "to_minutes": minutes, "wall_s": time.perf_counter() - t0, "step": step,
+                               "minutes_used": used})
+
+
+EVAL_FIELDS = ("system_prompt", "generate_max_len", "temperature", "top_p")
+
+
+def check_eval_settings(run_dir: Path, cfg) -> None:
+    """The evaluation must use the prompt, token limit and sampling the arm trained with."""
+    from serl.config import parse_args
+
+    saved = parse_args(["--config", str(run_dir / "config.yaml")])[0]
+    bad = {f: (getattr(saved, f), getattr(cfg, f)) for f in EVAL_FIELDS if getattr(saved, f) != getattr(cfg, f)}
+    if bad:
+        sys.exit(f"{run_dir} trained with other settings than the evaluation uses (trained, evaluated): {bad}")
+
+
+def snapshot(run_dir: Path, dest: Path) -> int:
+    """Copy the newest checkpoint's policy (weights and tokenizer, no optimizer) to ``dest``."""
+    from serl.checkpoint import latest_checkpoint
+
+    ckpt = latest_checkpoint(run_dir)
+    tmp = dest.with_name(dest.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(ckpt / "policy", tmp, ignore=shutil.ignore_patterns("learner_state.pt", "lora_state.pt"))
+    step = int(ckpt.name.split("_")[1])
+    (tmp / "STEP").write_text(f"{step}\n")
+    tmp.rename(dest)
+    return step
+
+
+# ---- the experiment -----------------------------------------------------------------------
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default=str(ROOT / "runs" / "serl_efficacy"))
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes: minutes, proves the pipeline only")
+    ap.add_argument("--resume", action="store_true", help="continue in an existing --out directory")
+    ap.add_argument("--generator", default="auto", choices=("auto", "vllm", "hf"))
+    ap.add_argument("--arms", default="a,b,c", help="training arms to run (d, no training, always is)")
+    ap.add_argument("--minutes", type=float, help="wall-clock budget of training steps per arm "
+                    f"(default {FULL['minutes']:g}; smoke {SMOKE['minutes']:g})")
+    ap.add_argument("--curve_points", type=int, help="evaluated checkpoints per arm, at equal shares of the budget "
+                    f"(default {FULL['curve_points']}; smoke {SMOKE['curve_points']})")
+    ap.add_argument("--heldout", type=int, help=f"held-out problems (default {FULL['heldout']})")
+    ap.add_argument("--k", type=int, help=f"samples for maj@K at each arm's end (default {FULL['k']})")
+    ap.add_argument("--train_flags", default="", help="extra `serl train` flags for every training arm "
+                    "(recorded in results.md); they must not differ between arms")
+    args = ap.parse_args(argv)
+    for key, v in (SMOKE if args.smoke else FULL).items():
+        if getattr(args, key, None) is None:
+            setattr(args, key, v)
+    arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+    bad = [a for a in arms if a not in ARMS or a == "d"]
+    if bad or args.curve_points < 1 or args.minutes <= 0:
+        sys.exit(f"--arms takes a subset of a,b,c (got {bad}); --curve_points >= 1; --minutes > 0")
+    out = Path(args.out)
+    if out.exists() and any(out.iterdir()) and not args.resume:
+        sys.exit(f"{out} exists; add --resume to continue it, or choose another --out")
+
+    from serl.config import parse_args
+    from serl.data.seeds import read_seeds
+
+    flags = train_flags(args)
+    for a in arms:  # bad flags fail here, before anything is written
+        parse_args(flags + ARMS[a][1])
+    cfg = parse_args(flags + ARMS["a"][1])[0]  # prompt, token limit and sampling of the evaluation
+    settings = {k: getattr(args, k) for k in (*FULL, "generator", "train_flags", "smoke")}
+    out.mkdir(parents=True, exist_ok=True)
+    setup = out / "setup.json"
+    if setup.exists():  # a resume continues the same experiment, never a changed one
+        saved = json.loads(setup.read_text())
+        diff = {k: (saved["settings"].get(k), v) for k, v in settings.items() if saved["settings"].get(k) != v}
+        if diff and set(diff) <= {"minutes", "curve_points"} and not list(out.glob("arm_*")):
+            log(f"no arm has trained yet: budget and curve points now {settings['minutes']:g} min, "
+                f"{settings['curve_points']}")  # e.g. after the projection printed under arm d
+            saved["settings"] = settings
+            setup.write_text(json.dumps(saved, indent=1))
+        elif diff:
+            sys.exit(f"{setup}: settings differ from this command's: {diff}; use another --out")
+    else:
+        setup.write_text(json.dumps({"settings": settings, "machine": machine()}, indent=1))
+
+    from heldout import Evaluator
+
+    heldout = read_seeds(HELDOUT, "problem", "answer", limit=args.heldout)
+    ev = Evaluator(out / "eval", heldout, cfg, args.generator)
+    timings = Timings(out / "timings.json")
+    t_start = time.perf_counter()
+    from serl.models import resolve_model
+
+    ev.evaluate("d", resolve_model("smollm2"), step=0, k=args.k, timings=timings)
+    log(projection(timings, arms, args.minutes, args.curve_points))
+    for arm in arms:
+        run_dir = out / f"arm_{arm}"
+        for i in range(1, args.curve_points + 1):
+            dest = out / "policies" / f"{arm}_{i}"
+            if not dest.exists():
+                train_segment(arm, i, run_dir, round(args.minutes * i / args.curve_points, 4), flags + ARMS[arm][1],
+                              timings)
+                snapshot(run_dir, dest)
+                log(projection(timings, arms, args.minutes, args.curve_points))
+            step = int((dest / "STEP").read_text())
+            check_eval_settings(run_dir, cfg)
+            ev.evaluate(f"{arm}_{i}", str(dest), step=step, k=args.k if i == args.curve_points else 0,
+                        timings=timings)
+    ev.close()
+    from results import report
+
+    text = report(out, arms, args.curve_points, ARMS)
+    print(text)
+    log(f"done in {(time.perf_counter() - t_start) / 60:.1f} min: {out / 'results.md'}, {out / 'curves.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,46 @@
+"""Two-player zero-sum text games and the code that plays them with text policies.
+
+Environments: the four games SPIRAL trains on (Liu et al., 2025), written for serl behind one protocol
+(``base.Game``), and this registry. Around them: ``prompts`` (the text of one turn), ``actions`` (a
+response -> a legal move), ``lockstep`` (the actor: plays B games at once, one policy call per round and
+policy) and ``exploit`` (Kuhn Poker's exact best response and exploitability). Nothing here loads a
+model; recipes (``serl.recipes.spiral``) and ``serl eval --games`` (``serl.eval.games``) build on it."""
+from __future__ import annotations
+
+from .base import Game, make_rng
+from .kuhn import KuhnPoker
+from .liars_dice import LiarsDice
+from .negotiation import SimpleNegotiation
+from .tictactoe import TicTacToe
+
+GAMES: dict[str, type[Game]] = {
+    "tictactoe": TicTacToe,
+    "kuhn_poker": KuhnPoker,
+    "simple_negotiation": SimpleNegotiation,
+    "liars_dice": LiarsDice,
+}
+
+
+def check_game_names(names: str | list[str]) -> list[str]:
+    """The game names of a comma-separated string or a list, each checked against ``GAMES``."""
+    items = [n.strip() for n in names.split(",")] if isinstance(names, str) else [str(n).strip() for n in names]
+    items = [n for n in items if n]
+    if not items:
+        raise ValueError(f"no game given; known games: {', '.join(GAMES)}")
+    for n in items:
+        if n not in GAMES:
+            raise ValueError(f"unknown game {n!r}; known games: {', '.join(GAMES)}")
+    return items
+
+
+def make_game(name: str, *, kuhn_rules: str = "standard", **options) -> Game:
+    """A new game by registry name (``options`` go to the game's constructor); an unknown name is refused
+    with the list of known ones. ``kuhn_rules`` ("standard" or "spiral") applies to Kuhn Poker only."""
+    (name,) = check_game_names([name])
+    if name == "kuhn_poker":
+        options = {"rules": kuhn_rules, **options}
+    return GAMES[name](**options)
+
+
+__all__ = ["GAMES", "Game", "KuhnPoker", "LiarsDice", "SimpleNegotiation", "TicTacToe", "check_game_names",
+           "make_game", "make_rng"]

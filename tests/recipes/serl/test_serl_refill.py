@@ -1,0 +1,249 @@
+"""The SeRL step on stand-in engines (no model): refill rounds under a real difficulty band,
+kept groups carried to the next step (and through a resume), the overlong filter, prompt_max_len
+skipping, verify timeouts in the metrics.
+
+The stand-in generator writes problem k (k = 0, 1, ... in the order asked) and answers problem k
+with n equal answers when k % 3 == 0 (agreement 1: too easy for the band [0.2, 0.8]) and half
+"1", half "2" otherwise (agreement 0.5: kept). So with rollout_batch_size 4, step 1's first round
+rolls out k = 0..3 and keeps 1, 2; the second rolls out 4..7 and keeps 4, 5, 7: five kept, four
+trained (1, 2, 4, 5), 7 carried. Step 2 starts from 7; its round rolls out 8..11 and keeps 8, 10,
+11: a full batch (7, 8, 10, 11), nothing carried.
+"""
+import json
+import re
+
+import pytest
+import torch
+
+from serl.config import parse_args
+from serl.engines.base import Completion
+from serl.recipes.base import RunContext
+from serl.recipes.serl.recipe import SerlRecipe
+
+PROBLEM = re.compile(r"(?:problem number|Seed problem) (\d+)")
+
+
+class FakeTok:
+    def apply_chat_template(self, messages, add_generation_prompt=True, tokenize=False):
+        return "<user>" + messages[0]["content"]
+
+    def __call__(self, text, add_special_tokens=False):
+        return {"input_ids": text.split()}  # one token per word
+
+
+class FakeGenerator:
+    """Problems and answers as the module doc says; ``calls`` (restored on resume, as the
+    real engines' call count is) is the number of problems written so far. Every
+    ``long_every``-th problem is padded to 40 more words; with ``truncate_first`` the first
+    answer of each group is cut off by the token limit."""
+
+    def __init__(self, long_every=0, truncate_first=False):
+        self.calls, self.long_every, self.truncate_first = 0, long_every, truncate_first
+        self.rolled_out: list[int] = []
+
+    def generate(self, prompts, n, sampling):
+        out = []
+        for p in prompts:
+            if not p.startswith("<user>"):  # a few-shot prompt: write the next problem
+                k, self.calls = self.calls, self.calls + 1
+                pad = " with ten more words" * 10 if self.long_every and k % self.long_every == self.long_every - 1 else ""
+                out.append([Completion(f" Find the answer to problem number {k}{pad} please?", [1], [1])])
+                continue
+            k = int(PROBLEM.search(p).group(1))
+            self.rolled_out.append(k)
+            answers = ["1"] * n if k % 3 == 0 else ["1"] * (n // 2) + ["2"] * (n - n // 2)
+            out.append([Completion(f"so \\boxed{{{a}}}", [100 + k, j], [7, 8],
+                                   "length" if self.truncate_first and j == 0 else "stop")
+                        for j, a in enumerate(answers)])
+        return out
+
+    def load_weights(self, named):
+        list(named)
+
+
+class FakeLearner:
+    def __init__(self):
+        self.batches = []
+
+    def named_weights(self):
+        return iter(())
+
+    def step(self, batch):
+        self.batches.append(batch)
+        return {"loss/policy": 0.0}
+
+
+class ExactChecker:
+    """Clusters answers by exact text; each call counts one timeout, as a slow check would."""
+
+    def __init__(self):
+        self.stats = {"timeouts": 0, "check_errors": 0}
+
+    def run_jobs(self, jobs):
+        self.stats["timeouts"] += 1
+        out = []
+        for job in jobs:
+            reps, cluster_of = [], []
+            for s in job["strings"]:
+                if s not in reps:
+                    reps.append(s)
+                cluster_of.append(reps.index(s))
+            out.append({"cluster_of": cluster_of, "label_match": None})
+        return out
+
+
+def seeds_file(tmp_path, n=10, long_every=0):
+    p = tmp_path / "seeds.jsonl"
+    rows = [{"problem": f"Seed problem {i}: what is {i} plus {i}?" + (" and more" * 20 if long_every and i % long_every == 0
+                                                                       else ""), "answer": str(2 * i)}
+            for i in range(n)]
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return p
+
+
+FLAGS = ["--rollout_batch_size", "4", "--n_samples_per_prompt", "4", "--reward_difficulty_bounds", "0.2", "0.8",
+         "--max_refill_rounds", "3", "--few_shot_generation", "4", "--few_shot_generation_batch_size", "4",
+         "--rouge_threshold", "1.0", "--init_kl_coef", "0", "--advantage_estimator", "group_norm",
+         "--progress", "quiet", "--system_prompt", "Box it."]
+
+
+def make(tmp_path, *flags, gen=None, run="run", resume_step=0, seeds=None):
+    seeds = seeds or seeds_file(tmp_path)
+    cfg, _ = parse_args(["--run_dir", str(tmp_path / run), "--prompt_data", str(seeds), *FLAGS, *flags])
+    gen, learner = gen or FakeGenerator(), FakeLearner()
+    ctx = RunContext(cfg, tmp_path / run, "m", FakeTok(), gen, learner, ExactChecker(), None, "quiet",
+                     resume_step=resume_step, resuming=resume_step > 0)
+    return SerlRecipe(ctx, SerlRecipe.prepare(cfg)), gen, learner
+
+
+def trained(batch):
+    """The problems in a batch, each once (response token 0 is 100 + k)."""
+    return sorted({r[0] - 100 for r in batch.response_ids})
+
+
+def test_refill_rounds_fill_the_batch_and_carry_the_rest(tmp_path):
+    recipe, gen, learner = make(tmp_path)
+    m1 = recipe.step(1)
+    assert gen.rolled_out == [0, 1, 2, 3, 4, 5, 6, 7]  # two rounds of a batch's worth each
+    assert trained(learner.batches[0]) == [1, 2, 4, 5] and [r.item.text for r in recipe.carry] == \
+        ["Find the answer to problem number 7 please?"]
+    assert {k: m1[k] for k in ("filter/rounds", "batch/generated", "batch/rolled_out", "filter/difficulty/kept",
+                               "filter/difficulty/too_easy", "batch/dropped", "batch/carried_in",
+                               "batch/carried_out", "train/batch_prompts", "train/sequences")} == \
+        {"filter/rounds": 2, "batch/generated": 8, "batch/rolled_out": 8, "filter/difficulty/kept": 5,
+         "filter/difficulty/too_easy": 3, "batch/dropped": 3, "batch/carried_in": 0, "batch/carried_out": 1,
+         "train/batch_prompts": 4, "train/sequences": 16}
+    assert m1["reward/agreement"] == pytest.approx((3 * 1.0 + 5 * 0.5) / 8)
+    m2 = recipe.step(2)
+    assert gen.rolled_out[8:] == [8, 9, 10, 11]
+    assert trained(learner.batches[1]) == [7, 8, 10, 11] and recipe.carry == []
+    assert (m2["filter/rounds"], m2["batch/rolled_out"], m2["batch/carried_in"], m2["batch/carried_out"]) == (1, 4, 1, 0)
+    # kept + carried in = trained + carried out, every step
+    for m in (m1, m2):
+        assert m["filter/difficulty/kept"] + m["batch/carried_in"] == m["train/batch_prompts"] + m["batch/carried_out"]
+    statuses = {it.text.split()[-2]: it.status for it in recipe.pool.generated()}
+    assert statuses == {str(k): "filtered" if k % 3 == 0 else "kept" for k in range(12)}
+
+
+def test_the_carry_survives_a_resume_exactly(tmp_path):
+    straight, _, learner = make(tmp_path, run="a")
+    want = [straight.step(1), straight.step(2)]
+    first, _, _ = make(tmp_path, run="b")
+    first.step(1)
+    state = first.state_dict()
+    first.close()
+    resumed, gen, learner_b = make(tmp_path, run="b", resume_step=1)  # fresh engines, pool from disk
+    resumed.load_state_dict(state)
+    assert gen.calls == 8 and [r.item.id for r in resumed.carry] == [r.item.id for r in first.carry]
+    got = resumed.step(2)
+    assert trained(learner_b.batches[0]) == trained(learner.batches[1]) == [7, 8, 10, 11]
+    assert {k: v for k, v in got.items() if not k.startswith("time/")} == \
+        {k: v for k, v in want[1].items() if not k.startswith("time/")}
+
+
+def test_rounds_stop_at_max_refill_rounds_and_skip_the_update(tmp_path):
+    recipe, gen, learner = make(tmp_path, "--reward_difficulty_bounds", "0.0", "0.4", "--max_refill_rounds", "2")
+    m = recipe.step(1)  # agreement is 1 or 0.5: nothing lies in [0, 0.4]
+    assert learner.batches == [] and len(gen.rolled_out) == 8
+    assert (m["filter/rounds"], m["batch/dropped"], m["train/batch_prompts"], m["batch/carried_out"]) == (2, 8, 0, 0)
+
+
+def test_overlong_filter_leaves_truncated_answers_out_of_the_loss(tmp_path):
+    plain, _, learner_a = make(tmp_path, run="a", gen=FakeGenerator(truncate_first=True))
+    masked, _, learner_b = make(tmp_path, "--overlong_filter", run="b", gen=FakeGenerator(truncate_first=True))
+    ma, mb = plain.step(1), masked.step(1)
+    full, cut = learner_a.batches[0], learner_b.batches[0]
+    assert len(full.response_ids) == 16 and len(cut.response_ids) == 12
+    assert all(r[1] != 0 for r in cut.response_ids)  # answer 0 of each group was the truncated one
+    assert (ma["train/masked_truncated"], mb["train/masked_truncated"]) == (0, 4)
+    assert ma["response/truncated_frac"] == mb["response/truncated_frac"] == 0.25
+    # advantages come from the whole group (rewards 1, 1, 0, 0: GRPO gives +-1 / std), then the
+    # truncated answer is dropped: the others keep exactly their advantages
+    for row, adv in zip(cut.response_ids, cut.advantages):
+        torch.testing.assert_close(adv, full.advantages[full.response_ids.index(row)])
+    std = torch.tensor([1.0, 1.0, 0.0, 0.0]).std()
+    assert float(cut.advantages[0][0]) == pytest.approx(0.5 / (float(std) + 1e-6), rel=1e-4)
+
+
+def test_prompt_max_len_skips_long_generated_problems_and_counts_them(tmp_path):
+    # every 3rd problem gets 40 more words; the chat prompt of a short one has 9 words
+    recipe, gen, learner = make(tmp_path, "--prompt_max_len", "20", gen=FakeGenerator(long_every=3))
+    m = recipe.step(1)
+    assert all(k % 3 != 2 for k in gen.rolled_out) and m["batch/rolled_out"] == 4 * m["filter/rounds"]
+    assert m["batch/skipped_long"] == m["filter/prompt_len/rejected"] >= 2
+    assert all(recipe.prompt_tokens(it.text) <= 20 for it in recipe.pool.generated())
+
+
+def test_prompt_max_len_skips_long_seeds_without_self_evolution(tmp_path):
+    seeds = seeds_file(tmp_path, n=10, long_every=2)  # seeds 0, 2, 4, 6, 8 are long
+    recipe, gen, learner = make(tmp_path, "--enable_self_evolution", "false", "--prompt_max_len", "20",
+                                "--reward_difficulty_bounds", "0", "1", seeds=seeds)
+    m = recipe.step(1)
+    assert m["batch/rolled_out"] == 4 and m["batch/skipped_long"] >= 1
+    assert len(gen.rolled_out) == 4 and all(k % 2 == 1 for k in gen.rolled_out)  # the short seeds
+    recipe_all_long, _, _ = make(tmp_path, "--enable_self_evolution", "false", "--prompt_max_len", "5",
+                                 run="b", seeds=seeds)
+    from serl.data.seeds import DataError
+
+    with pytest.raises(DataError, match="no seed problem fits in --prompt_max_len 5"):
+        recipe_all_long.step(1)
+
+
+def test_verify_timeouts_reach_the_metrics(tmp_path):
+    recipe, _, _ = make(tmp_path)
+    recipe.checker.stats["timeouts"] = 7  # counted before this step: not this step's
+    m = recipe.step(1)
+    assert (m["reward/verify_timeouts"], m["reward/verify_errors"]) == (2, 0)  # one per reward round
+
+
+@pytest.mark.parametrize("per_iteration,rollout,n,train_batch,steps,want", [
+    (2000, 16, 16, 16, 100, 2000),  # SeRL's preset: 2000 * 16 / 16 optimizer steps
+    (12, 4, 8, 0, 3, 3),            # one update per step: ceil(12 / 4) steps
+    (10, 4, 8, 0, 50, 3),           # ceil(10 / 4) = 3 steps, then the floor LR
+    (0, 4, 8, 16, 5, 10),           # 0: the schedule spans --steps (2 updates each)
+])
+def test_instructions_num_per_iteration_sizes_the_lr_schedule(per_iteration, rollout, n, train_batch, steps, want):
+    from serl.engines.factory import learner_config
+
+    cfg, _ = parse_args(["--instructions_num_per_iteration", str(per_iteration), "--rollout_batch_size", str(rollout),
+                         "--n_samples_per_prompt", str(n), "--train_batch_size", str(train_batch),
+                         "--steps", str(steps)])
+    assert learner_config(cfg).total_steps == want
+
+
+def test_held_out_problems_are_asked_with_the_runs_instruction(tmp_path):
+    from serl.eval.data import MathProblem
+
+    class Recorder(FakeGenerator):
+        def generate(self, prompts, n, sampling):
+            self.prompts = prompts
+            return [[Completion("\\boxed{2}", [1], [1])] for _ in prompts]
+
+    class Equal(ExactChecker):
+        def equal_many(self, pairs):
+            return [a == b for a, b in pairs]
+
+    recipe, gen, _ = make(tmp_path, gen=Recorder())
+    recipe.checker = Equal()
+    m = recipe.evaluate([MathProblem("heldout", 0, "What is 1 + 1?", "2")])
+    assert gen.prompts == ["<user>What is 1 + 1?\nBox it."] and m["eval/heldout/pass@1"] == 1.0
