@@ -2,6 +2,7 @@
 shipped corpus with held-out evaluation and an exact resume (one run of two steps, one of one
 step plus a resumed step); a user's text folder read as the run reads it."""
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -20,8 +21,9 @@ SHIPPED = ["--corpus", ROOT / "dataset/docs_train.jsonl", *EVAL]
 
 
 def spell(*args):
+    env = dict(os.environ, OMP_NUM_THREADS="1")  # tiny batches: a second thread only spins on a shared machine
     r = subprocess.run([sys.executable, "-m", "serl.cli", "train", "--recipe", "spell", *map(str, args)],
-                       cwd=ROOT, capture_output=True, text=True, timeout=2400)
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=2400)
     assert r.returncode == 0, r.stderr[-3000:]
     return r
 
@@ -66,14 +68,14 @@ def test_two_steps_on_the_shipped_corpus(two_steps):
 @pytest.mark.slow
 def test_resume_matches_the_uninterrupted_run(two_steps, tmp_path):
     run = tmp_path / "run"
-    spell("--run_dir", run, "--steps", 1, *TINY, *SHIPPED)
+    spell("--run_dir", run, "--steps", 1, *TINY, *SHIPPED, "--heldout_eval", "false")
     spell("--resume", run, "--steps", 2)
     want, got = rows(two_steps), rows(run)
-    assert sorted(got) == [0, 1, 2]
-    # the short run's step 1 also carries its final evaluation; evaluation never changes
-    # training, so everything else matches the uninterrupted run exactly
-    assert {k: v for k, v in got[1].items() if not k.startswith("eval/")} == want[1]
-    assert got[0] == want[0] and got[2] == want[2]
+    assert sorted(got) == [1, 2]
+    # without any evaluation (cheaper, and evaluation must never change training) the
+    # one-step run resumed for a second step trains exactly as the uninterrupted run
+    for step in (1, 2):
+        assert got[step] == {k: v for k, v in want[step].items() if not k.startswith("eval/")}
 
 
 def test_a_users_text_folder(tmp_path, smol_path):
