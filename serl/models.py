@@ -74,10 +74,21 @@ def _gguf_to_hf(gguf: Path) -> Path:
         model.is_quantized = False
         model.save_pretrained(str(tmp))
         tok.save_pretrained(str(tmp))
-        os.replace(tmp, out)  # atomic: a crash leaves no half-converted model
+        _publish(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out
+
+
+def _publish(tmp: Path, out: Path) -> None:
+    """Move a finished conversion into place, atomically: a crash leaves no half-converted
+    model. When another process (a Ray worker, a parallel test) got there first, its
+    directory is kept and ours is dropped."""
+    try:
+        os.replace(tmp, out)
+    except OSError:
+        if not (out / "config.json").exists():
+            raise
 
 
 def resolve_model(spec: str | None) -> str:

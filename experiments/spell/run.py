@@ -12,8 +12,8 @@ output folder ``results.json``, ``results.md`` (the table, with 95% confidence i
 and ``curves.png`` (per-step role metrics), next to the run directory ``run/``.
 
 Confidence intervals: Wilson score intervals for each rate; for a before/after change on
-the same items, the paired difference's mean with a normal interval
-(1.96 * sd / sqrt(n) of the per-item differences).
+the same items, the paired difference's mean with a 95% paired-bootstrap interval
+(10,000 resamples of the items; serl.eval.stats).
 """
 from __future__ import annotations
 
@@ -25,10 +25,15 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-# the questioner's bootstrap (probe_json.py, README): the reply starts with '{"question": "'
-# and the questioner samples at 0.7; the one-example bootstrap is off (the model copies it)
+sys.path.insert(0, str(ROOT))  # this checkout's serl
+
+from serl.eval.stats import paired_bootstrap, wilson  # noqa: E402  (probe_*.py import wilson from here)
+
+# the bootstrap (probe_json.py, probe_verifier.py, README): the questioner's reply starts with
+# '{"question": "' and it samples at 0.7; the verifier's reply starts with '[['; the
+# one-example bootstrap is off (the model copies it)
 BOOTSTRAP = ["--compact_prompts", "true", "--questioner_prefill", "on", "--questioner_temperature", "0.7",
-             "--few_shot_questioner", "false"]
+             "--few_shot_questioner", "false", "--verifier_prefill", "on"]
 FULL = ["--steps", "10", "--rollout_batch_size", "8", "--n_samples_per_prompt", "8", "--verifier_samples", "3",
         "--grounding_samples", "4", "--max_refill_rounds", "2", *BOOTSTRAP,
         "--questioner_max_len", "96", "--generate_max_len", "96", "--verifier_max_len", "48",
@@ -42,23 +47,10 @@ CURVES = ["questioner/valid_json", "questioner/bad_ground", "questioner/informat
           "verifier/agreement", "verifier/bad_format", "questioner/reward_mean", "responder/reward_mean"]
 
 
-def wilson(k: float, n: int, z: float = 1.96) -> tuple[float, float]:
-    if n == 0:
-        return math.nan, math.nan
-    p = k / n
-    den = 1 + z * z / n
-    mid = (p + z * z / (2 * n)) / den
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
-    return mid - half, mid + half
-
-
-def paired(before: list[float], after: list[float], z: float = 1.96) -> dict:
-    d = [a - b for a, b in zip(after, before)]
-    n = len(d)
-    mean = sum(d) / n
-    sd = math.sqrt(sum((x - mean) ** 2 for x in d) / (n - 1)) if n > 1 else 0.0
-    half = z * sd / math.sqrt(n) if n else math.nan
-    return {"diff": mean, "ci": [mean - half, mean + half], "n": n}
+def paired(before: list[float], after: list[float]) -> dict:
+    """Mean per-item change with its 95% paired-bootstrap interval (serl.eval.stats)."""
+    diff, lo, hi = paired_bootstrap(before, after)
+    return {"diff": diff, "ci": [lo, hi], "n": len(before)}
 
 
 def rate(values: list[float]) -> dict:
@@ -152,7 +144,7 @@ def plot(run: Path, path: Path) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="SPELL before/after on the embedded model")
-    ap.add_argument("--out", default=str(ROOT / "experiments/spell/results"), help="output folder")
+    ap.add_argument("--out", default=str(ROOT / "runs/spell_experiment"), help="output folder (the run and its analysis)")
     ap.add_argument("--resume", action="store_true", help="continue OUT/run, then analyse")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: check the pipeline only")
     ap.add_argument("--generator", default="auto", help="auto (vLLM when installed), vllm or hf")

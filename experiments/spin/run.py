@@ -37,7 +37,7 @@ TRAIN, HELDOUT = ROOT / "dataset/arith_spin_train.jsonl", ROOT / "dataset/arith_
 # Fixed before any run (not tuned on the held-out set). SPIN's beta, sampling and mixing;
 # a learning rate for a 135M model and a few dozen steps instead of SPIN's 5e-7 for 7B.
 FULL = dict(train=256, heldout=200, iterations=2, batch=16, epochs=1, lr=1e-5, beta=0.1, max_len=128,
-            eval_max_len=160, online_steps=10, online_prompts=8, online_n=4)
+            eval_max_len=160, online_steps=20, online_prompts=8, online_n=4)
 SMOKE = dict(train=8, heldout=12, iterations=2, batch=4, epochs=1, lr=5e-6, beta=0.1, max_len=32,
              eval_max_len=40, online_steps=2, online_prompts=2, online_n=2)
 

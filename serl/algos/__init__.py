@@ -1,4 +1,4 @@
-"""Advantage estimators, KL estimators and policy losses: pure functions on tensors."""
+"""Advantage estimators, KL estimators, policy losses and preference pairs: pure functions."""
 from serl.algos.advantages import (ADVANTAGE_ESTIMATORS, Estimator, canonical_estimator,
                                    compute_advantages, masked_whiten, register_estimator)
 from serl.algos.kl import KL_ESTIMATORS, canonical_kl, kl_estimate

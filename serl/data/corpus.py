@@ -29,12 +29,13 @@ Errors (:class:`CorpusError`) name the path, and the line and key for JSONL.
 """
 from __future__ import annotations
 
-import json
 import random
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
+
+from serl.data.jsonl import jsonl_objects
 
 TEXT_SUFFIXES = (".txt", ".md", ".rst", ".text", ".man")
 JSONL_SUFFIXES = (".jsonl", ".json")
@@ -123,16 +124,8 @@ def _read_text(p: Path, stats: CorpusStats, strict: bool) -> str | None:
 
 def _jsonl_docs(p: Path, text: str, text_key: str, cluster_key: str | None):
     """(document text, cluster value or None, source) per non-blank line."""
-    for no, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
+    for no, row in jsonl_objects(p, CorpusError, text):
         where = f"{p}:{no}"
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise CorpusError(f"{where}: not valid JSON ({e.msg} at column {e.colno})") from e
-        if not isinstance(row, dict):
-            raise CorpusError(f"{where}: expected a JSON object, got {type(row).__name__}")
         if text_key not in row:
             keys = ", ".join(sorted(map(str, row))[:8])
             raise CorpusError(f"{where}: missing key '{text_key}' (keys present: {keys}); "

@@ -16,10 +16,11 @@ solution ending in ``\\boxed{42}``, the answer format serl's rewards extract, an
 """
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from serl.data.jsonl import jsonl_objects
 
 
 class DataError(ValueError):
@@ -147,18 +148,8 @@ def _read_parquet(p: Path, input_key, label_key, output_key) -> list[Problem]:
 
 
 def _read_jsonl(p: Path, input_key, label_key, output_key, limit) -> list[Problem]:
-    try:
-        lines = p.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError as e:
-        raise DataError(f"{p}: not UTF-8 text ({e})") from e
     problems: list[Problem] = []
-    for no, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise DataError(f"{p}:{no}: not valid JSON ({e.msg} at column {e.colno})") from e
+    for no, row in jsonl_objects(p, DataError):
         problems.append(_row_to_problem(row, f"{p}:{no}", input_key, label_key, output_key))
         if limit and len(problems) >= limit:
             break

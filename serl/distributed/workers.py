@@ -40,17 +40,14 @@ class LearnerWorker:
         return ray.util.get_node_ip_address(), port
 
     def setup(self, cfg_dict: dict, model_path: str, master: tuple[str, int], need_ref: bool) -> int:
-        import torch
-
         from serl.engines.factory import make_learner
 
         _quiet_threads()
         cfg = _config(cfg_dict)
-        if cfg.learner == "deepspeed":  # Ray gives each actor its GPU as device 0
+        if cfg.learner == "deepspeed":  # Ray gives each actor its GPU as device 0; the learner
+            # sets DeepSpeed's accelerator from --device (deepspeed_learner.use_accelerator)
             os.environ.update(RANK=str(self.rank), WORLD_SIZE=str(self.world), LOCAL_RANK="0",
                               MASTER_ADDR=master[0], MASTER_PORT=str(master[1]))
-            if not torch.cuda.is_available():
-                os.environ["DS_ACCELERATOR"] = "cpu"
         self.learner = make_learner(cfg, model_path, None, need_ref=need_ref)
         return self.rank
 

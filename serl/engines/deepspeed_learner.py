@@ -111,19 +111,33 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def init_process_group(backend: str = "") -> None:
-    """Join (or, alone, start) the default process group; torchrun/Ray set the env vars."""
+def use_accelerator(device: str) -> None:
+    """Make DeepSpeed's accelerator match ``device``. DeepSpeed picks it when first imported
+    (CUDA whenever a GPU is visible), so ``--device cpu`` on a GPU machine must say so first."""
+    if device != "cuda":
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    from deepspeed.accelerator import get_accelerator
+
+    have = get_accelerator().device_name()
+    if (have == "cuda") != (device == "cuda"):
+        raise RuntimeError(f"the learner runs on {device}, but DeepSpeed's accelerator is {have} "
+                           f"(DS_ACCELERATOR={os.environ.get('DS_ACCELERATOR', 'unset')}; DeepSpeed "
+                           "fixes it when first imported): set DS_ACCELERATOR to match --device")
+
+
+def init_process_group(backend: str = "", device: str = "cpu") -> None:
+    """Join (or, alone, start) the default process group; torchrun/Ray set the env vars.
+    The backend follows the learner's device: NCCL for CUDA tensors, gloo for CPU ones."""
     if dist.is_initialized():
         return
     for k, v in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"),
                  ("MASTER_ADDR", "127.0.0.1")):
         os.environ.setdefault(k, v)
     os.environ.setdefault("MASTER_PORT", str(_free_port()))
-    if not torch.cuda.is_available():
-        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    use_accelerator(device)
     import deepspeed
 
-    deepspeed.init_distributed(dist_backend=backend or ("nccl" if torch.cuda.is_available() else "gloo"),
+    deepspeed.init_distributed(dist_backend=backend or ("nccl" if device == "cuda" else "gloo"),
                                auto_mpi_discovery=False)
 
 
@@ -132,8 +146,7 @@ class DeepSpeedLearner(LearnerCore):
 
     def __init__(self, model_path: str, cfg: LearnerConfig, need_ref: bool, tokenizer=None,
                  opts: DeepSpeedOptions | None = None):
-        if not torch.cuda.is_available():  # before deepspeed is imported: it picks its accelerator then
-            os.environ.setdefault("DS_ACCELERATOR", "cpu")
+        use_accelerator(cfg.device)  # before deepspeed is imported: it picks its accelerator then
         import deepspeed
         from transformers.integrations import HfDeepSpeedConfig
 
@@ -144,7 +157,7 @@ class DeepSpeedLearner(LearnerCore):
         self.device = cfg.device
         if self.device == "cuda":  # one GPU per rank: the engine goes to this rank's GPU
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-        init_process_group(self.opts.backend)
+        init_process_group(self.opts.backend, self.device)
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         torch.manual_seed(cfg.seed)
         dtype = torch.bfloat16 if cfg.bf16 else torch.float32

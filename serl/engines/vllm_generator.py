@@ -47,7 +47,9 @@ class VLLMGenerator:
         if not self.on_cpu:
             kwargs.update(gpu_memory_utilization=gpu_memory_utilization,
                           enable_sleep_mode=enable_sleep_mode)
+        before = _children()
         self.llm = LLM(**kwargs)
+        self._reaper = _reaper(_children() - before)  # its engine processes die with us, even by SIGKILL
         self.tokenizer = self.llm.get_tokenizer()
         self.seed = seed
         self.calls = 0
@@ -134,6 +136,25 @@ class VLLMGenerator:
         llm, self.llm = getattr(self, "llm", None), None
         if llm is not None:
             del llm
+        reaper, self._reaper = getattr(self, "_reaper", None), None
+        if reaper is not None:
+            reaper.close()
+
+
+def _children() -> set[int]:
+    try:
+        import psutil
+    except ImportError:
+        return set()
+    return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
+def _reaper(pids: set[int]):
+    if not pids:
+        return None
+    from serl.engines.reaper import Reaper
+
+    return Reaper(sorted(pids))
 
 
 def _all_cores() -> str | None:

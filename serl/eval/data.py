@@ -6,11 +6,11 @@ field, and nothing is written.
 """
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from serl.data.jsonl import jsonl_objects
 from serl.rewards import normalize_label
 
 # Fields that carry a per-row breakdown, in the order they are looked for.
@@ -49,18 +49,7 @@ def read_jsonl(path: Path) -> list[tuple[int, dict]]:
     """(line number, object) for each non-blank line; a bad line is a DataError."""
     if not path.is_file():
         raise DataError(f"{path}: file not found")
-    rows = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
-            if not isinstance(obj, dict):
-                raise DataError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
-            rows.append((lineno, obj))
+    rows = list(jsonl_objects(path, DataError))
     if not rows:
         raise DataError(f"{path}: no rows")
     return rows

@@ -22,7 +22,6 @@ name file, line and key); per-item records are returned for confidence intervals
 """
 from __future__ import annotations
 
-import json
 import math
 import random
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from serl.data.corpus import Cluster, CorpusError, read_corpus, sample_evidence
+from serl.data.jsonl import jsonl_objects
 from serl.data.seeds import DataError
 from serl.engines.base import Sampling
 from serl.rewards.judge import parse_judgment
@@ -60,6 +60,7 @@ class Roles:
     questioner_len: int
     paragraphs_per_prompt: int = 2                          # paragraphs the questioner sees
     grounding_threshold: float = 0.1                        # no-document score that makes bad_ground
+    verifier_prefill: str = ""                              # the verifier prompt's last text (the reply's start)
 
 
 def read_rows(path: str, keys: tuple[str, ...], limit: int = 0) -> list[dict]:
@@ -68,15 +69,7 @@ def read_rows(path: str, keys: tuple[str, ...], limit: int = 0) -> list[dict]:
     if not p.is_file():
         raise DataError(f"{p}: file not found")
     rows = []
-    for no, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise DataError(f"{p}:{no}: not valid JSON ({e.msg})") from None
-        if not isinstance(row, dict):
-            raise DataError(f"{p}:{no}: expected a JSON object")
+    for no, row in jsonl_objects(p, DataError):
         for k in keys:
             if not isinstance(row.get(k), (str, int)) or isinstance(row.get(k), bool) or str(row[k]).strip() == "":
                 raise DataError(f"{p}:{no}: key '{k}' missing or not a non-empty string")
@@ -131,6 +124,7 @@ def evaluate_roles(generate, roles: Roles, equal_many, held: HeldOut) -> tuple[d
     if held.verify:
         outs = generate([roles.verifier(r["question"], str(r["candidate"]), str(r["gold"])) for r in held.verify],
                         roles.verifier_len)
+        outs = [roles.verifier_prefill + t for t in outs]  # judged as written: prefill + reply
         judged = [parse_judgment(t) for t in outs]
         want = [1 if str(r["label"]).lower() == "yes" else 0 for r in held.verify]
         metrics["eval/verifier/accuracy"] = _mean(j == w for j, w in zip(judged, want))

@@ -211,3 +211,18 @@ def test_ds_config_shapes():
     assert c["managed_gradient_accumulation"] is False and c["bf16"]["enabled"]
     ref = ds_config(cfg, DeepSpeedOptions(zero_stage=3, adam_offload=True), train=False)
     assert "optimizer" not in ref and "offload_optimizer" not in ref["zero_optimization"]
+
+
+def test_accelerator_must_match_the_device():
+    """DeepSpeed fixes its accelerator at first import; a learner whose --device disagrees
+    with it is refused with a reason (on a GPU machine, --device cpu sets it to cpu first)."""
+    pytest.importorskip("deepspeed", reason="deepspeed not installed")
+    from deepspeed.accelerator import get_accelerator
+
+    from serl.engines.deepspeed_learner import use_accelerator
+
+    have = get_accelerator().device_name()
+    use_accelerator("cuda" if have == "cuda" else "cpu")  # agrees: nothing to say
+    other = "cpu" if have == "cuda" else "cuda"
+    with pytest.raises(RuntimeError, match=f"learner runs on {other}, but DeepSpeed's accelerator is {have}"):
+        use_accelerator(other)

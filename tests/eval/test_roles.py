@@ -46,7 +46,8 @@ def test_verify_labels_must_be_yes_or_no(tmp_path):
     assert read_rows(str(bad), ("question",))[0]["line"] == 1
 
 
-def test_scores_by_hand():
+@pytest.mark.parametrize("prefill", ["", "[["])  # with a prefill the model writes only what follows it
+def test_scores_by_hand(prefill):
     held = HeldOut(docs={"c": ["Ann founded Acme."]},
                    qa=[{"cluster": "c", "question": "Who founded Acme?", "answer": "Ann", "line": 1},
                        {"cluster": "c", "question": "When?", "answer": "1900", "line": 2},
@@ -71,14 +72,16 @@ def test_scores_by_hand():
             if "[1]" not in p and "Who founded Acme?" in p:  # grounding: knows it without documents
                 out.append("The answer is Ann.")
                 continue
-            out.append(next(v for k, v in replies.items() if k in p))
+            reply = next(v for k, v in replies.items() if k in p)
+            out.append(reply.removeprefix(prefill) if "Answer A:" in p else reply)
         return out
 
     roles = Roles(responder=lambda q, docs: (f"[1] {docs[0]}\n" if docs else "") + f"Question: {q}",
-                  verifier=lambda q, a, ref: f"Question: {q}\nAnswer A: {a}\nAnswer B: {ref}",
+                  verifier=lambda q, a, ref: f"Question: {q}\nAnswer A: {a}\nAnswer B: {ref}\n{prefill}",
                   questioner=lambda ps: "Documents: " + " ".join(ps),
                   parse_question=lambda t: json.loads(t) if t.startswith("{") else None,
-                  responder_len=40, verifier_len=8, questioner_len=30, paragraphs_per_prompt=2)
+                  responder_len=40, verifier_len=8, questioner_len=30, paragraphs_per_prompt=2,
+                  verifier_prefill=prefill)
     m, records = evaluate_roles(generate, roles, None, held)
     assert m == pytest.approx({"eval/responder/strict": 1 / 3, "eval/responder/lenient": 2 / 3,
                                "eval/verifier/accuracy": 2 / 4, "eval/verifier/bad_format": 1 / 4,

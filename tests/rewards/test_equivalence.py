@@ -155,7 +155,8 @@ USER_SCRIPT = textwrap.dedent("""\
 
 
 def _python(tmp_path, args, stdin=None, pythonpath=()):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([*map(str, pythonpath), str(ROOT)]))
+    keep = [os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []  # an install by --target
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([*map(str, pythonpath), str(ROOT), *keep]))
     return subprocess.run([sys.executable, *args], cwd=tmp_path, input=stdin, env=env,
                           capture_output=True, text=True, timeout=180)
 

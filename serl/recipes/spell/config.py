@@ -28,6 +28,9 @@ class SpellOptions:
     questioner_prefill: str = option("auto", "start the questioner's reply with '{\"question\": \"' so a small "
                                              "model only continues the JSON block: auto (= on with compact "
                                              "prompts), on, off", choices=("auto", "on", "off"))
+    verifier_prefill: str = option("auto", "start the verifier's reply with '[[' so a small model goes on "
+                                           "with the verdict: auto (= on with compact prompts), on, off",
+                                   choices=("auto", "on", "off"))
     questioner_max_len: int = option(128, "max new tokens of a questioner reply")
     questioner_temperature: float = option(1.0, "sampling temperature of the questioner (the other roles: "
                                                 "--temperature)")

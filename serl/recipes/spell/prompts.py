@@ -24,9 +24,24 @@ ANSWER_PHRASE = "The answer is"
 QUESTIONER_PREFILL = '{"question": "'
 
 
+# The same for the verifier (--verifier_prefill): a reply that starts "[[" goes on with the
+# verdict. SmolLM2-135M at greedy wrote no verdict in 60 of 60 probe items without it and
+# one in 47 of 60 with it (experiments/spell/README.md).
+VERIFIER_PREFILL = "[["
+
+
+def _prefill(text: str, mode: str, compact: bool) -> str:
+    return text if mode == "on" or (mode == "auto" and compact) else ""
+
+
 def questioner_prefill(mode: str, compact: bool) -> str:
     """The prefill for ``--questioner_prefill`` ``auto`` (on with compact prompts), ``on`` or ``off``."""
-    return QUESTIONER_PREFILL if mode == "on" or (mode == "auto" and compact) else ""
+    return _prefill(QUESTIONER_PREFILL, mode, compact)
+
+
+def verifier_prefill(mode: str, compact: bool) -> str:
+    """The prefill for ``--verifier_prefill``, with the same modes."""
+    return _prefill(VERIFIER_PREFILL, mode, compact)
 MAX_QUESTION_CHARS = 600
 MAX_ANSWER_CHARS = 300
 

@@ -11,6 +11,8 @@ clusters are asked (dynamic sampling, bounded rounds). See ``episode.py`` for th
 """
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import logging
 import random
@@ -27,7 +29,8 @@ from serl.models import load_tokenizer, resolve_model
 from serl.recipes.base import Recipe, RunContext
 from serl.recipes.spell import episode
 from serl.recipes.spell.memory import HistoryMemory
-from serl.recipes.spell.prompts import questioner_prefill, questioner_prompt, responder_prompt, verifier_prompt
+from serl.recipes.spell.prompts import (questioner_prefill, questioner_prompt, responder_prompt, verifier_prefill,
+                                        verifier_prompt)
 from serl.rewards.qa import cover_em_many, extract_final_answer
 
 log = logging.getLogger(__name__)
@@ -79,6 +82,7 @@ class SpellRecipe(Recipe):
         self.step_done = 0
         self.band = tuple(cfg.verifier_band)
         self.prefill = questioner_prefill(cfg.questioner_prefill, cfg.compact_prompts)  # the reply's start
+        self.verdict_prefill = verifier_prefill(cfg.verifier_prefill, cfg.compact_prompts)
 
     # ---- the loop -------------------------------------------------------------------
     def step(self, step: int) -> dict[str, float]:
@@ -208,10 +212,10 @@ class SpellRecipe(Recipe):
             q.judges = [[] for _ in q.responses]
         with self.timed("verifier"):
             groups = self.sample([self.chat_prompt(verifier_prompt(q.qa["question"], q.answers[i], q.qa["answer"],
-                                                            self.cfg.compact_prompts)) for q, i in todo],
-                                 self.cfg.verifier_samples, self.cfg.verifier_max_len)
-        for (q, i), g in zip(todo, groups):
-            q.judges[i] = g
+                                                            self.cfg.compact_prompts)) + self.verdict_prefill
+                                  for q, i in todo], self.cfg.verifier_samples, self.cfg.verifier_max_len)
+        for (q, i), g in zip(todo, groups):  # judged on prefill + reply; trained on the model's tokens
+            q.judges[i] = [dataclasses.replace(c, text=self.verdict_prefill + c.text) for c in g]
 
     # ---- metrics, evaluation, state ----------------------------------------------------
     def evaluate(self, held) -> dict[str, float]:
@@ -235,7 +239,8 @@ class SpellRecipe(Recipe):
         """The three roles as the held-out evaluation drives them: the training prompts."""
         cfg, chat, compact = self.cfg, self.chat_prompt, self.cfg.compact_prompts
         return Roles(responder=lambda q, docs: chat(responder_prompt(q, docs, compact)),
-                     verifier=lambda q, a, ref: chat(verifier_prompt(q, a, ref, compact)),
+                     verifier=lambda q, a, ref: chat(verifier_prompt(q, a, ref, compact)) + self.verdict_prefill,
+                     verifier_prefill=self.verdict_prefill,
                      questioner=lambda ps: chat(questioner_prompt(ps, compact=compact,
                                                                   few_shot=cfg.few_shot_questioner)) + self.prefill,
                      parse_question=lambda text: episode.parse_questioner(self.prefill + text)[1],

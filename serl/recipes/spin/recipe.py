@@ -27,7 +27,7 @@ from serl.engines.base import Completion, Sampling, TrainBatch
 from serl.progress import stage
 from serl.recipes.base import Recipe
 from serl.recipes.spin.config import mixed_count
-from serl.recipes.spin.pairs import best_worst_pairs
+from serl.algos.pairs import best_worst_pairs
 from serl.rewards import score_groups
 
 

@@ -2,8 +2,9 @@ import pytest
 
 from serl.recipes.spell.episode import parse_questioner
 from serl.recipes.spell.memory import MemoryEntry
-from serl.recipes.spell.prompts import (ANSWER_PHRASE, MAX_ANSWER_CHARS, QUESTIONER_PREFILL, questioner_prefill,
-                                        questioner_prompt, responder_prompt, verifier_prompt)
+from serl.recipes.spell.prompts import (ANSWER_PHRASE, MAX_ANSWER_CHARS, QUESTIONER_PREFILL, VERIFIER_PREFILL,
+                                        questioner_prefill, questioner_prompt, responder_prompt, verifier_prefill,
+                                        verifier_prompt)
 from serl.rewards.judge import parse_judgment
 from serl.rewards.qa import extract_final_answer
 
@@ -24,6 +25,13 @@ def test_questioner_numbers_paragraphs_and_asks_for_json(compact):
                                                ("on", False, QUESTIONER_PREFILL), ("off", True, "")])
 def test_prefill_modes(mode, compact, want):
     assert questioner_prefill(mode, compact) == want
+    assert verifier_prefill(mode, compact) == (VERIFIER_PREFILL if want else "")
+
+
+@pytest.mark.parametrize("reply,want", [("YES]]", 1), ("no]] because they differ", 0), ("YES] 4 children", -1),
+                                        ("YES]] or [[NO]]", -1)])
+def test_verifier_prefill_plus_reply_parses(reply, want):
+    assert parse_judgment(VERIFIER_PREFILL + reply) == want
 
 
 @pytest.mark.parametrize("reply,want", [

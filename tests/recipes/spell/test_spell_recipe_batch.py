@@ -10,7 +10,7 @@ from serl.data.corpus import Cluster, Corpus, CorpusStats
 from serl.engines.base import Completion
 from serl.recipes.base import RunContext
 from serl.recipes.spell.config import Config
-from serl.recipes.spell.prompts import QUESTIONER_PREFILL
+from serl.recipes.spell.prompts import QUESTIONER_PREFILL, VERIFIER_PREFILL
 from serl.recipes.spell.recipe import SpellRecipe
 
 CLUSTERS = [Cluster("A", ["Acme Works was founded by Ann.", "Filler about bread."], ["a", "a"]),
@@ -57,6 +57,8 @@ class ScriptedGenerator:
             texts = script(p, n)
             if p.endswith(QUESTIONER_PREFILL):  # prefilled: the model writes what follows
                 texts = [t.split(QUESTIONER_PREFILL, 1)[-1] for t in texts]
+            elif p.endswith(VERIFIER_PREFILL):  # the verdict's opening brackets are given
+                texts = [t.split(VERIFIER_PREFILL, 1)[-1] for t in texts]
             assert len(texts) == n, (p, n)
             out.append([Completion(t, [hash(t) % 1000 + 1, 7], [0]) for t in texts])
         return out
@@ -93,10 +95,12 @@ def make_recipe(tmp_path, **over):
 
 @pytest.mark.parametrize("prefill", ["auto", "off"])  # the same replies, prefilled or written whole
 def test_one_step_by_hand(tmp_path, prefill):
-    recipe = make_recipe(tmp_path, questioner_prefill=prefill)
+    recipe = make_recipe(tmp_path, questioner_prefill=prefill, verifier_prefill=prefill)
     m = recipe.step(1)
     asks = [p for p in recipe.generator.prompts if "Reply with JSON only" in p]
     assert len(asks) == 3 and all(p.endswith(QUESTIONER_PREFILL) is (prefill == "auto") for p in asks)
+    judges = [p for p in recipe.generator.prompts if "Do A and B give the same answer?" in p]
+    assert len(judges) == 3 and all(p.endswith(VERIFIER_PREFILL) is (prefill == "auto") for p in judges)
     # round 1 asks A (kept responder group) and B (bad format); round 2 asks one more: C (bad_ground)
     assert m["filter/rounds"] == 2 and m["questioner/asked"] == 3
     assert m["questioner/valid_json"] == pytest.approx(2 / 3)

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from serl.recipes.spin.pairs import Pair, PairCounts, best_worst_pairs
+from serl.algos.pairs import Pair, PairCounts, best_worst_pairs
 
 
 @pytest.mark.parametrize("group,expected", [
