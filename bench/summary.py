@@ -53,9 +53,12 @@ def _reward_server(r):
 
 
 def _learner(r):
-    parts = [f"{x['dtype']} {100 * x['mfu']:.0f} %" for x in r["results"]]
-    met = " / ".join(f"{x['dtype']} {'yes' if x['mfu'] >= 0.40 else 'no'}" for x in r["results"])
-    return "MFU " + ", ".join(parts) + f" ({r.get('threads', '?')} threads)", ">= 40 %", met
+    new = [x for x in r["results"] if x.get("path", "new") == "new"]  # --paths old,new: the target is new's
+    parts = [f"{x['dtype']} {100 * x['mfu']:.0f} %" for x in new]
+    old = [f"{x['dtype']} {100 * x['mfu']:.0f} %" for x in r["results"] if x.get("path") == "old"]
+    met = " / ".join(f"{x['dtype']} {'yes' if x['mfu'] >= 0.40 else 'no'}" for x in new)
+    before = f"; old path {', '.join(old)}" if old else ""
+    return "MFU " + ", ".join(parts) + f" ({r.get('threads', '?')} threads{before})", ">= 40 %", met
 
 
 ROWS = {"rl_step": ("Full RL step vs TRL GRPOTrainer", _rl_step),

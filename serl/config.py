@@ -94,7 +94,7 @@ class TrainConfig:
     train_batch_size: int = _f(0, "sequences per optimizer step: the rollout is trained in shuffled "
                                   "mini-batches of this size (0 = one step over the whole rollout)")
     micro_rollout_batch_size: int = _f(16, "sequences per log-prob pass during experience making")
-    bf16: bool = _f(False, "bf16 autocast in the learner")
+    bf16: bool = _f(False, "bf16 compute in the learner (bf16 weights, fp32 master copy in the optimizer)")
     gradient_checkpointing: bool = _f(False, "recompute activations in backward to save memory")
     # --- LoRA (peft): train low-rank adapters on the frozen model instead of all its weights
     lora_rank: int = _f(0, "LoRA rank (0 = full fine-tuning); the reference is the base with the adapter off")

@@ -20,7 +20,9 @@ The shared half (micro-batching, log-probs, objectives, metrics) is
   (the gathered storage is released when the next one is gathered). It is collective:
   every rank must iterate it to the end together.
 - On CUDA each rank's engine lives on its ``LOCAL_RANK`` GPU; ``bf16`` makes the weights
-  bf16 with DeepSpeed's fp32 master copy in the optimizer.
+  bf16 with DeepSpeed's fp32 master copy in the optimizer (``bf16_weights`` is the torch
+  learner's way to the same; DeepSpeed always does this). Micro-batches are packed as
+  in the torch learner (``LearnerConfig.pack``).
 - ``save`` writes the HF-format policy (gathered, fp32 or bf16 as trained) plus
   DeepSpeed's own checkpoint under ``deepspeed/`` (sharded optimizer state, per-rank RNG
   and counters); ``load`` restores all of it. The directory must be on storage every
@@ -185,8 +187,10 @@ class DeepSpeedLearner(LearnerCore):
                 [{"params": [p for p in params if len(shape(p)) >= 2], "weight_decay": cfg.weight_decay},
                  {"params": [p for p in params if len(shape(p)) < 2], "weight_decay": 0.0}],
                 lr=cfg.lr * lr_multiplier(0, cfg), betas=tuple(cfg.adam_betas))
+        scorer = Scorer(lm, pack=cfg.pack)
+        self.packed = scorer.packed
         self.engine, self.optimizer, _, _ = deepspeed.initialize(
-            model=Scorer(lm), optimizer=optimizer, config=conf,
+            model=scorer, optimizer=optimizer, config=conf,
             model_parameters=None if optimizer else [p for p in lm.parameters() if p.requires_grad])
         if self.lora is not None:
             # DeepSpeed's exclude_frozen_parameters drops frozen parameters by their listed
@@ -203,9 +207,10 @@ class DeepSpeedLearner(LearnerCore):
             ref = load_causal_lm(model_path, dtype=dtype, attn_implementation=attn).eval()
             ref.requires_grad_(False)
             if self.opts.zero_stage == 3:
-                self.ref, *_ = deepspeed.initialize(model=Scorer(ref), config=ds_config(cfg, self.opts, False))
+                self.ref, *_ = deepspeed.initialize(model=Scorer(ref, pack=self.packed),
+                                                    config=ds_config(cfg, self.opts, False))
             else:
-                self.ref = Scorer(ref).to(self.device)
+                self.ref = Scorer(ref, pack=self.packed).to(self.device)
         del hf_ds
         self.updates = 0
         self.skipped_total = 0

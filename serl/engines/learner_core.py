@@ -2,10 +2,13 @@
 loop and its metrics. ``TorchLearner`` and ``DeepSpeedLearner`` add only what differs
 (how models load, how backward and the optimizer step run, sharding, save and load).
 
-- Sequences are sorted by length and cut into micro-batches of ``micro_batch_size``, so
-  a micro-batch pads only up to its own longest sequence, and the LM head runs only on
-  the positions that predict response tokens. Pair objectives (DPO) keep each pair in
-  one micro-batch.
+- Sequences are sorted by length and cut into micro-batches of ``micro_batch_size``
+  (``serl.engines.micro``); by default each micro-batch is packed into one row with
+  attention kept inside each sequence (``serl.engines.varlen``), else padded to its own
+  longest sequence. The LM head runs only on the positions that predict response tokens,
+  and the log-softmax over the vocabulary runs a block of rows at a time
+  (``serl.engines.token_logprobs``). Pair objectives (DPO) keep each pair in one
+  micro-batch.
 - Each PPO epoch is one optimizer step over the whole batch (gradient accumulation over
   micro-batches); the objective's loss is normalised over the whole batch, so the
   micro-batching does not change it.
@@ -14,6 +17,7 @@ loop and its metrics. ``TorchLearner`` and ``DeepSpeedLearner`` add only what di
 """
 from __future__ import annotations
 
+import logging
 import math
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -25,6 +29,10 @@ from serl.algos.kl import canonical_kl
 from serl.algos.losses import LOSS_AGGREGATIONS
 from serl.algos.objectives import ObjectiveInput, get_objective
 from serl.engines.base import TrainBatch
+from serl.engines.micro import Micro, micro_batches, pad_values  # noqa: F401  (re-exported)
+from serl.engines.token_logprobs import reference_token_logprobs, token_logprobs
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -40,6 +48,9 @@ class LearnerConfig:
     micro_batch_size: int = 4  # sequences per forward/backward pass
     max_grad_norm: float = 1.0  # clip the global gradient norm to this (<= 0: no clipping)
     bf16: bool = False  # bf16 compute; master weights and Adam stay fp32
+    bf16_weights: bool = True  # with bf16: keep the weights in bf16 beside an fp32 master copy (TorchLearner without LoRA), instead of autocast casting fp32 weights every pass
+    pack: bool = True  # pack each micro-batch's sequences into one row (no padding); falls back to padding, with a warning, for models without pluggable attention
+    fused_logprobs: bool = True  # log-softmax/gather over the vocabulary a block of rows at a time (False: full-size fp32 tensors)
     grad_checkpointing: bool = False  # recompute activations in backward to save memory
     eps_clip_low: float = 0.2  # PPO clip range below 1
     eps_clip_high: float = 0.2  # PPO clip range above 1 (DAPO "clip-higher" when larger)
@@ -103,102 +114,38 @@ def attn_implementation(device: str) -> str | None:
     return "flash_attention_2" if importlib.util.find_spec("flash_attn") else "sdpa"
 
 
-@dataclass
-class Micro:
-    """One padded micro-batch: sequence indices, inputs and response layout."""
-
-    index: list[int]
-    input_ids: Tensor         # [b, L]
-    attention_mask: Tensor    # [b, L]
-    resp_mask: Tensor         # [b, R] bool, True on response tokens
-    pred_rows: Tensor         # [N] row of each response token's predicting position
-    pred_cols: Tensor         # [N] column of that position (one before the token)
-    targets: Tensor           # [N] the response token ids, row-major
-    lengths: list[int] = field(default_factory=list)  # response lengths
-    pairs: Tensor | None = None  # [P, 2] rows of (chosen, rejected), for pair objectives
-
-    def to(self, device: str) -> "Micro":
-        if device == "cpu":
-            return self
-        mv = lambda t: None if t is None else t.to(device, non_blocking=True)  # noqa: E731
-        return Micro(self.index, mv(self.input_ids), mv(self.attention_mask), mv(self.resp_mask),
-                     mv(self.pred_rows), mv(self.pred_cols), mv(self.targets), self.lengths, mv(self.pairs))
-
-
-def micro_batches(prompt_ids: list[list[int]], response_ids: list[list[int]], size: int, pad_id: int,
-                  units: list[list[int]] | None = None) -> list[Micro]:
-    """Micro-batches of about ``size`` sequences, longest first. ``units`` are groups of
-    sequence indices that must share a micro-batch (DPO pairs); default: each alone."""
-    if len(prompt_ids) != len(response_ids):
-        raise ValueError(f"{len(prompt_ids)} prompts but {len(response_ids)} responses")
-    for i, p in enumerate(prompt_ids):
-        if not p:
-            raise ValueError(f"sequence {i}: empty prompt (the first response token "
-                             "needs a position to be predicted from)")
-    total = lambda i: len(prompt_ids[i]) + len(response_ids[i])  # noqa: E731
-    units = [[i] for i in range(len(prompt_ids))] if units is None else units
-    units = sorted(units, key=lambda u: -max(total(i) for i in u))
-    groups: list[list[list[int]]] = []
-    for u in units:
-        if groups and sum(map(len, groups[-1])) + len(u) <= size:
-            groups[-1].append(u)
-        else:
-            groups.append([u])
-    return [_pad_micro(prompt_ids, response_ids, g, pad_id) for g in groups]
-
-
-def _pad_micro(prompt_ids, response_ids, group: list[list[int]], pad_id: int) -> Micro:
-    idx = [i for u in group for i in u]
-    lens = [len(prompt_ids[i]) + len(response_ids[i]) for i in idx]
-    rl = [len(response_ids[i]) for i in idx]
-    L, R = max(lens), max(rl) if rl else 0
-    ids = torch.full((len(idx), L), pad_id, dtype=torch.long)
-    att = torch.zeros((len(idx), L), dtype=torch.long)
-    resp = torch.zeros((len(idx), max(R, 1)), dtype=torch.bool)
-    rows, cols, tgts = [], [], []
-    for b, i in enumerate(idx):
-        seq = list(prompt_ids[i]) + list(response_ids[i])
-        ids[b, :len(seq)] = torch.tensor(seq, dtype=torch.long)
-        att[b, :len(seq)] = 1
-        p, r = len(prompt_ids[i]), len(response_ids[i])
-        resp[b, :r] = True
-        rows.extend([b] * r)
-        cols.extend(range(p - 1, p + r - 1))
-        tgts.extend(response_ids[i])
-    pairs = None
-    if any(len(u) == 2 for u in group):
-        pairs = torch.tensor([[2 * k, 2 * k + 1] for k in range(len(group))], dtype=torch.long)
-    return Micro(idx, ids, att, resp, torch.tensor(rows, dtype=torch.long), torch.tensor(cols, dtype=torch.long),
-                 torch.tensor(tgts, dtype=torch.long), rl, pairs)
-
-
-def pad_values(values: list[Tensor], idx: list[int], like: Tensor, what: str, lengths: list[int]) -> Tensor:
-    out = torch.zeros(like.shape, dtype=torch.float32)
-    for b, i in enumerate(idx):
-        v = torch.as_tensor(values[i], dtype=torch.float32).reshape(-1)
-        if v.numel() != lengths[b]:
-            raise ValueError(f"TrainBatch.{what}[{i}] has {v.numel()} entries, "
-                             f"response has {lengths[b]} tokens")
-        out[b, :v.numel()] = v
-    return out
-
-
 class Scorer(torch.nn.Module):
     """The causal LM, returning only the logits of positions that predict response tokens
-    (DeepSpeed needs its engine to be the root of every forward)."""
+    (DeepSpeed needs its engine to be the root of every forward). ``pack``: switch the
+    model to packed attention if it can take it (``self.packed`` says if it did)."""
 
-    def __init__(self, lm):
+    def __init__(self, lm, pack: bool = False):
         super().__init__()
         self.lm = lm
+        self.packed = False
+        if pack:
+            from serl.engines.varlen import use_varlen
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor, rows: Tensor, cols: Tensor) -> Tensor:
+            try:
+                use_varlen(lm)
+                self.packed = True
+            except ValueError as e:
+                log.warning("sequence packing off, micro-batches are padded: %s", e)
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None, rows: Tensor, cols: Tensor,
+                position_ids: Tensor | None = None, seq_lens: tuple[int, ...] | None = None) -> Tensor:
         lm = self.lm
-        if getattr(lm.config, "final_logit_softcapping", None) or getattr(lm.config, "logit_scale", None):
-            # models that transform logits after the head: take them whole
-            return lm(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits[rows, cols]
-        base = getattr(lm, lm.base_model_prefix)
-        hidden = base(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
-        return lm.get_output_embeddings()(hidden[rows, cols])
+        whole = getattr(lm.config, "final_logit_softcapping", None) or getattr(lm.config, "logit_scale", None)
+        base = lm if whole else getattr(lm, lm.base_model_prefix)  # whole: the logits are transformed after the head
+        if seq_lens is not None:
+            from serl.engines.varlen import packed_forward
+
+            out = packed_forward(base, input_ids, position_ids, seq_lens)
+        else:
+            out = base(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+        if whole:
+            return out.logits[rows, cols]
+        return lm.get_output_embeddings()(out.last_hidden_state[rows, cols])
 
 
 class LearnerCore:
@@ -211,6 +158,7 @@ class LearnerCore:
     rank: int = 0
     world: int = 1
     lora = None  # a serl.engines.lora.LoraAdapter when training LoRA
+    packed = False  # micro-batches are packed (the scorers took packed attention)
 
     # ---- hooks ---------------------------------------------------------------------------
     def _net(self, model: str):
@@ -251,7 +199,7 @@ class LearnerCore:
             where = {i: k for k, i in enumerate(local)}
             mbs = micro_batches([prompt_ids[i] for i in local], [response_ids[i] for i in local],
                                 self.cfg.micro_batch_size, self.pad_id,
-                                units=[[where[i] for i in u] for u in mine])
+                                units=[[where[i] for i in u] for u in mine], pack=self.packed)
             for mb in mbs:
                 mb.index = [local[i] for i in mb.index]
         real = len(mbs)
@@ -259,23 +207,16 @@ class LearnerCore:
 
     def _dummy(self) -> Micro:
         """A one-token prompt and response: keeps a short rank in step with the others."""
-        return micro_batches([[self.pad_id]], [[self.pad_id]], 1, self.pad_id)[0]
+        return micro_batches([[self.pad_id]], [[self.pad_id]], 1, self.pad_id, pack=self.packed)[0]
 
     def _token_logprobs(self, net, mb: Micro, want_entropy: bool = False) -> tuple[Tensor, Tensor | None]:
         """Flat [N] log-probs of the response tokens (and their entropies)."""
         mb = mb.to(self.device)
         with self._autocast():
-            logits = net(mb.input_ids, mb.attention_mask, mb.pred_rows, mb.pred_cols)
-        logits = logits.float()
-        if self.cfg.temperature != 1.0:
-            logits = logits / self.cfg.temperature
-        lse = torch.logsumexp(logits, dim=-1)
-        logp = logits.gather(-1, mb.targets[:, None]).squeeze(-1) - lse
-        ent = None
-        if want_entropy:
-            with torch.no_grad():
-                ent = lse - (torch.softmax(logits, -1) * logits).sum(-1)
-        return logp, ent
+            logits = net(mb.input_ids, mb.attention_mask, mb.pred_rows, mb.pred_cols, mb.position_ids,
+                         mb.seq_lens)
+        fn = token_logprobs if self.cfg.fused_logprobs else reference_token_logprobs
+        return fn(logits, mb.targets, self.cfg.temperature, want_entropy)
 
     def _to_rows(self, flat: Tensor, mb: Micro) -> Tensor:
         mask = mb.resp_mask.to(flat.device)

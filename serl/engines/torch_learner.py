@@ -3,8 +3,11 @@
 The shared half (micro-batching, log-probs, the objective loop, metrics) is
 ``serl.engines.learner_core``; this file holds what is torch-specific:
 
-- The policy and the reference live on ``LearnerConfig.device``; weights and AdamW stay
-  fp32 (the master copy) and ``bf16`` runs forward/backward under autocast, on CPU or CUDA.
+- The policy and the reference live on ``LearnerConfig.device``. AdamW and the weights it
+  updates are fp32. With ``bf16`` (and ``bf16_weights``, the default) the models compute
+  with bf16 weights and the optimizer keeps an fp32 master copy
+  (``serl.engines.master_weights``); with ``bf16_weights=False``, or under LoRA, the
+  weights stay fp32 and forward/backward run under autocast.
 - ``named_weights`` yields the live parameters under their Hugging Face names; a tied
   LM head appears once, as ``model.embed_tokens.weight``, which is what
   ``from_pretrained`` and vLLM expect for ``tie_word_embeddings`` models.
@@ -31,6 +34,7 @@ from torch import Tensor
 
 from serl.engines.learner_core import (LearnerConfig, LearnerCore, Scorer, attn_implementation,
                                        lr_multiplier)
+from serl.engines.master_weights import MasterWeights, cast_parameters
 
 log = logging.getLogger(__name__)
 
@@ -75,12 +79,23 @@ class TorchLearner(LearnerCore):
             from serl.engines.lora import LoraAdapter
 
             self.lora = LoraAdapter(self.policy, cfg, model_path)  # freezes all but the adapter
+        # bf16 weights (fp32 masters in the optimizer) unless LoRA, whose base stays fp32 under autocast
+        self.bf16_weights = cfg.bf16 and cfg.bf16_weights and self.lora is None
+        self.master = None
+        if self.bf16_weights and trainable:
+            self.master = MasterWeights(self.policy)
+        elif self.bf16_weights:
+            cast_parameters(self.policy, torch.bfloat16)
         self.ref = None
         if need_ref and self.lora is None:  # under LoRA the reference is the base, adapter off
             self.ref = load_causal_lm(model_path, dtype=torch.float32, attn_implementation=attn)
             self.ref = self.ref.to(self.device).eval()
             self.ref.requires_grad_(False)
-        self._nets = {"policy": Scorer(self.policy), "ref": Scorer(self.ref) if self.ref is not None else None}
+            if self.bf16_weights:
+                cast_parameters(self.ref, torch.bfloat16)
+        self._nets = {"policy": Scorer(self.policy, pack=cfg.pack),
+                      "ref": Scorer(self.ref, pack=cfg.pack) if self.ref is not None else None}
+        self.packed = self._nets["policy"].packed
         if self.lora is not None and need_ref:
             from serl.engines.lora import ReferenceNet
 
@@ -89,8 +104,9 @@ class TorchLearner(LearnerCore):
         self.pad_id = int(pad) if isinstance(pad, int) else 0
         self.optimizer = None
         if trainable:
-            decay = [p for p in self.policy.parameters() if p.requires_grad and p.dim() >= 2]
-            no_decay = [p for p in self.policy.parameters() if p.requires_grad and p.dim() < 2]
+            params = self.master.masters if self.master else [p for p in self.policy.parameters() if p.requires_grad]
+            decay = [p for p in params if p.dim() >= 2]
+            no_decay = [p for p in params if p.dim() < 2]
             self.optimizer = torch.optim.AdamW(
                 [{"params": decay, "weight_decay": cfg.weight_decay},
                  {"params": no_decay, "weight_decay": 0.0}],
@@ -108,7 +124,9 @@ class TorchLearner(LearnerCore):
         return self._nets[model]
 
     def _autocast(self):
-        return torch.autocast(self.device, dtype=torch.bfloat16) if self.cfg.bf16 else nullcontext()
+        if self.cfg.bf16 and not self.bf16_weights:
+            return torch.autocast(self.device, dtype=torch.bfloat16)
+        return nullcontext()
 
     def _zero_grad(self) -> None:
         self.optimizer.zero_grad(set_to_none=True)
@@ -128,6 +146,8 @@ class TorchLearner(LearnerCore):
             for g in self.optimizer.param_groups:
                 g["lr"] = lr
             self.optimizer.step()
+            if self.master is not None:
+                self.master.push()
             self.updates += 1
         else:
             self.skipped_total += 1
@@ -143,15 +163,19 @@ class TorchLearner(LearnerCore):
             self.lora.sync_ref()
             return
         ref = dict(self.ref.named_parameters())
-        for name, p in self.policy.named_parameters():
+        for name, p in self.named_weights():
             ref[name].copy_(p)
 
     # ----------------------------------------------------------- weights, I/O
     def named_weights(self) -> Iterator[tuple[str, Tensor]]:
         """The live policy parameters under HF names (no copies; tied head listed once);
-        under LoRA the merged weights, computed out of place."""
+        under LoRA the merged weights, computed out of place; with bf16 weights the fp32
+        masters."""
         if self.lora is not None:
             yield from self.lora.merged_weights()
+            return
+        if self.master is not None:
+            yield from self.master.named()
             return
         for name, p in self.policy.named_parameters():
             yield name, p.detach()
@@ -162,7 +186,7 @@ class TorchLearner(LearnerCore):
         if self.lora is not None:
             self.lora.export_merged(path, tok)
             return
-        self.policy.save_pretrained(path)
+        self._save_policy(path)
         if tok is not None:
             tok.save_pretrained(path)
 
@@ -176,7 +200,7 @@ class TorchLearner(LearnerCore):
         if self.lora is not None:
             self.lora.save(str(tmp))
         else:
-            self.policy.save_pretrained(str(tmp))
+            self._save_policy(str(tmp))
         tok = tokenizer_for_save(self.tokenizer, self.model_path)
         if tok is not None:
             tok.save_pretrained(str(tmp))
@@ -216,7 +240,7 @@ class TorchLearner(LearnerCore):
         sd: dict[str, Tensor] = {}
         for f in files:
             sd.update(load_file(str(f)))
-        own = dict(self.policy.named_parameters())
+        own = dict(self.named_weights())
         missing = sorted(set(own) - set(sd))
         unexpected = sorted(set(sd) - set(self.policy.state_dict()))
         if missing or unexpected:
@@ -225,3 +249,14 @@ class TorchLearner(LearnerCore):
         with torch.no_grad():
             for name, p in own.items():
                 p.copy_(sd[name])  # copy_ crosses devices
+        if self.master is not None:
+            self.master.push()
+
+    def _save_policy(self, path: str) -> None:
+        """HF layout, fp32: the masters when the model computes in bf16."""
+        if self.master is None:
+            self.policy.save_pretrained(path)
+            return
+        self.policy.save_pretrained(path, state_dict=dict(self.master.named()))
+        self.policy.config.dtype = torch.float32  # HF recorded the compute dtype; the files are fp32
+        self.policy.config.save_pretrained(path)

@@ -1,0 +1,117 @@
+"""Micro-batches: which sequences share a forward pass, and how they are laid out.
+
+- Sequences are sorted by length (longest first) and cut into groups of about
+  ``micro_batch_size`` sequences; a group of ``units`` (DPO pairs) is never split.
+- **Padded** layout: one row per sequence, right-padded to the group's longest, with an
+  attention mask. **Packed** layout: the group's sequences concatenated into a single row
+  with position ids restarting at 0 for each sequence and the sequence lengths recorded,
+  so that attention stays inside each sequence (``serl.engines.varlen``). Packing runs
+  no padding tokens and gives the matmuls one long row instead of several short ones.
+- Either way the LM head runs only at the positions that predict response tokens
+  (``pred_rows``/``pred_cols``), and the objective sees the response tokens as rows
+  ``[b, R]`` (``resp_mask``), so objectives do not care which layout ran.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+
+@dataclass
+class Micro:
+    """One micro-batch: sequence indices, inputs and response layout."""
+
+    index: list[int]
+    input_ids: Tensor         # [b, L] padded, or [1, T] packed
+    attention_mask: Tensor | None  # [b, L] padded; None when packed
+    resp_mask: Tensor         # [b, R] bool, True on response tokens
+    pred_rows: Tensor         # [N] row of each response token's predicting position
+    pred_cols: Tensor         # [N] column of that position (one before the token)
+    targets: Tensor           # [N] the response token ids, row-major
+    lengths: list[int] = field(default_factory=list)  # response lengths
+    pairs: Tensor | None = None  # [P, 2] rows of (chosen, rejected), for pair objectives
+    position_ids: Tensor | None = None  # [1, T] packed: 0.. within each sequence
+    seq_lens: tuple[int, ...] | None = None  # packed: prompt + response length of each sequence
+
+    @property
+    def packed(self) -> bool:
+        return self.seq_lens is not None
+
+    def to(self, device: str) -> "Micro":
+        if device == "cpu":
+            return self
+        mv = lambda t: None if t is None else t.to(device, non_blocking=True)  # noqa: E731
+        return Micro(self.index, mv(self.input_ids), mv(self.attention_mask), mv(self.resp_mask),
+                     mv(self.pred_rows), mv(self.pred_cols), mv(self.targets), self.lengths, mv(self.pairs),
+                     mv(self.position_ids), self.seq_lens)
+
+
+def micro_batches(prompt_ids: list[list[int]], response_ids: list[list[int]], size: int, pad_id: int,
+                  units: list[list[int]] | None = None, pack: bool = False) -> list[Micro]:
+    """Micro-batches of about ``size`` sequences, longest first, padded or ``pack``ed.
+    ``units`` are groups of sequence indices that must share a micro-batch (DPO pairs);
+    default: each alone."""
+    if len(prompt_ids) != len(response_ids):
+        raise ValueError(f"{len(prompt_ids)} prompts but {len(response_ids)} responses")
+    for i, p in enumerate(prompt_ids):
+        if not p:
+            raise ValueError(f"sequence {i}: empty prompt (the first response token "
+                             "needs a position to be predicted from)")
+    total = lambda i: len(prompt_ids[i]) + len(response_ids[i])  # noqa: E731
+    units = [[i] for i in range(len(prompt_ids))] if units is None else units
+    units = sorted(units, key=lambda u: -max(total(i) for i in u))
+    groups: list[list[list[int]]] = []
+    for u in units:
+        if groups and sum(map(len, groups[-1])) + len(u) <= size:
+            groups[-1].append(u)
+        else:
+            groups.append([u])
+    return [_layout(prompt_ids, response_ids, g, pad_id, pack) for g in groups]
+
+
+def _layout(prompt_ids, response_ids, group: list[list[int]], pad_id: int, pack: bool) -> Micro:
+    idx = [i for u in group for i in u]
+    lens = [len(prompt_ids[i]) + len(response_ids[i]) for i in idx]
+    rl = [len(response_ids[i]) for i in idx]
+    L, R = max(lens), max(rl) if rl else 0
+    if pack:
+        ids = torch.tensor([[t for i in idx for t in (*prompt_ids[i], *response_ids[i])]], dtype=torch.long)
+        att = None
+        pos = torch.cat([torch.arange(n) for n in lens])[None]
+    else:
+        ids = torch.full((len(idx), L), pad_id, dtype=torch.long)
+        att = torch.zeros((len(idx), L), dtype=torch.long)
+        pos = None
+    resp = torch.zeros((len(idx), max(R, 1)), dtype=torch.bool)
+    rows, cols, tgts = [], [], []
+    offset = 0
+    for b, i in enumerate(idx):
+        p, r = len(prompt_ids[i]), len(response_ids[i])
+        if not pack:
+            ids[b, :p + r] = torch.tensor(list(prompt_ids[i]) + list(response_ids[i]), dtype=torch.long)
+            att[b, :p + r] = 1
+        resp[b, :r] = True
+        rows.extend([0 if pack else b] * r)
+        start = offset + p - 1 if pack else p - 1
+        cols.extend(range(start, start + r))
+        tgts.extend(response_ids[i])
+        offset += p + r
+    pairs = None
+    if any(len(u) == 2 for u in group):
+        pairs = torch.tensor([[2 * k, 2 * k + 1] for k in range(len(group))], dtype=torch.long)
+    return Micro(idx, ids, att, resp, torch.tensor(rows, dtype=torch.long), torch.tensor(cols, dtype=torch.long),
+                 torch.tensor(tgts, dtype=torch.long), rl, pairs, pos, tuple(lens) if pack else None)
+
+
+def pad_values(values: list[Tensor], idx: list[int], like: Tensor, what: str, lengths: list[int]) -> Tensor:
+    """Per-sequence values (advantages, log-probs) laid out as ``like``'s ``[b, R]`` rows."""
+    out = torch.zeros(like.shape, dtype=torch.float32)
+    for b, i in enumerate(idx):
+        v = torch.as_tensor(values[i], dtype=torch.float32).reshape(-1)
+        if v.numel() != lengths[b]:
+            raise ValueError(f"TrainBatch.{what}[{i}] has {v.numel()} entries, "
+                             f"response has {lengths[b]} tokens")
+        out[b, :v.numel()] = v
+    return out
