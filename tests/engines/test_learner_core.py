@@ -15,19 +15,6 @@ RESPONSES = [[20, 21], [22, 23, 24, 25], [26], [27, 28, 29], [30, 31, 32], [33]]
 PAIRS = [(0, 1), (3, 2), (4, 5)]  # (chosen, rejected)
 
 
-@pytest.fixture(scope="module")
-def tiny_path(tmp_path_factory):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, head_dim=8,
-                      tie_word_embeddings=True, pad_token_id=0, bos_token_id=1, eos_token_id=2)
-    path = tmp_path_factory.mktemp("tiny") / "model"
-    LlamaForCausalLM(cfg).save_pretrained(str(path))
-    return str(path)
-
-
 def _learner(path, **kw):
     base = dict(lr=1e-2, warmup_ratio=0.0, total_steps=10, micro_batch_size=2, max_grad_norm=0.0)
     base.update(kw)
