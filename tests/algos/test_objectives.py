@@ -76,19 +76,6 @@ RESPONSES = [[20, 21, 2], [22, 2], [23, 24, 25, 2], [26, 2], [27, 2], [28, 29, 3
 PAIRS = [(0, 1), (2, 3), (5, 4)]
 
 
-@pytest.fixture(scope="module")
-def tiny_path(tmp_path_factory):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, head_dim=8,
-                      tie_word_embeddings=True, pad_token_id=0, bos_token_id=1, eos_token_id=2)
-    path = tmp_path_factory.mktemp("tiny_dpo") / "model"
-    LlamaForCausalLM(cfg).save_pretrained(str(path))
-    return str(path)
-
-
 @pytest.mark.parametrize("loss_type", ["sigmoid", "ipo"])
 def test_micro_batched_dpo_step_equals_the_unbatched_loss(tiny_path, loss_type):
     from serl.engines.torch_learner import TorchLearner
