@@ -35,7 +35,8 @@ class TrainConfig:
     recipe: str = _f("serl", "training recipe (serl/recipes/NAME); `serl train --recipe NAME --help` "
                              "lists its own options")
     # --- what to train and on what
-    model: str = _f("smollm2", "policy: 'smollm2' (embedded), a .gguf file, an HF directory or hub id",
+    model: str = _f("smollm2", "policy: 'smollm2' (embedded), 'qwen2.5-coder-0.5b' (opt-in, "
+                    "requirements/qwen2.5-coder-0.5b.txt), a .gguf file, an HF directory or hub id",
                     aliases=("pretrain",))
     prompt_data: str = _f("dataset/arith_seed.jsonl", "seed problems: a JSONL or Parquet file, or a Hugging Face "
                           "dataset (save_to_disk folder, data files, or hub id such as openai/gsm8k:main)",

@@ -1,4 +1,5 @@
-"""Where models come from: the embedded SmolLM2 GGUF, a .gguf path, an HF directory or hub id.
+"""Where models come from: the embedded SmolLM2 GGUF, an opt-in packaged GGUF
+(``serl.model_parts``), a .gguf path, an HF directory or hub id.
 
 Everything is resolved to a Hugging Face directory first (``resolve_model``), so the
 generators and learners only ever load one kind of thing.
@@ -94,12 +95,17 @@ def _publish(tmp: Path, out: Path) -> None:
 def resolve_model(spec: str | None) -> str:
     """Turn ``--model``/``--pretrain`` into something ``from_pretrained`` loads.
 
-    ``smollm2`` (or empty) is the embedded default; a ``.gguf`` path is converted
+    ``smollm2`` (or empty) is the embedded default; a packaged name such as
+    ``qwen2.5-coder-0.5b`` is joined from its verified parts; a ``.gguf`` path is converted
     once and cached; an existing directory must hold a ``config.json``; anything
     else that looks like ``org/name`` is passed on as a hub id.
     """
     if not spec or spec == DEFAULT_MODEL:
         return str(_gguf_to_hf(embedded_gguf()))
+    from serl.model_parts import PACKAGED, assemble
+
+    if spec in PACKAGED:
+        return str(_gguf_to_hf(assemble(PACKAGED[spec], cache_root())))
     p = Path(spec).expanduser()
     if spec.endswith(".gguf"):
         if not p.is_file():

@@ -17,13 +17,13 @@ from pathlib import Path
 
 
 class Evaluator:
-    def __init__(self, out: Path, problems, cfg, generator: str):
-        from serl.models import load_tokenizer, resolve_model
+    def __init__(self, out: Path, problems, cfg, generator: str, base_model: str):
+        from serl.models import load_tokenizer
         from serl.rewards import EquivalenceChecker
 
         self.out, self.problems, self.cfg, self.kind = Path(out), problems, cfg, generator
         self.out.mkdir(parents=True, exist_ok=True)
-        self.tok = load_tokenizer(resolve_model("smollm2"))
+        self.tok = load_tokenizer(base_model)  # every arm keeps the base model's tokenizer
         self.checker = EquivalenceChecker(workers=1)
         sp = cfg.system_prompt  # the recipe's chat_prompt: problem, newline, instruction
         self.prompts = [self.tok.apply_chat_template([{"role": "user", "content": f"{p.text}\n{sp}" if sp else p.text}],

@@ -79,7 +79,7 @@ def report(out: Path, arms: list[str], points: int, names: dict) -> str:
     curve = {a: [load(out, f"{a}_{i}") for i in range(1, points + 1)] for a in arms}
     k, n, m = final["d"]["k"], final["d"]["n"], setup["machine"]
     s = setup["settings"]
-    lines = [f"# SeRL efficacy: results{' (SMOKE: pipeline check, not a result)' if s['smoke'] else ''}", "",
+    lines = [f"# SeRL efficacy, {s.get('model', 'smollm2')}: results{' (SMOKE: pipeline check, not a result)' if s['smoke'] else ''}", "",
              f"Machine: {m['cpu']}, {m['cores']} cores, {m['mem_gib']} GiB, {m['platform']}; load average at "
              f"start {', '.join(f'{x:.1f}' for x in m['loadavg_at_start'])}. Started {m['date']}, report written "
              f"{time.strftime('%Y-%m-%d %H:%M %Z')}, commit {m['commit']}.",

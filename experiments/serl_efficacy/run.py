@@ -1,10 +1,11 @@
-"""Does label-free SeRL improve the embedded SmolLM2 here? Four arms, one held-out set.
+"""Does label-free SeRL improve a model here? Four arms, one held-out set.
 
     python experiments/serl_efficacy/run.py              # the full experiment (README.md)
+    python experiments/serl_efficacy/run.py --model qwen2.5-coder-0.5b   # the opt-in second model
     python experiments/serl_efficacy/run.py --resume     # continue in the same --out directory
     python experiments/serl_efficacy/run.py --smoke --out runs/efficacy_smoke   # minutes, tiny sizes
 
-Arms, all from SmolLM2-135M-Instruct with the same seed problems (dataset/arith_seed.jsonl),
+Arms, all from one model (--model; the embedded SmolLM2-135M-Instruct by default) with the same seed problems (dataset/arith_seed.jsonl),
 the same settings and the same wall-clock budget of training steps (--minutes):
   a  SeRL: self-instruction + majority-vote reward, no labels
   b  majority-vote reward on the seed problems only (no self-instruction)
@@ -16,7 +17,7 @@ policy is copied to policies/ and evaluated (greedy), the last one also with maj
 held-out problems (dataset/arith_efficacy_heldout.jsonl) are only evaluated, never trained on
 or used to choose a setting: every setting is fixed below, before any run.
 
-Everything lands in --out (default runs/serl_efficacy): run directories, one JSON per
+Everything lands in --out (default runs/serl_efficacy, or runs/serl_efficacy_<model>): run directories, one JSON per
 evaluation, timings.json, results.md and curves.png (report.py). Every stage is skipped when
 its output exists, so --resume redoes only what is missing.
 """
@@ -75,7 +76,7 @@ def length_flags() -> list[str]:
 
 def train_flags(args) -> list[str]:
     """The flags every training arm shares (the arm adds its own two)."""
-    return [*length_flags(), "--model", "smollm2", "--prompt_data", str(SEEDS), "--seed", "42", "--generator", args.generator,
+    return [*length_flags(), "--model", args.model, "--prompt_data", str(SEEDS), "--seed", "42", "--generator", args.generator,
             "--progress", "plain", "--save_model", "false", "--steps", str(STEP_CAP),
             "--save_steps", "5", "--max_ckpt_num", "2",
             "--rollout_batch_size", str(args.batch), "--n_samples_per_prompt", str(args.n),
@@ -196,7 +197,10 @@ def snapshot(run_dir: Path, dest: Path) -> int:
 # ---- the experiment -----------------------------------------------------------------------
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", default=str(ROOT / "runs" / "serl_efficacy"))
+    ap.add_argument("--model", default="smollm2", help="the model every arm starts from: 'smollm2' (embedded) or "
+                    "an opt-in one such as 'qwen2.5-coder-0.5b' (serl/model_parts.py)")
+    ap.add_argument("--out", help="output directory (default runs/serl_efficacy; runs/serl_efficacy_<model> "
+                    "for another --model)")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: minutes, proves the pipeline only")
     ap.add_argument("--resume", action="store_true", help="continue in an existing --out directory")
     ap.add_argument("--generator", default="auto", choices=("auto", "vllm", "hf"))
@@ -217,6 +221,8 @@ def main(argv=None) -> int:
     bad = [a for a in arms if a not in ARMS or a == "d"]
     if bad or args.curve_points < 1 or args.minutes <= 0:
         sys.exit(f"--arms takes a subset of a,b,c (got {bad}); --curve_points >= 1; --minutes > 0")
+    if args.out is None:
+        args.out = str(ROOT / "runs" / ("serl_efficacy" if args.model == "smollm2" else f"serl_efficacy_{args.model}"))
     out = Path(args.out)
     if out.exists() and any(out.iterdir()) and not args.resume:
         sys.exit(f"{out} exists; add --resume to continue it, or choose another --out")
@@ -228,11 +234,12 @@ def main(argv=None) -> int:
     for a in arms:  # bad flags fail here, before anything is written
         parse_args(flags + ARMS[a][1])
     cfg = parse_args(flags + ARMS["a"][1])[0]  # prompt, token limit and sampling of the evaluation
-    settings = {k: getattr(args, k) for k in (*FULL, "generator", "train_flags", "smoke")}
+    settings = {k: getattr(args, k) for k in (*FULL, "model", "generator", "train_flags", "smoke")}
     out.mkdir(parents=True, exist_ok=True)
     setup = out / "setup.json"
     if setup.exists():  # a resume continues the same experiment, never a changed one
         saved = json.loads(setup.read_text())
+        saved["settings"].setdefault("model", "smollm2")  # recorded since --model exists
         diff = {k: (saved["settings"].get(k), v) for k, v in settings.items() if saved["settings"].get(k) != v}
         if diff and set(diff) <= {"minutes", "curve_points"} and not list(out.glob("arm_*")):
             log(f"no arm has trained yet: budget and curve points now {settings['minutes']:g} min, "
@@ -247,12 +254,13 @@ def main(argv=None) -> int:
     from heldout import Evaluator
 
     heldout = read_seeds(HELDOUT, "problem", "answer", limit=args.heldout)
-    ev = Evaluator(out / "eval", heldout, cfg, args.generator)
-    timings = Timings(out / "timings.json")
-    t_start = time.perf_counter()
     from serl.models import resolve_model
 
-    ev.evaluate("d", resolve_model("smollm2"), step=0, k=args.k, timings=timings)
+    base = resolve_model(args.model)
+    ev = Evaluator(out / "eval", heldout, cfg, args.generator, base)
+    timings = Timings(out / "timings.json")
+    t_start = time.perf_counter()
+    ev.evaluate("d", base, step=0, k=args.k, timings=timings)
     log(projection(timings, arms, args.minutes, args.curve_points))
     for arm in arms:
         run_dir = out / f"arm_{arm}"

@@ -30,7 +30,7 @@ class GeneratorUnavailable(RuntimeError):
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="serl eval", description=__doc__.splitlines()[0])
     p.add_argument("--model", default="smollm2",
-                   help="HF directory, hub id, .gguf file, or 'smollm2' (the embedded default)")
+                   help="HF directory, hub id, .gguf file, 'smollm2' (the embedded default) or 'qwen2.5-coder-0.5b' (opt-in)")
     p.add_argument("--benchmarks", default="",
                    help="comma-separated names: directories under --data_dir, and/or 'mmlu_pro'")
     p.add_argument("--data_dir", default="",

@@ -29,7 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--seeds", required=True, help="seed file (.jsonl/.json/.parquet)")
     ap.add_argument("--out", required=True, help="output JSONL: one line per candidate with its filter decision")
     ap.add_argument("-n", "--num", type=int, default=32, help="how many problems must pass the text filters")
-    ap.add_argument("--model", default="smollm2", help="model: 'smollm2', a .gguf file, an HF directory or hub id")
+    ap.add_argument("--model", default="smollm2", help="model: 'smollm2', 'qwen2.5-coder-0.5b' (opt-in), a .gguf file, an HF directory or hub id")
     ap.add_argument("--input_key", default="problem", help="seed field holding the problem text")
     ap.add_argument("--label_key", default="answer", help="seed field holding the answer (optional)")
     ap.add_argument("--run_dir", default=None,
