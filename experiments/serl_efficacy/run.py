@@ -1,7 +1,7 @@
 """Does label-free SeRL improve a model here? Four arms, one held-out set.
 
     python experiments/serl_efficacy/run.py              # the full experiment (README.md)
-    python experiments/serl_efficacy/run.py --model qwen2.5-coder-0.5b   # the opt-in second model
+    python experiments/serl_efficacy/run.py --model qwen2.5-coder-0.5b --heldout 200   # the opt-in second model
     python experiments/serl_efficacy/run.py --resume     # continue in the same --out directory
     python experiments/serl_efficacy/run.py --smoke --out runs/efficacy_smoke   # minutes, tiny sizes
 
@@ -180,6 +180,16 @@ def check_eval_settings(run_dir: Path, cfg) -> None:
         sys.exit(f"{run_dir} trained with other settings than the evaluation uses (trained, evaluated): {bad}")
 
 
+def same_evaluation(args, old_train_flags: str, cfg) -> bool:
+    """Whether extra flags changed before any arm trained leave the evaluation (prompt, token
+    limit, sampling) as it was, so arm d's cached result still holds."""
+    from serl.config import parse_args
+
+    old = parse_args(train_flags(argparse.Namespace(**{**vars(args), "train_flags": old_train_flags}))
+                     + ARMS["a"][1])[0]
+    return all(getattr(old, f) == getattr(cfg, f) for f in EVAL_FIELDS)
+
+
 def snapshot(run_dir: Path, dest: Path) -> int:
     """Copy the newest checkpoint's policy (weights and tokenizer, no optimizer) to ``dest``."""
     from serl.checkpoint import latest_checkpoint
@@ -241,9 +251,11 @@ def main(argv=None) -> int:
         saved = json.loads(setup.read_text())
         saved["settings"].setdefault("model", "smollm2")  # recorded since --model exists
         diff = {k: (saved["settings"].get(k), v) for k, v in settings.items() if saved["settings"].get(k) != v}
-        if diff and set(diff) <= {"minutes", "curve_points"} and not list(out.glob("arm_*")):
-            log(f"no arm has trained yet: budget and curve points now {settings['minutes']:g} min, "
-                f"{settings['curve_points']}")  # e.g. after the projection printed under arm d
+        if diff and set(diff) <= {"minutes", "curve_points", "train_flags"} and not list(out.glob("arm_*")) \
+                and same_evaluation(args, saved["settings"]["train_flags"], cfg):
+            # e.g. after the projection printed under arm d, or a first step that ran out of memory
+            log(f"no arm has trained yet: settings now {settings}; arm d's evaluation still holds")
+            saved.setdefault("changed_before_training", []).append({"from": saved["settings"], "to": settings})
             saved["settings"] = settings
             setup.write_text(json.dumps(saved, indent=1))
         elif diff:
