@@ -47,14 +47,21 @@ class VLLMGenerator:
         if not self.on_cpu:
             kwargs.update(gpu_memory_utilization=gpu_memory_utilization,
                           enable_sleep_mode=enable_sleep_mode)
+        # The weight-push directory exists from the start, so the reaper can remove it
+        # (a 0.5B model leaves 1.2 GB of RAM there) if this process dies without close().
+        base = "/dev/shm" if os.path.isdir("/dev/shm") else None
+        self._shm = tempfile.mkdtemp(prefix="serl-weights-", dir=base)
+        self._mirror = None
         before = _children()
-        self.llm = LLM(**kwargs)
-        self._reaper = _reaper(_children() - before)  # its engine processes die with us, even by SIGKILL
+        try:
+            self.llm = LLM(**kwargs)
+        except BaseException:
+            shutil.rmtree(self._shm, ignore_errors=True)
+            raise
+        self._reaper = _reaper(_children() - before, [self._shm])  # engine processes die with us, even by SIGKILL
         self.tokenizer = self.llm.get_tokenizer()
         self.seed = seed
         self.calls = 0
-        self._shm = None
-        self._mirror = None
         self.sync_times: dict[str, float] = {}  # seconds per stage of the last load_weights
 
     def generate(self, prompts: list[str], n: int, sampling: Sampling) -> list[list[Completion]]:
@@ -111,8 +118,8 @@ class VLLMGenerator:
 
         t0 = time.perf_counter()
         if self._shm is None:
-            base = "/dev/shm" if os.path.isdir("/dev/shm") else None
-            self._shm = tempfile.mkdtemp(prefix="serl-weights-", dir=base)
+            raise RuntimeError("VLLMGenerator.load_weights after close()")
+        if self._mirror is None:
             self._mirror = SafetensorsMirror(os.path.join(self._shm, "model.safetensors"))
         named = list(named_tensors)
         # Tied embeddings: learners list the shared matrix once, as embed_tokens. vLLM's
@@ -149,12 +156,12 @@ def _children() -> set[int]:
     return {p.pid for p in psutil.Process().children(recursive=True)}
 
 
-def _reaper(pids: set[int]):
-    if not pids:
+def _reaper(pids: set[int], paths: list[str]):
+    if not pids and not paths:
         return None
     from serl.engines.reaper import Reaper
 
-    return Reaper(sorted(pids))
+    return Reaper(sorted(pids), paths)
 
 
 def _all_cores() -> str | None:
