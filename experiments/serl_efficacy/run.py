@@ -5,8 +5,9 @@
     python experiments/serl_efficacy/run.py --resume     # continue in the same --out directory
     python experiments/serl_efficacy/run.py --smoke --out runs/efficacy_smoke   # minutes, tiny sizes
 
-Arms, all from one model (--model; the embedded SmolLM2-135M-Instruct by default) with the same seed problems (dataset/arith_seed.jsonl),
-the same settings and the same wall-clock budget of training steps (--minutes):
+Arms, all from one model (--model; the embedded SmolLM2-135M-Instruct by default) with the
+same seed problems (dataset/arith_seed.jsonl), the same settings and the same wall-clock
+budget of training steps (--minutes):
   a  SeRL: self-instruction + majority-vote reward, no labels
   b  majority-vote reward on the seed problems only (no self-instruction)
   c  rule reward with the seed labels: the upper reference
@@ -17,8 +18,8 @@ policy is copied to policies/ and evaluated (greedy), the last one also with maj
 held-out problems (dataset/arith_efficacy_heldout.jsonl) are only evaluated, never trained on
 or used to choose a setting: every setting is fixed below, before any run.
 
-Everything lands in --out (default runs/serl_efficacy, or runs/serl_efficacy_<model>): run directories, one JSON per
-evaluation, timings.json, results.md and curves.png (report.py). Every stage is skipped when
+Everything lands in --out (default runs/serl_efficacy, or runs/serl_efficacy_<model>): run
+directories, one JSON per evaluation, timings.json, results.md and curves.png (report.py). Every stage is skipped when
 its output exists, so --resume redoes only what is missing.
 """
 from __future__ import annotations
