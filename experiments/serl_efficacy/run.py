@@ -1,7 +1,8 @@
 """Does label-free SeRL improve a model here? Four arms, one held-out set.
 
     python experiments/serl_efficacy/run.py              # the full experiment (README.md)
-    python experiments/serl_efficacy/run.py --model qwen2.5-coder-0.5b --heldout 200   # the opt-in second model
+    python experiments/serl_efficacy/run.py --model qwen2.5-coder-0.5b --heldout 200 \
+        --train_flags "--micro_train_batch_size 2 --gradient_checkpointing true --init_kl_coef 0"   # opt-in, 24 GiB
     python experiments/serl_efficacy/run.py --resume     # continue in the same --out directory
     python experiments/serl_efficacy/run.py --smoke --out runs/efficacy_smoke   # minutes, tiny sizes
 
