@@ -5,6 +5,7 @@ The unit tests build a small real GGUF, split it across fake installed distribut
 parts when they are installed (requirements/qwen2.5-coder-0.5b.txt; CI installs them).
 """
 import hashlib
+from dataclasses import replace
 import importlib.metadata
 
 import pytest
@@ -90,7 +91,7 @@ def test_a_broken_pin_is_refused_and_nothing_is_cached(packaged, tmp_path, chang
     elif change == "missing":
         parts[0] = Part("serl-test-not-installed", "1.0", parts[0].file, parts[0].sha256)
     kw = {"sha256": "f" * 64} if change == "whole" else {}
-    bad = PackagedGGUF(**{**model.__dict__, "parts": tuple(parts), **kw})
+    bad = replace(model, parts=tuple(parts), **kw)
     with pytest.raises(PackagedModelError, match=message) as e:
         assemble(bad, tmp_path / "cache")
     if change in ("version", "missing"):
@@ -106,10 +107,9 @@ def test_a_broken_pin_is_refused_and_nothing_is_cached(packaged, tmp_path, chang
 def test_a_header_that_is_not_the_expected_model_is_refused(packaged, tmp_path, field, value, message):
     model, _, _ = packaged
     if field == "tensors":
-        bad = PackagedGGUF(**{**model.__dict__, "tensor_count": value})
+        bad = replace(model, tensor_count=value)
     else:
-        bad = PackagedGGUF(**{**model.__dict__, "header": tuple((k, value if k == field else v)
-                                                                for k, v in model.header)})
+        bad = replace(model, header=tuple((k, value if k == field else v) for k, v in model.header))
     with pytest.raises(PackagedModelError, match=message):
         assemble(bad, tmp_path / "cache")
     assert _cache_is_clean(tmp_path / "cache")
