@@ -119,6 +119,8 @@ def make_handler(answer, health, max_bytes: int, idle_timeout: float, request_ti
         def send_error(self, code, message=None, explain=None):
             """The standard library's own refusals, as JSON like every other error."""
             self.close_connection = True
+            if self.request_version == "HTTP/0.9":  # a garbled request line: still answer in HTTP/1.1
+                self.request_version = "HTTP/1.1"
             phrase = self.responses.get(code, ("error",))[0]
             self._send(code, {"error": (message or phrase)[:300]})
 

@@ -247,7 +247,11 @@ def make_server(service: RewardService, host="127.0.0.1", port=0, max_request_mb
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="serl serve-reward", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="serl serve-reward", description=__doc__.split("\n\n")[0],
+        epilog="An answer with nothing in it (\\boxed{}, \\boxed{\\text{}}, \\boxed{.}, \\boxed{$$}) is no "
+               "answer: reward 0, never the majority, never equal to a label. Labels are strings, finite "
+               "numbers or null. Errors are JSON {\"error\": ...} with a 4xx status.")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=5000, help="port (0 = pick a free one)")
     p.add_argument("--mode", choices=MODES, default="majority",
@@ -266,11 +270,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max_connections", type=int, default=1024,
                    help="open connections served at once (one thread each); more get 503")
     p.add_argument("--idle_timeout", type=float, default=60.0,
-                   help="seconds one read may wait: an idle or silent connection is closed after this")
+                   help="seconds one read may wait: an idle or silent connection is closed after this (default 60)")
     p.add_argument("--request_timeout", type=float, default=30.0,
                    help="seconds a request (request line, headers and body) may take to arrive, from its "
                         "first byte; past it the client gets 408 and its connection is closed, freeing the "
-                        "slot (stops clients that trickle bytes). Raise it for large bodies on slow links")
+                        "slot (stops clients that trickle bytes). Default 30; raise it for large bodies on slow links")
     return p
 
 
