@@ -4,6 +4,8 @@ maj@K uses ``serl.rewards.majority_vote``, the same clustering and tie rule as t
 training reward: a problem counts as solved when the majority cluster's answer is
 equivalent to the reference (math-verify, in the checker's worker pool). An
 unanswered sample never joins the majority; a group with no answer at all is wrong.
+An answer with nothing in it (``\\boxed{\\text{}}``, ``\\boxed{.}``) is unanswered
+(:func:`serl.rewards.normalize.is_empty`), so empty answers can never carry maj@K.
 """
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ The HTTP server for OpenRLHF's remote reward protocol is in
 """
 from serl.rewards.equivalence import EquivalenceChecker, checker_counts
 from serl.rewards.extract import extract_answer, normalize_label
-from serl.rewards.normalize import normalize
+from serl.rewards.normalize import is_empty, normalize
 from serl.rewards.vote import GroupScore, maj_at_k, majority_vote, rule_reward, score_groups, summarize
 
 __all__ = [
@@ -14,6 +14,7 @@ __all__ = [
     "checker_counts",
     "GroupScore",
     "extract_answer",
+    "is_empty",
     "maj_at_k",
     "majority_vote",
     "normalize",

@@ -12,7 +12,8 @@ Rules, in order:
    With ``"choice"`` a boxed letter (``\\boxed{C}``, ``\\boxed{\\text{(C)}}``) is
    reduced to the bare letter.
 
-"No answer" is ``None``, never ``""``, so it can never match another answer.
+"No answer" is ``None``, never ``""`` or an empty form such as ``\\text{}``, so it can
+never match another answer or be counted in a majority vote.
 Everything here is linear in the text length: braces are matched with one pass
 and a stack, and the regular expressions have no nested quantifiers.
 """
@@ -20,7 +21,10 @@ from __future__ import annotations
 
 import re
 
+from serl.rewards.normalize import is_empty
+
 FALLBACKS = ("none", "number", "choice")
+_SKIP_SCAN = 256  # boxes up to this long are tested for emptiness while searching
 
 _BOX_CMD = re.compile(r"\\(?:boxed|fbox)\b")
 # A number: optional sign, digits with optional thousands commas, optional
@@ -68,12 +72,16 @@ def last_boxed(text: str) -> str | None:
             end = pairs.get(j)
             if end is None:
                 continue  # truncated box: look at an earlier one
+            if end - j > _SKIP_SCAN:
+                # Too long to test here (nested boxes would make it quadratic):
+                # extract_answer tests the one box it returns.
+                return text[j + 1 : end].strip() or None
             content = text[j + 1 : end].strip()
         else:
             # "\boxed 5" form: the next token
             m = re.match(r"[^\s$]+", text[j:])
             content = m.group(0) if m else ""
-        if content:
+        if content and not is_empty(content):
             return content
     return None
 
@@ -111,6 +119,8 @@ def extract_answer(text: str, fallback: str = "number") -> str | None:
     if not isinstance(text, str):
         raise TypeError(f"response must be a string, got {type(text).__name__}")
     boxed = last_boxed(text)
+    if boxed is not None and is_empty(boxed):
+        boxed = None  # a long box with nothing in it: as if there were none
     if boxed is not None:
         if fallback == "choice":
             m = _CHOICE_BOXED.match(boxed)
@@ -118,7 +128,7 @@ def extract_answer(text: str, fallback: str = "number") -> str | None:
                 return m.group(1)
         return boxed
     if fallback == "number":
-        return last_number(text)
+        return last_number(text)  # a number is never empty
     if fallback == "choice":
         return last_choice(text)
     return None
@@ -128,7 +138,8 @@ def normalize_label(label: str | None) -> str | None:
     """A reference answer in any of the usual forms, as a bare answer string.
 
     ``"... #### 1,234"`` (GSM8K) -> ``"1234"``; ``"... \\boxed{x}"`` -> ``"x"``;
-    anything else -> stripped text.  Empty -> None.
+    anything else -> stripped text.  Empty (also an empty form such as ``\\text{}``,
+    see :func:`serl.rewards.normalize.is_empty`) -> None.
     """
     if label is None:
         return None
@@ -138,9 +149,9 @@ def normalize_label(label: str | None) -> str | None:
         tail = label.rsplit("####", 1)[1].strip()
         if re.fullmatch(r"-?[\d,]+(?:\.\d+)?", tail):
             tail = tail.replace(",", "")
-        return tail or None
+        return tail if tail and not is_empty(tail) else None
     boxed = last_boxed(label)
-    if boxed is not None:
+    if boxed is not None and not is_empty(boxed):
         return boxed
     label = label.strip()
-    return label or None
+    return label if label and not is_empty(label) else None

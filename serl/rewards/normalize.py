@@ -13,6 +13,15 @@ involved, equal fractions are equal, a relative difference above 1e-4 is
 agrees), and anything closer is left to math-verify.  ``test_equivalence``
 checks this agreement against math-verify itself.  Everything else goes to
 math-verify.  All of it is linear time.
+
+Empty answers (``is_empty``): an answer with nothing a reader would see in it,
+once presentation is removed (``\\text{}``, ``.``, ``$$``, ``\\,``, ``{}``, ``~``,
+``\\quad``, ``\\boxed{}`` and the like), is no answer at all.  This is the one
+place that rule is decided: ``extract_answer`` returns ``None`` for such an
+answer, the vote counts one it is handed as unanswered (``n_no_answer``, reward
+0, never in a cluster), and ``cheap_compare`` says it equals nothing, itself
+included.  So empty answers can never form the majority, and never match a label.
+The set-braces ``\\{\\}`` (the empty set) are an answer.
 """
 from __future__ import annotations
 
@@ -27,6 +36,12 @@ _THOUSANDS = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
 _INT = re.compile(r"-?\d{1,30}")
 _DEC = re.compile(r"-?\d{1,30}\.\d{1,30}")
 _SLASH = re.compile(r"(-?\d{1,30})/(\d{1,30})")
+# What is left once these go has to be empty for an answer to be empty: braces of
+# groups (not the escaped set braces), formatting and spacing commands, ~ and dots.
+_NO_CONTENT = re.compile(
+    r"(?<!\\)[{}]|[~.]"
+    r"|\\(?:text[a-z]*|math(?:rm|bf|it|sf|tt|normal)|mbox|boxed|fbox|quad|qquad|enspace|phantom|strut)(?![A-Za-z])"
+)
 _FRAC_NUM = re.compile(r"(-?)\\frac(?:\{(\d{1,30})\}|(\d))(?:\{(\d{1,30})\}|(\d))")
 
 
@@ -41,11 +56,25 @@ def normalize(answer: str) -> str:
     return s
 
 
+def is_blank(normal: str) -> bool:
+    """``is_empty`` for a string that is already a normal form."""
+    return not _NO_CONTENT.sub("", normal)
+
+
+def is_empty(answer: str) -> bool:
+    """True for an answer with nothing in it (see the module doc): it is no answer."""
+    return is_blank(normalize(answer))
+
+
 def cheap_compare(a: str, b: str) -> bool | None:
-    """True / False when the cheap rules decide, None when math-verify must."""
+    """True / False when the cheap rules decide, None when math-verify must.
+
+    An empty answer equals nothing, not even another empty answer."""
     na, nb = normalize(a), normalize(b)
+    if is_blank(na) or is_blank(nb):
+        return False
     if na == nb:
-        return bool(na)
+        return True
     x, y = _number(na), _number(nb)
     if x is None or y is None:
         return None

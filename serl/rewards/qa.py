@@ -25,6 +25,7 @@ import string
 from typing import Callable, Sequence
 
 from serl.rewards.extract import last_boxed
+from serl.rewards.normalize import is_empty
 
 MAX_SCAN_CHARS = 4000  # model text looked at (its tail); bounds the work per response
 
@@ -89,7 +90,8 @@ def extract_final_answer(response: str, max_chars: int = MAX_SCAN_CHARS) -> str 
 
     Looks only at the last ``max_chars`` characters after any thinking block. A
     ``\\boxed{...}`` in the answer is unwrapped. An echoed placeholder ("insert answer
-    here") or an empty answer is no answer.
+    here") or an empty answer (also one with nothing but presentation in it,
+    :func:`serl.rewards.normalize.is_empty`) is no answer.
     """
     text = strip_thinking(response)
     if text is None:
@@ -103,8 +105,8 @@ def extract_final_answer(response: str, max_chars: int = MAX_SCAN_CHARS) -> str 
     if boxed is not None:
         ans = boxed
     ans = ans.lstrip("*_`\"' ").rstrip("*_`\"' .")  # markup and the closing full stop
-    if not ans or _PLACEHOLDER.search(ans):
-        return None
+    if not ans or is_empty(ans) or _PLACEHOLDER.search(ans):
+        return None  # an empty form (``\\boxed{\\text{}}``) is no answer either: no judge is asked
     return ans
 
 

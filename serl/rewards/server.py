@@ -30,12 +30,21 @@ Grouping for the majority vote (samples are grouped by prompt text):
   ``--group_wait`` seconds is voted with what it has (``partial_group`` = 1).
 
 With ``--mode auto`` a sample that has a label gets the rule reward at once (no
-grouping needed); ``--mode rule`` requires labels.
+grouping needed); ``--mode rule`` requires labels.  A label is a string, a
+finite number or null (``true``, ``NaN`` and ``Infinity`` are refused).
+
+An empty answer (``\\boxed{\\text{}}``, ``\\boxed{.}``, ``\\boxed{$$}``: nothing
+but presentation) is no answer, as in training: reward 0, ``no_answer`` = 1,
+never part of a majority (:mod:`serl.rewards.vote`).
 
 The server binds 127.0.0.1 unless ``--host`` says otherwise, refuses bodies over
-``--max_request_mb``, answers malformed requests with 4xx and a message, and runs
-every math-verify check in the checker's process pool (never in the handler
-threads).
+``--max_request_mb``, answers malformed requests (bad JSON, JSON nested too
+deeply, a garbage request line, a wrong field) with 4xx and a JSON message
+naming what is wrong, and runs every math-verify check in the checker's process
+pool (never in the handler threads).  A request must arrive in full within
+``--request_timeout`` seconds of its first byte, else it gets ``408`` and its
+connection is closed: clients that trickle bytes cannot hold the connection
+slots (:mod:`serl.rewards.httpd`).
 
 Why the standard library's threaded HTTP server, with production settings,
 and not an ASGI stack (uvicorn + starlette): the protocol is one JSON POST, the
@@ -57,27 +66,22 @@ plain ``ThreadingHTTPServer`` slow was its settings, all changed here:
   per connection, not a fixed pool, on purpose: a request waiting for its group
   holds its thread, and a fixed pool smaller than the clients could deadlock
   with every thread waiting for samples queued behind it;
-* an idle or stalled connection is closed after ``--idle_timeout`` seconds.
+* an idle or stalled connection is closed after ``--idle_timeout`` seconds, and
+  a request slower than ``--request_timeout`` in all gets ``408`` and is closed.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import socket
+import math
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from serl.rewards.equivalence import EquivalenceChecker
 from serl.rewards.extract import FALLBACKS, normalize_label
+from serl.rewards.httpd import BadRequest, RewardHTTPServer, make_handler
 from serl.rewards.vote import MODES, score_groups
-
-
-class BadRequest(ValueError):
-    def __init__(self, message: str, status: int = 400):
-        super().__init__(message)
-        self.status = status
 
 
 def response_text(query: str, prompt: str) -> str:
@@ -95,12 +99,25 @@ def response_text(query: str, prompt: str) -> str:
     return query[n:]
 
 
+def _label(i: int, v):
+    """One label as text (or None); refuses what cannot be a reference answer."""
+    if v is None or isinstance(v, str):
+        return v
+    if isinstance(v, float) and not math.isfinite(v):  # NaN, Infinity or an overflow such as 1e999
+        raise BadRequest(f"field 'labels'[{i}] must be a finite number, got {v!r}")
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise BadRequest(f"field 'labels'[{i}] must be a string, number or null, got {type(v).__name__}")
+    return str(v)
+
+
 def parse_request(body: bytes) -> tuple[list[str], list[str], list[str | None]]:
     """Validate a request body; raises BadRequest naming the field at fault."""
     try:
         data = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise BadRequest(f"body is not valid JSON: {e}") from None
+    except RecursionError:
+        raise BadRequest("body is not valid JSON: nested too deeply") from None
+    except ValueError as e:  # bad JSON or UTF-8, or an integer too long to convert
+        raise BadRequest(f"body is not valid JSON: {str(e)[:200]}") from None
     if not isinstance(data, dict):
         raise BadRequest("body must be a JSON object with 'query', 'prompts', 'labels'")
     queries = data.get("query", data.get("queries"))
@@ -121,10 +138,7 @@ def parse_request(body: bytes) -> tuple[list[str], list[str], list[str | None]]:
         for i, v in enumerate(seq):
             if not isinstance(v, str):
                 raise BadRequest(f"field '{name}'[{i}] must be a string, got {type(v).__name__}")
-    for i, v in enumerate(labels):
-        if v is not None and not isinstance(v, (str, int, float)):
-            raise BadRequest(f"field 'labels'[{i}] must be a string, number or null")
-    return queries, prompts, [None if v is None else str(v) for v in labels]
+    return queries, prompts, [_label(i, v) for i, v in enumerate(labels)]
 
 
 class _Sample:
@@ -222,133 +236,22 @@ class RewardService:
         self._score([bucket], partial=True)
 
 
-_DRAIN_CAP = 64 << 20  # bytes of an oversized body read and dropped before the 413
-
-
-def _make_handler(service: RewardService, max_bytes: int, idle_timeout: float):
-    class Handler(BaseHTTPRequestHandler):
-        server_version = "serl-reward/1"
-        protocol_version = "HTTP/1.1"  # keep-alive
-        timeout = idle_timeout  # socket timeout: idle or stalled connections are closed
-        wbufsize = 1 << 16  # headers and body go out in one write (flushed per request)
-
-        def setup(self):
-            self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            super().setup()
-
-        def log_message(self, fmt, *args):  # quiet by default
-            pass
-
-        def handle_expect_100(self):
-            ok = super().handle_expect_100()
-            self.wfile.flush()  # the client waits for this line before it sends the body
-            return ok
-
-        def _send(self, status: int, payload: dict) -> None:
-            body = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def _discard(self, n: int) -> None:
-            # Read (and drop) a rejected body so the client sees the 413 instead
-            # of a broken pipe; past the cap we just close, bounding the work.
-            n = min(n, _DRAIN_CAP)
-            while n > 0:
-                chunk = self.rfile.read(min(n, 1 << 16))
-                if not chunk:
-                    return
-                n -= len(chunk)
-
-        def do_GET(self):
-            if self.path.rstrip("/") in ("/health", ""):
-                self._send(200, {"ok": True, "counts": service.counts, "checker": service.checker.stats})
-            else:
-                self._send(404, {"error": f"no such path {self.path!r}; POST /get_reward"})
-
-        def do_POST(self):
-            if self.path.rstrip("/") not in ("", "/get_reward"):
-                self._send(404, {"error": f"no such path {self.path!r}; POST /get_reward"})
-                return
-            length = self.headers.get("Content-Length")
-            if length is None or not length.isdigit():
-                self.close_connection = True
-                self._send(411, {"error": "Content-Length header required"})
-                return
-            if int(length) > max_bytes:
-                self.close_connection = True
-                self._discard(int(length))
-                self._send(413, {"error": f"body of {length} bytes exceeds the limit of {max_bytes}"})
-                return
-            body = self.rfile.read(int(length))
-            try:
-                queries, prompts, labels = parse_request(body)
-                payload = service.handle(queries, prompts, labels)
-            except BadRequest as e:
-                self._send(e.status, {"error": str(e)})
-                return
-            except Exception as e:  # never let one request kill the server
-                self._send(500, {"error": f"{type(e).__name__}: {e}"[:500]})
-                return
-            self._send(200, payload)
-
-    return Handler
-
-
-_BUSY_BODY = b'{"error": "too many open connections; retry in a moment"}'
-_BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\n"
-         b"Content-Length: %d\r\n\r\n%s" % (len(_BUSY_BODY), _BUSY_BODY))
-
-
-class RewardHTTPServer(ThreadingHTTPServer):
-    """``ThreadingHTTPServer`` with a listen backlog and a bound on open connections."""
-
-    daemon_threads = True
-    block_on_close = False  # no bookkeeping of finished threads
-
-    def __init__(self, address, handler, backlog: int = 1024, max_connections: int = 1024):
-        self.request_queue_size = backlog  # read by listen() in the base constructor
-        self._open = threading.BoundedSemaphore(max_connections)
-        self.refused = 0
-        super().__init__(address, handler)
-
-    def process_request(self, request, client_address):
-        if not self._open.acquire(blocking=False):
-            self.refused += 1
-            try:
-                request.sendall(_BUSY)
-            except OSError:
-                pass
-            self.shutdown_request(request)
-            return
-        try:
-            super().process_request(request, client_address)
-        except RuntimeError:  # no thread could be started
-            self._open.release()
-            self.shutdown_request(request)
-
-    def process_request_thread(self, request, client_address):
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self._open.release()
-
-    def handle_error(self, request, client_address):
-        if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):  # a client going away is normal
-            super().handle_error(request, client_address)
-
-
 def make_server(service: RewardService, host="127.0.0.1", port=0, max_request_mb=8.0, *, backlog=1024,
-                max_connections=1024, idle_timeout=60.0) -> RewardHTTPServer:
+                max_connections=1024, idle_timeout=60.0, request_timeout=30.0) -> RewardHTTPServer:
     """A ready (not yet serving) server; ``server.server_address`` has the port."""
-    handler = _make_handler(service, int(max_request_mb * 2**20), idle_timeout)
+    handler = make_handler(
+        lambda body: service.handle(*parse_request(body)),
+        lambda: {"ok": True, "counts": service.counts, "checker": service.checker.stats},
+        int(max_request_mb * 2**20), idle_timeout, request_timeout)
     return RewardHTTPServer((host, port), handler, backlog=backlog, max_connections=max_connections)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="serl serve-reward", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="serl serve-reward", description=__doc__.split("\n\n")[0],
+        epilog="An answer with nothing in it (\\boxed{}, \\boxed{\\text{}}, \\boxed{.}, \\boxed{$$}) is no "
+               "answer: reward 0, never the majority, never equal to a label. Labels are strings, finite "
+               "numbers or null. Errors are JSON {\"error\": ...} with a 4xx status.")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=5000, help="port (0 = pick a free one)")
     p.add_argument("--mode", choices=MODES, default="majority",
@@ -367,14 +270,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max_connections", type=int, default=1024,
                    help="open connections served at once (one thread each); more get 503")
     p.add_argument("--idle_timeout", type=float, default=60.0,
-                   help="seconds an idle or stalled connection is kept open")
+                   help="seconds one read may wait: an idle or silent connection is closed after this (default 60)")
+    p.add_argument("--request_timeout", type=float, default=30.0,
+                   help="seconds a request (request line, headers and body) may take to arrive, from its "
+                        "first byte; past it the client gets 408 and its connection is closed, freeing the "
+                        "slot (stops clients that trickle bytes). Default 30; raise it for large bodies on slow links")
     return p
 
 
 def cli_main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    for name in ("timeout", "group_wait", "max_request_mb", "idle_timeout"):
+    for name in ("timeout", "group_wait", "max_request_mb", "idle_timeout", "request_timeout"):
         if getattr(args, name) <= 0:
             print(f"serl serve-reward: error: --{name} must be > 0", file=sys.stderr)
             return 2
@@ -387,7 +294,8 @@ def cli_main(argv: list[str] | None = None) -> int:
     service = RewardService(checker, args.mode, args.fallback, args.group_size, args.group_wait)
     try:
         server = make_server(service, args.host, args.port, args.max_request_mb, backlog=args.backlog,
-                             max_connections=args.max_connections, idle_timeout=args.idle_timeout)
+                             max_connections=args.max_connections, idle_timeout=args.idle_timeout,
+                             request_timeout=args.request_timeout)
     except OSError as e:
         print(f"serl serve-reward: error: cannot bind {args.host}:{args.port}: {e}", file=sys.stderr)
         checker.close()

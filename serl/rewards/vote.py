@@ -10,6 +10,10 @@ Majority vote (one prompt's group of n answers):
 * The largest cluster is the majority: its members get reward 1, all others 0.
 * No answer (None) gets 0 and is never counted in any cluster, so it can never
   be the majority; a group with no answers at all gets all zeros, label None.
+  An empty answer (nothing but presentation: ``\\text{}``, ``.``, ``$$``, ``\\,``,
+  ``{}``; the rule is :func:`serl.rewards.normalize.is_empty`) is no answer:
+  ``extract_answer`` already returns None for it, and an empty answer handed
+  to the vote directly is counted as None too (``n_no_answer``, reward 0).
 * Tie rule: among clusters of the largest size, the one whose first member
   appears earliest in the group wins.  ``GroupScore.tie`` records that a tie
   was broken.
@@ -24,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from serl.rewards.extract import extract_answer, normalize_label
-from serl.rewards.normalize import normalize
+from serl.rewards.normalize import is_blank, normalize
 
 MODES = ("majority", "rule", "auto")
 
@@ -43,15 +47,16 @@ class GroupScore:
 
 
 def _dedup(answers: list[str | None]) -> tuple[list[str], list[int]]:
-    """Distinct normal forms in order of first appearance; per answer its index (-1 = none)."""
+    """Distinct normal forms in order of first appearance; per answer its index
+    (-1 = no answer: None or empty)."""
     uniques: list[str] = []
     where: dict[str, int] = {}
     index: list[int] = []
     for a in answers:
-        if a is None:
+        key = None if a is None else normalize(a)
+        if key is None or is_blank(key):
             index.append(-1)
             continue
-        key = normalize(a)
         if key not in where:
             where[key] = len(uniques)
             uniques.append(a)
@@ -77,6 +82,7 @@ def _trivial_result(uniques: list[str], label: str | None) -> dict:
 
 
 def _score(answers, index, uniques, result, label, source) -> GroupScore:
+    answers = [None if k < 0 else a for a, k in zip(answers, index)]  # an empty answer is none
     n = len(answers)
     n_none = sum(1 for k in index if k < 0)
     cluster_of = result["cluster_of"][: len(uniques)]

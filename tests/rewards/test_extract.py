@@ -2,6 +2,7 @@ import pytest
 
 from serl.rewards import extract_answer, normalize_label
 from serl.rewards.extract import last_boxed
+from serl.rewards.normalize import cheap_compare, is_empty
 
 
 @pytest.mark.parametrize(
@@ -49,6 +50,34 @@ def test_extract_answer(text, fallback, expected):
 def test_no_answer_is_none_not_empty_string():
     assert extract_answer("", "number") is None
     assert extract_answer("\\boxed{}", "none") is None
+
+
+@pytest.mark.parametrize("content", ["\\text{}", ".", "$$", "\\,", "{}", "~", "\\quad", "\\mathrm{ }",
+                                     "\\text{\\,}", "\\boxed{}", "{\\text{}}.", "\\left.\\right."])
+def test_empty_forms_are_no_answer(content):
+    """Nothing but presentation in the box: no answer, and equal to nothing (itself included)."""
+    assert is_empty(content)
+    assert extract_answer("\\boxed{" + content + "}", "none") is None
+    assert extract_answer("so \\boxed{" + content + "}", "number") is None
+    assert extract_answer("first 7, then \\boxed{" + content + "}", "number") == "7"  # as for \\boxed{}
+    assert extract_answer("\\boxed{5} and \\boxed{" + content + "}", "none") == "5"   # as for \\boxed{}
+    assert normalize_label(content) is None and normalize_label("#### " + content) is None
+    assert cheap_compare(content, content) is False and cheap_compare(content, "1") is False
+
+
+@pytest.mark.parametrize("content", ["\\{\\}", "\\emptyset", "0", "x", "\\text{none}", "-", "\\infty"])
+def test_small_answers_are_answers(content):
+    assert not is_empty(content)
+    assert extract_answer("\\boxed{" + content + "}", "none") == content
+
+
+def test_long_empty_box_is_no_answer_and_nesting_stays_linear():
+    import time
+
+    assert extract_answer("7 \\boxed{" + "\\quad " * 200 + "}", "number") == "7"  # past the search's scan
+    t = time.monotonic()
+    assert extract_answer("\\boxed{" * 30_000 + "." + "}" * 30_000, "none") is None
+    assert time.monotonic() - t < 2.0
 
 
 def test_bad_fallback_is_an_error():

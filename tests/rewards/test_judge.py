@@ -69,3 +69,24 @@ def test_verifier_rewards():
 ])
 def test_verifier_train_mask(maj, rule, expected):
     assert verifier_train_mask(maj, rule) is expected
+
+
+def test_empty_or_garbled_verdicts_never_win_the_majority():
+    """Generated panels of k judgments, some empty or garbled, against a brute-force count:
+    YES or NO wins only with strictly more votes than each other outcome, bad format
+    included, and a judgment that does not parse never earns more than -1."""
+    import random
+
+    texts = {1: ["[[YES]]", "ok [[ yes ]]"], 0: ["[[NO]]", "no. [[No]]"],
+             -1: ["", " ", "[[]]", "[[ ]]", "\\boxed{\\text{}}", "[[YES]] or [[NO]]", "<think>[[YES]]"]}
+    rng = random.Random(0)
+    for _ in range(2000):
+        k = rng.randint(1, 8)
+        truth = [rng.choice([1, 0, -1, -1]) for _ in range(k)]
+        judged = [parse_judgment(rng.choice(texts[t])) for t in truth]
+        assert judged == truth
+        m = verifier_majority(judged)
+        counts = {v: truth.count(v) for v in (1, 0, -1)}
+        want = next((v for v in (1, 0) if all(counts[v] > counts[u] for u in (1, 0, -1) if u != v)), -1)
+        assert m.label == want
+        assert all(r == -1.0 for r, t in zip(verifier_rewards(judged, m), truth) if t == -1)

@@ -63,6 +63,12 @@ def test_looks_like_math(s, expected):
     ("The answer is \\boxed{42}.", "42"),
     ("The answer is (insert answer here).", None),
     ("The answer is .", None),
+    # empty forms are no answer, so no judge is asked about them (serl.rewards.normalize.is_empty)
+    ("The answer is \\boxed{\\text{}}.", None),
+    ("The answer is $$", None),
+    ("The answer is \\boxed{.}", None),
+    ("The answer is {}", None),
+    ("The answer is \\{\\}", "\\{\\}"),                    # the empty set is an answer
     ("Mira Tolvane founded it.", None),
     ("<think>the answer is 5</think> So the answer is 6", "6"),
     ("<think>the answer is 5, still thinking", None),

@@ -20,7 +20,7 @@ def serve(checker):
     def start(**kw):
         service = RewardService(checker, **kw)
         server = make_server(service, "127.0.0.1", 0, max_request_mb=kw.pop("max_mb", 1.0))
-        threading.Thread(target=server.serve_forever, daemon=True).start()
+        threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
         servers.append(server)
         host, port = server.server_address[:2]
         return f"http://{host}:{port}/get_reward", service
@@ -100,6 +100,13 @@ def test_auto_mode_uses_labels_where_present(serve):
         (json.dumps({"query": [1], "prompts": ["a"]}).encode(), 400, "'query'[0]"),
         (json.dumps({"query": ["a"], "prompts": ["a"], "labels": [[1]]}).encode(), 400, "'labels'[0]"),
         (b"\xff\xfe", 400, "JSON"),
+        (b"[" * 200_000 + b"]" * 200_000, 400, "nested too deeply"),
+        (b'{"query": ["a"], "prompts": ["a"], "labels": [' + b"9" * 5000 + b"]}", 400, "JSON"),
+        (json.dumps({"query": ["a"], "prompts": ["a"], "labels": [True]}).encode(), 400, "'labels'[0]"),
+        (b'{"query": ["a", "b"], "prompts": ["a", "b"], "labels": ["1", NaN]}', 400, "'labels'[1] must be a finite"),
+        (b'{"query": ["a"], "prompts": ["a"], "labels": [-Infinity]}', 400, "'labels'[0] must be a finite"),
+        (b'{"query": ["a"], "prompts": ["a"], "labels": [1e999]}', 400, "'labels'[0] must be a finite"),
+        (b'{"query": [NaN], "prompts": ["a"]}', 400, "'query'[0]"),
     ],
 )
 def test_malformed_requests_get_4xx(serve, raw, status, fragment):
@@ -136,7 +143,47 @@ def test_response_text(q, p, expected):
     assert response_text(q, p) == expected
 
 
-@pytest.mark.parametrize("argv", [["--timeout", "0"], ["--workers", "0"], ["--group_size", "-1"], ["--port", "70000"]])
+def test_labels_that_are_numbers_still_work(serve):
+    url, _ = serve(mode="rule")
+    code, out = post(url, request(["\\boxed{4}", "\\boxed{2.5}", "\\boxed{3}"], labels=[4, 2.5, "#### 4"]))
+    assert code == 200 and out["rewards"] == [1.0, 1.0, 0.0]
+
+
+def _raw_exchange(port, data: bytes) -> tuple[int, dict]:
+    """Send raw bytes, read the reply to the end (the server closes), parse status and JSON."""
+    import socket
+
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(data)
+        reply = b""
+        for _ in range(1000):  # bounded: the server closes after an error
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            reply += chunk
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert b"application/json" in head, reply[:300]
+    return int(head.split()[1]), json.loads(body)
+
+
+@pytest.mark.parametrize("data, status", [
+    (b"GARBAGE\r\n\r\n", 400),                                   # not a request line
+    (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03 x y\r\n\r\n", 400),   # TLS hello, or near it
+    (b"POST /get_reward HTTP/9.9\r\n\r\n", 505),
+    (b"PUT /get_reward HTTP/1.1\r\nHost: x\r\n\r\n", 501),
+    (b"GET /" + b"a" * 70_000 + b" HTTP/1.1\r\n\r\n", 414),
+    (b"POST /get_reward HTTP/1.1\r\nHost: x\r\nContent-Length: \xb2\r\n\r\n", 411),  # a digit, not ASCII
+])
+def test_protocol_errors_are_json_too(serve, data, status):
+    url, _ = serve()
+    port = int(url.split(":")[2].split("/")[0])
+    code, out = _raw_exchange(port, data)
+    assert code == status and isinstance(out["error"], str) and len(out["error"]) <= 300
+    assert post(url, request(["\\boxed{1}", "\\boxed{1}"]))[1]["rewards"] == [1.0, 1.0]  # still serving
+
+
+@pytest.mark.parametrize("argv", [["--timeout", "0"], ["--workers", "0"], ["--group_size", "-1"], ["--port", "70000"],
+                                  ["--request_timeout", "0"]])
 def test_cli_bad_arguments_exit_2(argv):
     assert cli_main(argv) == 2
 
@@ -225,7 +272,7 @@ def test_connections_past_the_bound_get_503_and_idle_ones_are_closed(checker):
     import time
 
     server = make_server(RewardService(checker), "127.0.0.1", 0, max_connections=2, idle_timeout=1.0)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
     port = server.server_address[1]
     try:
         idle = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(2)]
@@ -264,3 +311,71 @@ def test_expect_100_continue_is_answered_at_once(serve):
             break
     assert reply.startswith(b"HTTP/1.1 200") and b"rewards" in reply
     s.close()
+
+
+def test_a_client_trickling_bytes_loses_its_slot_at_the_request_deadline(checker):
+    """Slowloris: one byte every 0.25 s never trips the 2 s per-read timeout, so only the
+    1 s per-request deadline can free the single slot it holds."""
+    import select
+    import socket
+    import time
+
+    server = make_server(RewardService(checker), "127.0.0.1", 0, max_connections=1, idle_timeout=2.0,
+                         request_timeout=1.0)
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    port = server.server_address[1]
+    url = f"http://127.0.0.1:{port}/get_reward"
+    try:
+        slow = socket.create_connection(("127.0.0.1", port), timeout=5)
+        data = b"POST /get_reward HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n" + b" " * 5000
+        start = time.monotonic()
+        slow.sendall(data[:1])
+        time.sleep(0.2)
+        assert post(url, request(["\\boxed{1}"]))[0] == 503  # the trickler holds the only slot
+        reply = b""
+        for k in range(1, 40):  # bounded: at most 10 s of trickling
+            if select.select([slow], [], [], 0.25)[0]:
+                chunk = slow.recv(4096)
+                reply += chunk
+                if not chunk:
+                    break
+                continue
+            try:
+                slow.sendall(data[k:k + 1])
+            except OSError:  # closed under us: the reply is already in the buffer
+                pass
+        held = time.monotonic() - start
+        slow.close()
+        assert reply.startswith(b"HTTP/1.1 408") and b"request_timeout" in reply
+        assert 1.0 <= held < 2.0, held
+        for _ in range(50):  # the slot is given back just after the close; bounded wait for it
+            code, out = post(url, request(["\\boxed{1}"]))
+            if code != 503:
+                break
+            time.sleep(0.02)
+        assert code == 200 and out["rewards"] == [1.0]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_keep_alive_requests_each_get_their_own_deadline(checker):
+    """The deadline is per request, not per connection: a connection that sends quick
+    requests for longer than the deadline is never cut."""
+    import http.client
+    import time
+
+    server = make_server(RewardService(checker), "127.0.0.1", 0, idle_timeout=2.0, request_timeout=0.5)
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", server.server_address[1], timeout=10)
+        body = json.dumps(request(["\\boxed{3}", "\\boxed{3}"])).encode()
+        for _ in range(4):
+            conn.request("POST", "/get_reward", body=body, headers={"Content-Type": "application/json"})
+            r = conn.getresponse()
+            assert r.status == 200 and json.loads(r.read())["rewards"] == [1.0, 1.0]
+            time.sleep(0.3)  # 4 x 0.3 s on one connection: longer than one deadline
+        conn.close()
+    finally:
+        server.shutdown()
+        server.server_close()

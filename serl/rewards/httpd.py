@@ -1,0 +1,233 @@
+"""The HTTP side of ``serl serve-reward``: handler, connection bound, request deadline.
+
+What the scoring needs from HTTP is one JSON POST; everything here is about
+serving that safely to clients that may be slow, broken or hostile:
+
+* at most ``max_connections`` open connections, one thread each; past that a
+  connection gets ``503`` at once (see :class:`RewardHTTPServer`);
+* ``idle_timeout``: the longest wait for any one read, so a silent connection is
+  closed;
+* ``request_timeout``: the whole request (request line, headers and body) must
+  arrive within this many seconds of its first byte.  A per-read timeout alone
+  cannot stop a client that sends one byte just before each read would time out
+  (slowloris): it held its slot for as long as it liked.  Past the deadline the
+  client gets ``408`` and the connection is closed, which frees the slot.  The
+  deadline is checked before every read of the socket, and each read waits at
+  most until the deadline;
+* every error, including the ones the standard library answers itself (a
+  garbage request line, an unknown method, headers too long), is JSON
+  ``{"error": ...}``, never an HTML page.
+"""
+from __future__ import annotations
+
+import io
+import json
+import socket
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class BadRequest(ValueError):
+    """A request the server refuses; ``status`` is the HTTP code (4xx, or 500)."""
+
+    def __init__(self, message: str, status: int = 400):
+        super().__init__(message)
+        self.status = status
+
+
+class RequestTimeout(Exception):
+    """The request did not arrive in full before its deadline (not a TimeoutError on
+    purpose: the standard handler swallows those and closes without a reply)."""
+
+
+class DeadlineReader(io.RawIOBase):
+    """Reads from a socket, each read bounded by the idle timeout and by the deadline
+    of the current request (which starts at that request's first byte)."""
+
+    def __init__(self, sock: socket.socket, idle_timeout: float, request_timeout: float):
+        self.sock, self.idle, self.limit = sock, idle_timeout, request_timeout
+        self.deadline: float | None = None
+
+    def readable(self) -> bool:
+        return True
+
+    def start_request(self) -> None:
+        self.deadline = None
+
+    def end_request(self) -> None:
+        """The request has been read: the reply's writes wait up to the idle timeout."""
+        self.deadline = None
+        self.sock.settimeout(self.idle)
+
+    def readinto(self, buf) -> int:
+        wait = self.idle
+        if self.deadline is not None:
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                raise RequestTimeout()
+            wait = min(wait, left)
+        self.sock.settimeout(wait)
+        try:
+            n = self.sock.recv_into(buf)
+        except TimeoutError:
+            if self.deadline is not None and time.monotonic() >= self.deadline:
+                raise RequestTimeout() from None
+            raise  # idle: the standard handler closes the connection
+        if n and self.deadline is None:
+            self.deadline = time.monotonic() + self.limit
+        return n
+
+
+_DRAIN_CAP = 64 << 20  # bytes of an oversized body read and dropped before the 413
+
+
+def make_handler(answer, health, max_bytes: int, idle_timeout: float, request_timeout: float):
+    """A handler class. ``answer(body: bytes) -> dict`` scores a POST body and raises
+    :class:`BadRequest` to refuse it; ``health() -> dict`` is the GET reply."""
+
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "serl-reward/1"
+        protocol_version = "HTTP/1.1"  # keep-alive
+        timeout = idle_timeout
+        wbufsize = 1 << 16  # headers and body go out in one write (flushed per request)
+
+        def setup(self):
+            self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            super().setup()
+            self.rfile.close()  # the standard reader: replaced by one that keeps the deadline
+            self.reader = DeadlineReader(self.connection, idle_timeout, request_timeout)
+            self.rfile = io.BufferedReader(self.reader, 1 << 16)
+
+        def handle_one_request(self):
+            self.reader.start_request()
+            # what a reply needs if the deadline passes before the request line is in
+            self.command, self.requestline, self.request_version = "", "", "HTTP/1.1"
+            try:
+                super().handle_one_request()
+            except RequestTimeout:
+                self.close_connection = True
+                self.reader.end_request()
+                self._send(408, {"error": f"request not complete within {request_timeout:g} s of its "
+                                          f"first byte (--request_timeout); connection closed"})
+                self.wfile.flush()
+
+        def log_message(self, fmt, *args):  # quiet by default
+            pass
+
+        def send_error(self, code, message=None, explain=None):
+            """The standard library's own refusals, as JSON like every other error."""
+            self.close_connection = True
+            if self.request_version == "HTTP/0.9":  # a garbled request line: still answer in HTTP/1.1
+                self.request_version = "HTTP/1.1"
+            phrase = self.responses.get(code, ("error",))[0]
+            self._send(code, {"error": (message or phrase)[:300]})
+
+        def handle_expect_100(self):
+            ok = super().handle_expect_100()
+            self.wfile.flush()  # the client waits for this line before it sends the body
+            return ok
+
+        def _send(self, status: int, payload: dict) -> None:
+            body = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            if self.close_connection:
+                self.send_header("Connection", "close")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+
+        def _discard(self, n: int) -> None:
+            # Read (and drop) a rejected body so the client sees the 413 instead
+            # of a broken pipe; past the cap we just close, bounding the work.
+            n = min(n, _DRAIN_CAP)
+            while n > 0:
+                chunk = self.rfile.read(min(n, 1 << 16))
+                if not chunk:
+                    return
+                n -= len(chunk)
+
+        def do_GET(self):
+            self.reader.end_request()
+            if self.path.rstrip("/") in ("/health", ""):
+                self._send(200, health())
+            else:
+                self._send(404, {"error": f"no such path {self.path[:200]!r}; POST /get_reward"})
+
+        def do_POST(self):
+            if self.path.rstrip("/") not in ("", "/get_reward"):
+                self.close_connection = True  # the body is not read
+                self._send(404, {"error": f"no such path {self.path[:200]!r}; POST /get_reward"})
+                return
+            length = self.headers.get("Content-Length")
+            if length is None or not (length.isascii() and length.isdigit()):
+                self.close_connection = True
+                self._send(411, {"error": "Content-Length header required (a decimal number of bytes)"})
+                return
+            if int(length) > max_bytes:
+                self.close_connection = True
+                self._discard(int(length))
+                self._send(413, {"error": f"body of {length} bytes exceeds the limit of {max_bytes}"})
+                return
+            body = self.rfile.read(int(length))
+            self.reader.end_request()
+            if len(body) < int(length):
+                self.close_connection = True  # the client closed its side early: no one to answer
+                return
+            try:
+                payload = answer(body)
+            except BadRequest as e:
+                self._send(e.status, {"error": str(e)})
+                return
+            except Exception as e:  # never let one request kill the server
+                self._send(500, {"error": f"{type(e).__name__}: {e}"[:500]})
+                return
+            self._send(200, payload)
+
+    return Handler
+
+
+_BUSY_BODY = b'{"error": "too many open connections; retry in a moment"}'
+_BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\n"
+         b"Content-Length: %d\r\n\r\n%s" % (len(_BUSY_BODY), _BUSY_BODY))
+
+
+class RewardHTTPServer(ThreadingHTTPServer):
+    """``ThreadingHTTPServer`` with a listen backlog and a bound on open connections."""
+
+    daemon_threads = True
+    block_on_close = False  # no bookkeeping of finished threads
+
+    def __init__(self, address, handler, backlog: int = 1024, max_connections: int = 1024):
+        self.request_queue_size = backlog  # read by listen() in the base constructor
+        self._open = threading.BoundedSemaphore(max_connections)
+        self.refused = 0
+        super().__init__(address, handler)
+
+    def process_request(self, request, client_address):
+        if not self._open.acquire(blocking=False):
+            self.refused += 1
+            try:
+                request.sendall(_BUSY)
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except RuntimeError:  # no thread could be started
+            self._open.release()
+            self.shutdown_request(request)
+
+    def process_request_thread(self, request, client_address):
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._open.release()
+
+    def handle_error(self, request, client_address):
+        if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):  # a client going away is normal
+            super().handle_error(request, client_address)
