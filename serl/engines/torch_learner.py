@@ -190,30 +190,39 @@ class TorchLearner(LearnerCore):
         if tok is not None:
             tok.save_pretrained(path)
 
-    def save(self, path: str) -> None:
+    def save(self, path: str, state: bool = True) -> None:
         """Policy in HF layout (under LoRA: the adapter in PEFT layout) + ``learner_state.pt``;
-        written to a temp dir, then moved."""
+        written to a temp dir, then moved. ``state=False`` (the final model): weights, config
+        and tokenizer only, no optimizer, schedule or RNG state."""
         dest = Path(path)
         tmp = dest.with_name(dest.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            self._write(tmp, state)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)  # a failed write (disk full) leaves nothing behind
+            raise
+        if dest.exists():
+            shutil.rmtree(dest)
+        os.replace(tmp, dest)
+
+    def _write(self, tmp: Path, state: bool) -> None:
         tmp.mkdir(parents=True)
         if self.lora is not None:
-            self.lora.save(str(tmp))
+            self.lora.save(str(tmp), state=state)
         else:
             self._save_policy(str(tmp))
         tok = tokenizer_for_save(self.tokenizer, self.model_path)
         if tok is not None:
             tok.save_pretrained(str(tmp))
-        torch.save({
-            "optimizer": self.optimizer.state_dict(),
-            "updates": self.updates,
-            "skipped_total": self.skipped_total,
-            "rng": torch.get_rng_state(),
-            "config": asdict(self.cfg),
-        }, tmp / STATE_FILE)
-        if dest.exists():
-            shutil.rmtree(dest)
-        os.replace(tmp, dest)
+        if state:
+            torch.save({
+                "optimizer": self.optimizer.state_dict(),
+                "updates": self.updates,
+                "skipped_total": self.skipped_total,
+                "rng": torch.get_rng_state(),
+                "config": asdict(self.cfg),
+            }, tmp / STATE_FILE)
 
     def load(self, path: str) -> None:
         """Restore the weights, optimizer moments, schedule position and RNG from ``save``."""
