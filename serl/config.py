@@ -115,7 +115,8 @@ class TrainConfig:
     use_tensorboard: str = _f("", "TensorBoard log directory (empty = off)", aliases=("tensorboard_dir",))
     save_steps: int = _f(1, "write a checkpoint every N steps (and at the end); 0 = only at the end")
     max_ckpt_num: int = _f(2, "keep the newest N checkpoints")
-    save_model: bool = _f(True, "save the final policy in Hugging Face layout under RUN_DIR/model")
+    save_model: bool = _f(True, "save the final policy under RUN_DIR/model: weights, config and tokenizer in "
+                                "Hugging Face layout (LoRA: the adapter in PEFT layout); no optimizer state")
     # --- devices, distributed and SeRL compatibility (engines, Ray)
     device: str = _f("auto", "where the learner, reference and transformers generator run: auto (cuda "
                              "when available), cpu or cuda", choices=("auto", "cpu", "cuda"))
