@@ -40,14 +40,15 @@ def load_saved(path: Path) -> TrainConfig:
         p, data, _ = _read_yaml_text(str(path))
     except ConfigError as e:
         raise ConfigError(f"{e}{cut}") from None
-    if "recipe" not in data:
+    keys = list(data)[:-1] if cut else list(data)  # the value on a cut line may have lost its end
+    if "recipe" not in keys:
         raise ConfigError(f"{p}: option 'recipe' is missing{cut}, so the run cannot be resumed; "
                           f"start a new run directory")
-    cls = config_class(_recipe_of(data["recipe"], f"{p}: option 'recipe'"))
+    recipe = _recipe_of(data["recipe"], f"{p}: option 'recipe'")
+    cls = config_class(recipe)
     alias = {a: f.name for f in dataclasses.fields(cls) for a in f.metadata.get("aliases", ())}
-    keys = list(data)[:-1] if cut else list(data)  # the value on a cut line may have lost its end
     present = {alias.get(k, k) for k in keys}
-    missing = [n for n in run_defining(cls.RECIPE) if n not in present]
+    missing = [n for n in run_defining(recipe) if n not in present]
     if missing:
         raise ConfigError(f"{p}: {len(missing)} option(s) that define the run are missing{cut}: "
                           f"{', '.join(missing)}. A resume cannot guess them: put them back as the "

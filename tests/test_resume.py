@@ -344,3 +344,11 @@ def test_config_is_written_atomically(tmp_path, monkeypatch):
         dump(config_class("serl")(steps=9), tmp_path / "config.yaml")
     assert (tmp_path / "config.yaml").read_text() == text
     assert sorted(p.name for p in tmp_path.iterdir()) == ["config.yaml"]
+
+
+def test_a_config_cut_inside_its_recipe_value_is_refused(tmp_path):
+    from serl.train import resume_config
+
+    (tmp_path / "config.yaml").write_text("recipe: se")
+    with pytest.raises(ConfigError, match=r"option 'recipe' is missing \(it ends in the middle of line 1"):
+        resume_config(tmp_path, [])

@@ -13,7 +13,8 @@ The shared half (micro-batching, log-probs, the objective loop, metrics) is
   ``from_pretrained`` and vLLM expect for ``tie_word_embeddings`` models.
 - ``save`` writes the policy in HF layout (fp32 safetensors, config, tokenizer) and the
   optimizer, schedule and RNG state to ``learner_state.pt``; ``load`` restores all of
-  them, so a resumed run continues bit-for-bit.
+  them, so a resumed run continues bit-for-bit. ``save(path, state=False)`` (the run's
+  final ``model/``) writes the policy alone.
 - With ``lora_rank > 0`` (``serl.engines.lora``) only an adapter trains; the reference is
   the base with the adapter off, ``named_weights`` yields merged weights, and ``save``
   writes the adapter in PEFT layout instead of the whole policy.
