@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 import typing
 from dataclasses import dataclass, field
@@ -114,7 +115,8 @@ class TrainConfig:
     use_tensorboard: str = _f("", "TensorBoard log directory (empty = off)", aliases=("tensorboard_dir",))
     save_steps: int = _f(1, "write a checkpoint every N steps (and at the end); 0 = only at the end")
     max_ckpt_num: int = _f(2, "keep the newest N checkpoints")
-    save_model: bool = _f(True, "save the final policy in Hugging Face layout under RUN_DIR/model")
+    save_model: bool = _f(True, "save the final policy under RUN_DIR/model: weights, config and tokenizer in "
+                                "Hugging Face layout (LoRA: the adapter in PEFT layout); no optimizer state")
     # --- devices, distributed and SeRL compatibility (engines, Ray)
     device: str = _f("auto", "where the learner, reference and transformers generator run: auto (cuda "
                              "when available), cpu or cuda", choices=("auto", "cpu", "cuda"))
@@ -235,18 +237,36 @@ def _coerce(value, typ, where: str):
 
 
 def _read_yaml(path: str) -> tuple[Path, dict]:
+    p, data, _ = _read_yaml_text(path)
+    return p, data
+
+
+def _read_yaml_text(path: str) -> tuple[Path, dict, str]:
+    """(path, mapping, raw text); errors name the file and, for bad YAML, the line."""
     import yaml
 
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"config file not found: {p}")
+    from serl.data.jsonl import read_utf8
+
     try:
-        data = yaml.safe_load(p.read_text()) or {}
+        text = read_utf8(p, ConfigError)
+    except OSError as e:
+        raise ConfigError(f"{p}: cannot read ({e.strerror or e})") from None
+    try:
+        data = yaml.safe_load(text) or {}
     except yaml.YAMLError as e:
-        raise ConfigError(f"{p}: not valid YAML ({e})") from e
+        mark = getattr(e, "problem_mark", None)
+        where = f"{p}:{mark.line + 1}" if mark is not None else str(p)
+        what = getattr(e, "problem", None) or str(e).splitlines()[0]
+        ctx, cmark = getattr(e, "context", None), getattr(e, "context_mark", None)
+        if ctx and cmark is not None:
+            what += f", {ctx} that begins on line {cmark.line + 1}"
+        raise ConfigError(f"{where}: not valid YAML ({what})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: expected a mapping of option: value")
-    return p, data
+    return p, data, text
 
 
 def _owner_of(name: str, cls) -> str | None:
@@ -279,7 +299,7 @@ def load_yaml(path: str, cls=None) -> dict:
             owner = _owner_of(k, cls)
             if owner:
                 raise ConfigError(f"{p}: option '{k}' belongs to recipe '{owner}', "
-                                  f"not to recipe '{data.get('recipe', 'serl')}'")
+                                  f"not to recipe '{getattr(cls, 'RECIPE', 'serl')}'")
             raise ConfigError(f"{p}: unknown option '{k}'")
         out[key] = _coerce(v, _type_of(cls, names[key]), f"{p}: option '{k}'")
     return out
@@ -404,11 +424,25 @@ def config_from_dict(values: dict) -> TrainConfig:
 
 
 def dump(cfg, path: Path) -> None:
+    """Write ``cfg`` as YAML, atomically: a crash leaves the old file or the new one, whole."""
     import yaml
 
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False))
-    tmp.replace(path)
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)  # the rename itself survives a power cut
+    finally:
+        os.close(fd)
 
 
 if __name__ == "__main__":  # pragma: no cover

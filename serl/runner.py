@@ -8,7 +8,6 @@ transformers generator) the steps after it are the steps an uninterrupted run ma
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import time
@@ -17,14 +16,17 @@ from pathlib import Path
 
 import numpy as np
 
-from serl.config import ConfigError, TrainConfig, dump, load_yaml, parse_args
+from serl.checkpoint import DiskFullError
+from serl.config import ConfigError, TrainConfig, dump
 from serl.data.seeds import DataError, read_seeds
 from serl.models import ModelError, load_tokenizer, resolve_model
+from serl.resume import resume_config  # noqa: F401 (serl.train's API)
 
 log = logging.getLogger("serl")
 
-# Exceptions that mean "the user's input is wrong": one message, exit code 2.
-USER_ERRORS = (ConfigError, DataError, ModelError)
+# Exceptions that mean "the user's input is wrong", or a full disk the user must clear:
+# one message, exit code 2.
+USER_ERRORS = (ConfigError, DataError, ModelError, DiskFullError)
 
 # With --max_minutes: minutes of training steps used so far, logged each step; a resume
 # reads it back from metrics.jsonl so the budget spans the interruption.
@@ -93,43 +95,11 @@ def eval_split(cfg: TrainConfig) -> str:
     return "train" if one else "test"
 
 
-def resume_config(run_dir: Path, argv: list[str]) -> TrainConfig:
-    """The saved config, with flags given now applied; refuses run-defining changes."""
-    from serl.config import config_from_dict
-    from serl.recipes import recipe_class
-
-    saved_file = run_dir / "config.yaml"
-    if not saved_file.is_file():
-        raise ConfigError(f"--resume {run_dir}: no config.yaml there (not a serl run directory)")
-    saved = config_from_dict(load_yaml(str(saved_file)))
-    cfg, _ = parse_args(["--config", str(saved_file), *argv])
-    cfg.run_dir = str(run_dir)
-    if type(cfg) is not type(saved):
-        raise ConfigError(f"--resume: option 'recipe' was {saved.recipe!r} in {saved_file}, now "
-                          f"{cfg.recipe!r}; that makes it a different run")
-    changed = {f.name: (getattr(saved, f.name), getattr(cfg, f.name))
-               for f in dataclasses.fields(cfg) if getattr(saved, f.name) != getattr(cfg, f.name)}
-    fixed = recipe_class(cfg.recipe).run_defining()
-    bad = {k: v for k, v in changed.items() if k in fixed}
-    if bad:
-        k, (was, now) = next(iter(bad.items()))
-        raise ConfigError(f"--resume: option '{k}' was {was!r} in {saved_file}, now {now!r}; "
-                          f"that makes it a different run (start a new run directory instead)")
-    if changed:
-        with open(run_dir / "config_changes.jsonl", "a") as f:
-            f.write(json.dumps({"time": datetime.now().isoformat(timespec="seconds"),
-                                "changes": {k: {"was": a, "now": b} for k, (a, b) in changed.items()}},
-                               default=str) + "\n")
-        dump(cfg, saved_file)
-        log.info("resume with changed options: %s", ", ".join(changed))
-    return cfg
-
-
 def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None) -> Path:
     """Train ``cfg.recipe`` to ``cfg.steps``; ``engines`` (Ray) replaces the local ones."""
     data, model_path, eval_set, run_dir = prepare(cfg, resume_dir)  # fail fast, before heavy imports
 
-    from serl.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint
+    from serl.checkpoint import disk_space_guard, latest_checkpoint, load_trainer_state, save_checkpoint
     from serl.engines.factory import build_engines
     from serl.metrics import MetricsLogger
     from serl.progress import print_step_summary, progress_mode
@@ -196,10 +166,12 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None) -> Path:
                 log.info("wall-clock budget of %g min reached after step %d (%.1f min of training steps); "
                          "stopping", cfg.max_minutes, step, used / 60)
                 break
-        if cfg.save_model:  # under LoRA: the adapter in PEFT layout
-            engines.learner.save(str(run_dir / "model"))
+        if cfg.save_model:  # weights, config, tokenizer (LoRA: the adapter); optimizer state stays in checkpoints
+            with disk_space_guard(run_dir / "model", run_dir, "the final model"):
+                engines.learner.save(str(run_dir / "model"), state=False)
         if cfg.save_merged:
-            engines.learner.export_hf(str(run_dir / "model_merged"))
+            with disk_space_guard(run_dir / "model_merged", run_dir, "the merged model"):
+                engines.learner.export_hf(str(run_dir / "model_merged"))
     finally:
         if recipe is not None:
             recipe.close()

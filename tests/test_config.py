@@ -22,13 +22,25 @@ def test_yaml_then_flags_override(tmp_path):
     ("steps: many\n", "option 'steps': expected int"),
     ("bf16: maybe\n", "option 'bf16': expected bool"),
     ("- a\n- b\n", "expected a mapping"),
+    ("steps: 3\n  bad: 1\n", "c.yaml:2: not valid YAML (mapping values are not allowed here)"),
+    ("steps: 3\nmodel: 'smol\nseed: 1\n", "c.yaml:4: not valid YAML (found unexpected end of stream, "
+                                           "while scanning a quoted scalar that begins on line 2)"),
+    (b"steps: 3\nmodel: sm\xffol\n", "c.yaml:2: not UTF-8 text (byte 0xff at byte 10 of the line"),
 ])
 def test_yaml_errors_name_file_and_field(tmp_path, yaml_text, needle):
     y = tmp_path / "c.yaml"
-    y.write_text(yaml_text)
+    y.write_bytes(yaml_text if isinstance(yaml_text, bytes) else yaml_text.encode())
     with pytest.raises(ConfigError) as e:
         load_yaml(str(y))
     assert str(y) in str(e.value) and needle in str(e.value)
+
+
+def test_an_option_of_another_recipe_names_both_recipes(tmp_path):
+    y = tmp_path / "c.yaml"
+    y.write_text("recipe: serl\nmax_refill_rounds: 2\n")
+    with pytest.raises(ConfigError) as e:
+        parse_args(["--config", str(y), "--recipe", "spin"])
+    assert str(e.value) == f"{y}: option 'max_refill_rounds' belongs to recipe 'serl', not to recipe 'spin'"
 
 
 @pytest.mark.parametrize("argv,needle", [

@@ -3,6 +3,7 @@ nothing happened: same metrics, pool, policy weights and optimizer state."""
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -11,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from serl.config import ConfigError, TrainConfig, dump
+from serl.config import ConfigError, dump, parse_args
+from serl.recipes import config_class
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -204,7 +206,7 @@ def test_checkpoint_comparison_finds_one_changed_bit(tmp_path):
 def test_resume_refuses_run_defining_changes(tmp_path, flag, value):
     from serl.train import resume_config
 
-    dump(TrainConfig(steps=3), tmp_path / "config.yaml")
+    dump(config_class("serl")(steps=3), tmp_path / "config.yaml")
     with pytest.raises(ConfigError, match=f"option '{flag[2:]}' was .* that makes it a different run"):
         resume_config(tmp_path, [flag, *value.split()])
     assert not (tmp_path / "config_changes.jsonl").exists()
@@ -213,7 +215,7 @@ def test_resume_refuses_run_defining_changes(tmp_path, flag, value):
 def test_resume_refuses_a_different_run_and_records_harmless_changes(tmp_path):
     from serl.train import resume_config
 
-    dump(TrainConfig(steps=3), tmp_path / "config.yaml")
+    dump(config_class("serl")(steps=3), tmp_path / "config.yaml")
     with pytest.raises(ConfigError, match="option 'advantage_estimator'"):
         resume_config(tmp_path, ["--advantage_estimator", "rloo"])
     with pytest.raises(ConfigError, match="option 'model'"):
@@ -227,3 +229,126 @@ def test_resume_refuses_a_different_run_and_records_harmless_changes(tmp_path):
 def test_resume_of_missing_dir_exits_2(tmp_path, serl_train):
     r = serl_train("--resume", str(tmp_path / "nope"))
     assert r.returncode == 2 and "run directory not found" in r.stderr
+
+
+# --- a damaged config.yaml: refused, naming what is missing -----------------------------------
+
+def _saved(tmp_path, recipe="serl") -> str:
+    """config.yaml as `serl train` writes it (parse, then dump) for a run of ``recipe``."""
+    cfg, _ = parse_args(["--recipe", recipe, "--run_dir", str(tmp_path), "--steps", "3"])
+    dump(cfg, tmp_path / "config.yaml")
+    return (tmp_path / "config.yaml").read_text()
+
+
+@pytest.mark.parametrize("recipe", ["serl", "spin", "spiral", "spell"])
+def test_a_config_written_now_resumes_unchanged(tmp_path, recipe):
+    from serl.train import resume_config
+
+    _saved(tmp_path, recipe)
+    want, _ = parse_args(["--recipe", recipe, "--run_dir", str(tmp_path), "--steps", "3"])
+    assert resume_config(tmp_path, []).to_dict() == want.to_dict()
+    assert not (tmp_path / "config_changes.jsonl").exists()
+
+
+def _cut_points(text: str) -> dict[str, int]:
+    """Byte offsets to truncate a saved config at, found in the text itself."""
+    at = lambda key: text.index(f"\n{key}:") + 1
+    return {
+        "empty": 0,
+        "inside the first key": 3,
+        "first 300 bytes": 300,
+        "a line boundary": at("seed"),                                  # whole lines, the rest missing
+        "mid-value": at("model") + len("model: smo"),                    # 'model: smo' kept, cut short
+        "open quote": at("output_key") + len("output_key: '"),          # an unterminated quoted scalar
+        "last newline": len(text) - 1,                                  # only the final newline lost
+        "last value": len(text) - 3,                                     # the last value cut short
+    }
+
+
+@pytest.mark.parametrize("recipe", ["serl", "spin", "spiral", "spell"])
+def test_a_truncated_config_is_refused_naming_what_is_missing(tmp_path, recipe):
+    """Cut at several byte offsets, a saved config.yaml is refused: the message names the
+    file and the run-defining options that are gone, the bad line, or the cut."""
+    from serl.resume import run_defining
+    from serl.train import resume_config
+
+    text = _saved(tmp_path, recipe)
+    fixed = run_defining(recipe)
+    for name, cut in _cut_points(text).items():
+        part = text.encode()[:cut].decode()
+        (tmp_path / "config.yaml").write_text(part)
+        with pytest.raises(ConfigError) as e:
+            resume_config(tmp_path, [])
+        msg = str(e.value)
+        mid = len(part.splitlines()) if part and not part.endswith("\n") else None
+        assert str(tmp_path / "config.yaml") in msg, (name, msg)
+        keys = [ln.split(":")[0] for ln in part.splitlines() if ":" in ln and not ln.startswith(("-", " "))]
+        if mid is not None and keys:  # the value on the cut line is not trusted: its key counts as gone
+            keys = keys[:-1]
+        gone = [k for k in fixed if k not in keys]
+        if "not valid YAML" in msg:  # the parse error, with its line
+            assert mid is not None and f"config.yaml:{mid}: not valid YAML" in msg, (name, msg)
+        elif "expected a mapping" in msg:  # a lone word is not a config
+            assert name == "inside the first key", msg
+        elif "recipe" in gone:  # without it, not even the recipe's own option list is known
+            assert "option 'recipe' is missing" in msg, (name, msg)
+        elif gone:
+            assert f"{len(gone)} option(s) that define the run are missing" in msg, (name, msg)
+            listed = re.search(r"are missing(?: \(.*?\))?: (.*?)\. A resume", msg).group(1)
+            assert listed.split(", ") == gone, (name, msg)
+            # a key on the cut line is present (its value cut short): the message says where
+            assert mid is None or f"ends in the middle of line {mid}" in msg, (name, msg)
+        else:  # every option there, the last line cut: refused as cut short, or as a bad value
+            assert name in ("last newline", "last value"), (name, msg)
+            assert f"ends in the middle of line {mid}" in msg or "expected" in msg, (name, msg)
+    assert not (tmp_path / "config_changes.jsonl").exists()
+
+
+def test_a_config_of_an_older_serl_resumes_with_defaults_and_a_warning(tmp_path, caplog):
+    """An option that is not run-defining and not in the file (added later) takes its default."""
+    from serl.train import resume_config
+
+    text = _saved(tmp_path)
+    (tmp_path / "config.yaml").write_text("".join(ln for ln in text.splitlines(keepends=True)
+                                                  if not ln.startswith(("eval_k:", "progress:"))))
+    with caplog.at_level("WARNING", logger="serl"):
+        cfg = resume_config(tmp_path, [])
+    assert (cfg.eval_k, cfg.progress) == (0, "auto")
+    assert "has no eval_k, progress" in caplog.text
+
+
+def test_a_resume_with_another_recipe_is_refused_plainly(tmp_path):
+    from serl.train import resume_config
+
+    _saved(tmp_path, "serl")
+    with pytest.raises(ConfigError) as e:
+        resume_config(tmp_path, ["--recipe", "spin"])
+    assert str(e.value) == (f"--resume: run {tmp_path} was a 'serl' run; --recipe spin cannot resume it "
+                            f"(start a new run directory for a 'spin' run)")
+    resume_config(tmp_path, ["--recipe", "serl"])  # naming its own recipe is fine
+
+
+def test_config_is_written_atomically(tmp_path, monkeypatch):
+    """A write that fails (disk full at fsync) leaves the old config.yaml whole, no temp file."""
+    import errno
+
+    import serl.config
+
+    text = _saved(tmp_path)
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(serl.config.os, "fsync", full)
+    with pytest.raises(OSError, match="No space"):
+        dump(config_class("serl")(steps=9), tmp_path / "config.yaml")
+    assert (tmp_path / "config.yaml").read_text() == text
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.yaml"]
+
+
+def test_a_config_cut_inside_its_recipe_value_is_refused(tmp_path):
+    from serl.train import resume_config
+
+    (tmp_path / "config.yaml").write_text("recipe: se")
+    with pytest.raises(ConfigError, match=r"option 'recipe' is missing \(it ends in the middle of line 1"):
+        resume_config(tmp_path, [])

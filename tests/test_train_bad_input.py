@@ -72,3 +72,22 @@ def test_eval_sets_load_and_fail_clearly(tmp_path):
         load_eval_sets(TrainConfig(eval_benchmarks="nope", eval_data_dir=str(tmp_path / "benches")))
     with pytest.raises(ConfigError, match="eval_data_dir"):
         load_eval_sets(TrainConfig(eval_benchmarks="tiny"))
+
+
+def test_resume_of_a_truncated_config_exits_2_naming_what_is_missing(tmp_path):
+    """The issue's case: config.yaml cut to its first 300 bytes, then --resume. Refused before
+    anything runs or is written, naming the file and the options gone."""
+    from serl.config import dump, parse_args
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    cfg, _ = parse_args(["--run_dir", str(run_dir), "--generator", "hf", "--steps", "2"])
+    dump(cfg, run_dir / "config.yaml")
+    (run_dir / "config.yaml").write_bytes((run_dir / "config.yaml").read_bytes()[:300])
+    r = subprocess.run([sys.executable, "-m", "serl.cli", "train", "--resume", str(run_dir)],
+                       capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert r.returncode == 2, r.stderr
+    assert f"serl train: error: {run_dir / 'config.yaml'}: " in r.stderr
+    assert "option(s) that define the run are missing" in r.stderr
+    assert "generator, learner" in r.stderr and "Traceback" not in r.stderr
+    assert sorted(p.name for p in run_dir.iterdir()) == ["config.yaml"]

@@ -12,8 +12,11 @@ distractors included. This module turns any text into such clusters:
   (default ``text``) is a document, split into paragraphs the same way. When
   ``cluster_key`` (default ``cluster``) is present in a row, rows sharing its value
   form one group (the generated corpus of :mod:`serl.data.docs` is read this way).
+* **Parquet** (``.parquet``): each row's ``text_key`` column is a document and
+  ``cluster_key`` groups rows, as for JSONL (only those two columns are read).
 * **A folder**: every file above, recursively, in sorted path order; hidden files and
-  other suffixes are ignored, files that are not UTF-8 are skipped and counted.
+  other suffixes are ignored, files that are not UTF-8 (or not readable Parquet) are
+  skipped and counted.
 
 Paragraphs shorter than ``min_chars`` (headings such as ``NAME`` in a man page) are
 joined to the paragraph after them. Paragraphs longer than ``max_tokens`` (measured
@@ -25,7 +28,8 @@ neighbouring paragraphs come from the same file) in runs of ``cluster_size``; a
 group from the cluster key larger than ``cluster_size`` is cut into consecutive runs
 of ``cluster_size`` too. The last run may be shorter.
 
-Errors (:class:`CorpusError`) name the path, and the line and key for JSONL.
+Errors (:class:`CorpusError`) name the path, and the line (JSONL, text) or row
+(Parquet) and key.
 """
 from __future__ import annotations
 
@@ -35,10 +39,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from serl.data.jsonl import jsonl_objects
+from serl.data.jsonl import jsonl_objects, read_utf8
 
 TEXT_SUFFIXES = (".txt", ".md", ".rst", ".text", ".man")
 JSONL_SUFFIXES = (".jsonl", ".json")
+PARQUET = ".parquet"
 _BLANK = re.compile(r"\n[ \t]*\n+")
 _SPACES = re.compile(r"[ \t\f\v\r]+")
 
@@ -104,17 +109,17 @@ def _list_files(root: Path) -> list[Path]:
         rel = p.relative_to(root)
         if any(part.startswith(".") for part in rel.parts) or not p.is_file():
             continue
-        if p.suffix.lower() in TEXT_SUFFIXES + (".jsonl",) or p.suffix == "":
+        if p.suffix.lower() in TEXT_SUFFIXES + (".jsonl", PARQUET) or p.suffix == "":
             files.append(p)
     return files
 
 
 def _read_text(p: Path, stats: CorpusStats, strict: bool) -> str | None:
     try:
-        return p.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
+        return read_utf8(p, CorpusError)
+    except CorpusError:
         if strict:
-            raise CorpusError(f"{p}: not UTF-8 text ({e})") from e
+            raise
         stats.skipped_unreadable += 1
         stats.unreadable_files.append(str(p))
         return None
@@ -122,10 +127,38 @@ def _read_text(p: Path, stats: CorpusStats, strict: bool) -> str | None:
         raise CorpusError(f"{p}: cannot read ({e})") from e
 
 
+def _parquet_rows(p: Path, text_key: str, cluster_key: str | None, stats: CorpusStats, strict: bool):
+    """(source, row) per row of a Parquet file, reading only the text and cluster columns;
+    None for an unreadable file in a folder (skipped and counted)."""
+    try:
+        import pyarrow.parquet as pq
+    except ImportError as e:
+        raise CorpusError(f"{p}: reading Parquet needs pyarrow (pip install pyarrow)") from e
+    try:
+        names = pq.read_schema(p).names
+        if text_key not in names:
+            raise CorpusError(f"{p}: no column '{text_key}' (columns: {', '.join(names[:8])}); "
+                              f"set the text key")
+        cols = [text_key] + ([cluster_key] if cluster_key in names and cluster_key != text_key else [])
+        rows = pq.read_table(p, columns=cols).to_pylist()
+    except CorpusError:
+        raise
+    except Exception as e:
+        if strict:
+            raise CorpusError(f"{p}: not a readable Parquet file ({e})") from e
+        stats.skipped_unreadable += 1
+        stats.unreadable_files.append(str(p))
+        return None
+    return [(f"{p}: row {i}", row) for i, row in enumerate(rows)]
+
+
 def _jsonl_docs(p: Path, text: str, text_key: str, cluster_key: str | None):
-    """(document text, cluster value or None, source) per non-blank line."""
-    for no, row in jsonl_objects(p, CorpusError, text):
-        where = f"{p}:{no}"
+    return _row_docs(((f"{p}:{no}", row) for no, row in jsonl_objects(p, CorpusError, text)), text_key, cluster_key)
+
+
+def _row_docs(rows, text_key: str, cluster_key: str | None):
+    """(document text, cluster value or None, source) per (source, row) of JSONL or Parquet."""
+    for where, row in rows:
         if text_key not in row:
             keys = ", ".join(sorted(map(str, row))[:8])
             raise CorpusError(f"{where}: missing key '{text_key}' (keys present: {keys}); "
@@ -163,14 +196,18 @@ def read_corpus(path: str | Path, *, cluster_size: int = 6, text_key: str = "tex
     # (paragraph, group or None, source); group None = chunk by position
     items: list[tuple[str, str | None, str]] = []
     for p in files:
-        text = _read_text(p, stats, strict)
-        if text is None:
-            continue
-        stats.files += 1
-        if p.suffix.lower() in JSONL_SUFFIXES:
-            docs = _jsonl_docs(p, text, text_key, cluster_key)
+        if p.suffix.lower() == PARQUET:
+            rows = _parquet_rows(p, text_key, cluster_key, stats, strict)
+            if rows is None:
+                continue
+            docs = _row_docs(rows, text_key, cluster_key)
         else:
-            docs = [(text, None, str(p))]
+            text = _read_text(p, stats, strict)
+            if text is None:
+                continue
+            docs = (_jsonl_docs(p, text, text_key, cluster_key) if p.suffix.lower() in JSONL_SUFFIXES
+                    else [(text, None, str(p))])
+        stats.files += 1
         for doc, group, where in docs:
             stats.documents += 1
             for para in split_paragraphs(doc, min_chars):
@@ -182,7 +219,7 @@ def read_corpus(path: str | Path, *, cluster_size: int = 6, text_key: str = "tex
     if not items:
         why = (f"; {stats.skipped_long} paragraph(s) skipped as longer than the budget"
                if stats.skipped_long else "")
-        looked = f"{len(files)} file(s) with suffixes {', '.join(TEXT_SUFFIXES)}, .jsonl or none"
+        looked = f"{len(files)} file(s) with suffixes {', '.join(TEXT_SUFFIXES)}, .jsonl, .parquet or none"
         raise CorpusError(f"{root}: empty corpus, no paragraphs found (looked at {looked}){why}")
     return Corpus(clusters=_group(items, cluster_size), stats=stats)
 

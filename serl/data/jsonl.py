@@ -8,14 +8,23 @@ from pathlib import Path
 from typing import Iterator
 
 
+def read_utf8(path: str | Path, error: type[Exception]) -> str:
+    """The file's text; bytes that are not UTF-8 raise ``error("PATH:LINE: ...")``."""
+    raw = Path(path).read_bytes()
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw.count(b"\n", 0, e.start) + 1
+        col = e.start - (raw.rfind(b"\n", 0, e.start) + 1) + 1
+        raise error(f"{path}:{line}: not UTF-8 text (byte 0x{raw[e.start]:02x} at byte {col} of the line; "
+                    f"save the file as UTF-8)") from None
+
+
 def jsonl_objects(path: str | Path, error: type[Exception], text: str | None = None) -> Iterator[tuple[int, dict]]:
     """(line number, object) for each non-blank line of ``text`` (read from ``path`` when
     None). Invalid JSON and non-objects raise ``error("PATH:LINE: ...")``."""
     if text is None:
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except UnicodeDecodeError as e:
-            raise error(f"{path}: not UTF-8 text ({e})") from None
+        text = read_utf8(path, error)
     for no, line in enumerate(text.split("\n"), 1):  # not splitlines(): U+2028 and the like may sit in strings
         if not line.strip():
             continue

@@ -125,8 +125,8 @@ class LearnerGroup:
         ray.get(refs[1:])  # the other ranks only take part in the gathers
         return RemoteWeights(refs[0])
 
-    def save(self, path: str) -> None:
-        self._all("save", _abs(path))
+    def save(self, path: str, state: bool = True) -> None:
+        self._all("save", _abs(path), state)
 
     def load(self, path: str) -> None:
         self._all("load", _abs(path))

@@ -71,8 +71,8 @@ class LearnerWorker:
     def sync_ref(self) -> None:
         self.learner.sync_ref()
 
-    def save(self, path: str) -> None:
-        self.learner.save(path)
+    def save(self, path: str, state: bool = True) -> None:
+        self.learner.save(path, state)
 
     def load(self, path: str) -> None:
         self.learner.load(path)

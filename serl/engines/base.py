@@ -93,7 +93,9 @@ class Learner(Protocol):
     def sync_ref(self) -> None:
         """Copy the policy's weights into the reference model (recipes that refresh it)."""
 
-    def save(self, path: str) -> None: ...
+    def save(self, path: str, state: bool = True) -> None:
+        """The policy (HF layout; LoRA: the adapter) and tokenizer into ``path``, with the
+        optimizer, schedule and RNG state a ``load`` needs unless ``state`` is False."""
 
     def load(self, path: str) -> None: ...
 

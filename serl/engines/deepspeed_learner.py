@@ -337,32 +337,43 @@ class DeepSpeedLearner(LearnerCore):
             if tok is not None:
                 tok.save_pretrained(path)
 
-    def save(self, path: str) -> None:
-        """HF policy + DeepSpeed checkpoint; written to ``path.tmp`` then moved (collective)."""
+    def save(self, path: str, state: bool = True) -> None:
+        """HF policy + DeepSpeed checkpoint; written to ``path.tmp`` then moved (collective).
+        ``state=False`` (the final model): the policy (LoRA: the adapter) and tokenizer only."""
         dest = Path(path)
         tmp = dest.with_name(dest.name + ".tmp")
         if self.rank == 0:
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir(parents=True)
         dist.barrier()
-        if self.lora is not None:  # the adapter in PEFT layout, written by rank 0
-            self.lora.save(str(tmp), self._gather_many, write=self.rank == 0)
-            tok = tokenizer_for_save(self.tokenizer, self.model_path) if self.rank == 0 else None
-            if tok is not None:
-                tok.save_pretrained(str(tmp))
-        else:
-            self.export_hf(str(tmp))
-        state = {"updates": self.updates, "skipped_total": self.skipped_total,
-                 "config": asdict(self.cfg), "options": asdict(self.opts)}
-        self.engine.save_checkpoint(str(tmp / DS_DIR), tag=TAG, client_state=state,
-                                    exclude_frozen_parameters=self.lora is not None)
-        torch.save(torch.get_rng_state(), tmp / DS_DIR / f"rng_rank{self.rank}.pt")
+        try:
+            self._write(tmp, state)
+        except BaseException:
+            if self.rank == 0:  # a failed write (disk full) leaves nothing behind
+                shutil.rmtree(tmp, ignore_errors=True)
+            raise
         dist.barrier()
         if self.rank == 0:
             if dest.exists():
                 shutil.rmtree(dest)
             os.replace(tmp, dest)
         dist.barrier()
+
+    def _write(self, tmp: Path, state: bool) -> None:
+        if self.lora is not None:  # the adapter in PEFT layout, written by rank 0
+            self.lora.save(str(tmp), self._gather_many, write=self.rank == 0, state=state)
+            tok = tokenizer_for_save(self.tokenizer, self.model_path) if self.rank == 0 else None
+            if tok is not None:
+                tok.save_pretrained(str(tmp))
+        else:
+            self.export_hf(str(tmp))
+        if not state:
+            return
+        client = {"updates": self.updates, "skipped_total": self.skipped_total,
+                  "config": asdict(self.cfg), "options": asdict(self.opts)}
+        self.engine.save_checkpoint(str(tmp / DS_DIR), tag=TAG, client_state=client,
+                                    exclude_frozen_parameters=self.lora is not None)
+        torch.save(torch.get_rng_state(), tmp / DS_DIR / f"rng_rank{self.rank}.pt")
 
     def load(self, path: str) -> None:
         """Restore weights, optimizer shards, schedule position and RNG from ``save``."""

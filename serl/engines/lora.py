@@ -197,15 +197,17 @@ class LoraAdapter:
             sd = get_peft_model_state_dict(self.peft, adapter_name=ADAPTER)
             return {k: v.detach().to("cpu", copy=True) for k, v in sd.items()}
 
-    def save(self, path: str, gather: Gather = _no_gather, write: bool = True) -> None:
-        """Adapter in PEFT layout plus ``lora_state.pt`` into ``path`` (which must exist).
-        Collective under ZeRO-3; only the caller with ``write`` writes files."""
+    def save(self, path: str, gather: Gather = _no_gather, write: bool = True, state: bool = True) -> None:
+        """Adapter in PEFT layout plus ``lora_state.pt`` (unless ``state`` is False: the final
+        model) into ``path`` (which must exist). Collective under ZeRO-3; only the caller
+        with ``write`` writes files."""
         sd = self.peft_state_dict(gather)
         if not write:
             return
         self.peft.save_pretrained(path, state_dict=sd, save_embedding_layers=False)
-        torch.save({"settings": self.settings, "identity": self.identity, "ref_adapter": self.ref_adapter},
-                   Path(path) / STATE_FILE)
+        if state:
+            torch.save({"settings": self.settings, "identity": self.identity, "ref_adapter": self.ref_adapter},
+                       Path(path) / STATE_FILE)
 
     def check(self, path: str) -> dict:
         """``lora_state.pt`` of a saved adapter, after refusing one that does not fit here."""

@@ -13,7 +13,8 @@ The shared half (micro-batching, log-probs, the objective loop, metrics) is
   ``from_pretrained`` and vLLM expect for ``tie_word_embeddings`` models.
 - ``save`` writes the policy in HF layout (fp32 safetensors, config, tokenizer) and the
   optimizer, schedule and RNG state to ``learner_state.pt``; ``load`` restores all of
-  them, so a resumed run continues bit-for-bit.
+  them, so a resumed run continues bit-for-bit. ``save(path, state=False)`` (the run's
+  final ``model/``) writes the policy alone.
 - With ``lora_rank > 0`` (``serl.engines.lora``) only an adapter trains; the reference is
   the base with the adapter off, ``named_weights`` yields merged weights, and ``save``
   writes the adapter in PEFT layout instead of the whole policy.
@@ -190,30 +191,39 @@ class TorchLearner(LearnerCore):
         if tok is not None:
             tok.save_pretrained(path)
 
-    def save(self, path: str) -> None:
+    def save(self, path: str, state: bool = True) -> None:
         """Policy in HF layout (under LoRA: the adapter in PEFT layout) + ``learner_state.pt``;
-        written to a temp dir, then moved."""
+        written to a temp dir, then moved. ``state=False`` (the final model): weights, config
+        and tokenizer only, no optimizer, schedule or RNG state."""
         dest = Path(path)
         tmp = dest.with_name(dest.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            self._write(tmp, state)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)  # a failed write (disk full) leaves nothing behind
+            raise
+        if dest.exists():
+            shutil.rmtree(dest)
+        os.replace(tmp, dest)
+
+    def _write(self, tmp: Path, state: bool) -> None:
         tmp.mkdir(parents=True)
         if self.lora is not None:
-            self.lora.save(str(tmp))
+            self.lora.save(str(tmp), state=state)
         else:
             self._save_policy(str(tmp))
         tok = tokenizer_for_save(self.tokenizer, self.model_path)
         if tok is not None:
             tok.save_pretrained(str(tmp))
-        torch.save({
-            "optimizer": self.optimizer.state_dict(),
-            "updates": self.updates,
-            "skipped_total": self.skipped_total,
-            "rng": torch.get_rng_state(),
-            "config": asdict(self.cfg),
-        }, tmp / STATE_FILE)
-        if dest.exists():
-            shutil.rmtree(dest)
-        os.replace(tmp, dest)
+        if state:
+            torch.save({
+                "optimizer": self.optimizer.state_dict(),
+                "updates": self.updates,
+                "skipped_total": self.skipped_total,
+                "rng": torch.get_rng_state(),
+                "config": asdict(self.cfg),
+            }, tmp / STATE_FILE)
 
     def load(self, path: str) -> None:
         """Restore the weights, optimizer moments, schedule position and RNG from ``save``."""

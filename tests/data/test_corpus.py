@@ -123,7 +123,7 @@ def test_missing_empty_and_unreadable_paths(tmp_path):
     with pytest.raises(CorpusError, match=r"empty.*: empty corpus.*looked at 0 file"):
         read_corpus(tmp_path / "empty")
     (tmp_path / "bin.txt").write_bytes(b"\xff\xfe")
-    with pytest.raises(CorpusError, match="bin.txt: not UTF-8"):
+    with pytest.raises(CorpusError, match="bin.txt:1: not UTF-8"):
         read_corpus(tmp_path / "bin.txt")
     with pytest.raises(CorpusError, match="count_tokens"):
         read_corpus(tmp_path / "bin.txt", max_tokens=5)
@@ -172,3 +172,44 @@ def test_fit_clusters_refuses_a_paragraph_over_budget():
 
     with pytest.raises(CorpusError, match="src1: a paragraph of 5 tokens exceeds the budget of 4"):
         fit_clusters([Cluster("x", ["a b", "a b c d e"], ["src0", "src1"])], lambda t: len(t.split()), 4)
+
+
+def test_parquet_corpus_reads_its_text_and_cluster_columns(tmp_path):
+    """A Parquet file reads as the same rows in JSONL do: same clusters, row numbers in errors."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [{"text": "First document, long enough to keep.", "cluster": "a", "extra": 1},
+            {"text": "Second document, long enough as well.", "cluster": "a", "extra": 2},
+            {"text": "A third one, in another cluster here.", "cluster": None, "extra": 3}]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "docs.parquet")
+    (tmp_path / "docs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    got, want = read_corpus(tmp_path / "docs.parquet"), read_corpus(tmp_path / "docs.jsonl")
+    assert [(c.id, c.paragraphs) for c in got.clusters] == [(c.id, c.paragraphs) for c in want.clusters]
+    assert [c.id for c in got.clusters] == ["a", "chunk#0"]
+    assert got.clusters[0].sources == [f"{tmp_path / 'docs.parquet'}: row 0", f"{tmp_path / 'docs.parquet'}: row 1"]
+    assert got.stats.documents == 3
+
+    pq.write_table(pa.Table.from_pylist([{"body": "x"}]), tmp_path / "nokey.parquet")
+    with pytest.raises(CorpusError, match=r"nokey.parquet: no column 'text' \(columns: body\)"):
+        read_corpus(tmp_path / "nokey.parquet")
+    pq.write_table(pa.Table.from_pylist([{"text": "ok, long enough text"}, {"text": None}]), tmp_path / "null.parquet")
+    with pytest.raises(CorpusError, match="null.parquet: row 1: key 'text' must be a string, got NoneType"):
+        read_corpus(tmp_path / "null.parquet")
+    (tmp_path / "fake.parquet").write_bytes(b"not parquet at all")
+    with pytest.raises(CorpusError, match="fake.parquet: not a readable Parquet file"):
+        read_corpus(tmp_path / "fake.parquet")
+
+
+def test_folder_with_parquet_skips_an_unreadable_one(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (tmp_path / "c").mkdir()
+    pq.write_table(pa.Table.from_pylist([{"text": "Text of a document in a folder."}]), tmp_path / "c" / "a.parquet")
+    (tmp_path / "c" / "b.parquet").write_bytes(b"broken")
+    c = read_corpus(tmp_path / "c")
+    assert [c.paragraphs for c in c.clusters] == [["Text of a document in a folder."]]
+    assert (c.stats.files, c.stats.skipped_unreadable) == (1, 1)

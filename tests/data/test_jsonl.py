@@ -37,8 +37,15 @@ def test_text_given_is_read_instead_of_the_file(tmp_path):
     assert list(jsonl_objects(tmp_path / "never-read.jsonl", Bad, text='{"a": 1}')) == [(1, {"a": 1})]
 
 
-def test_not_utf8(tmp_path):
+@pytest.mark.parametrize("data,line,col,byte", [
+    (b'{"a": "\xff"}\n', 1, 8, "ff"),
+    (b'{"a": 1}\n{"a": 2}\n\n{"b": "caf\xc3\xa9 \xe9t\xc3\xa9"}\n', 4, 14, "e9"),  # a Latin-1 byte after real UTF-8
+    (b'{"a": 1}\r\n{"a": "\xc3"}\n', 2, 8, "c3"),                             # a multi-byte character cut short
+])
+def test_not_utf8_names_the_line(tmp_path, data, line, col, byte):
     p = tmp_path / "x.jsonl"
-    p.write_bytes(b'{"a": "\xff"}\n')
-    with pytest.raises(Bad, match="x.jsonl: not UTF-8"):
+    p.write_bytes(data)
+    with pytest.raises(Bad) as e:
         list(jsonl_objects(p, Bad))
+    assert str(e.value) == (f"{p}:{line}: not UTF-8 text (byte 0x{byte} at byte {col} of the line; "
+                            f"save the file as UTF-8)")

@@ -77,6 +77,7 @@ def main() -> int:
         ln.export_hf(f"{a.out}/hf")
         return finish(ln, res, a.out)
     ln.save(f"{a.out}/ckpt")
+    ln.save(f"{a.out}/final", state=False)  # as the run's final model/: no DeepSpeed state
     _, b2 = make(2)
     res["m2"] = ln.step(b2)
     ln.load(f"{a.out}/ckpt")

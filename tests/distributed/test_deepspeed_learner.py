@@ -120,6 +120,10 @@ def test_two_ranks_match_single_process(tiny_llama, tmp_path, stage, kl, extra):
     assert set(hf) == set(w0)
     for name in w0:
         assert torch.equal(hf[name], w0[name]), name
+    # the final model (save with state=False): the same weights, no DeepSpeed state
+    assert not (tmp_path / "final" / "deepspeed").exists() and (tmp_path / "final" / "config.json").is_file()
+    final = _load_hf(tmp_path / "final")
+    assert set(final) == set(w0) and all(torch.equal(final[n], w0[n]) for n in w0)
     # load() restores weights, Adam moments and schedule: the step after it repeats exactly
     assert res["m2_again"] == res["m2"]
     assert res["m2"]["actor/updates"] == 2.0 and res["m2"]["actor/lr"] < 1e-3

@@ -94,6 +94,10 @@ def test_lora_matches_torch_learner_and_resumes(tiny_llama, tmp_path, ranks, sta
     states = torch.load(next((tmp_path / "ckpt" / "deepspeed").rglob("*model_states.pt")), weights_only=False)
     keys = list(states["module"])
     assert keys and all(".lora_" in k for k in keys), keys[:5]  # the adapter only, not the model
+    # the final model: the adapter alone, no optimizer or LoRA training state
+    final = {f.name for f in (tmp_path / "final").iterdir()}
+    assert {"adapter_model.safetensors", "adapter_config.json"} <= final
+    assert "deepspeed" not in final and not [n for n in final if n.endswith(".pt")], final
     # resume: the step after load repeats the step after save exactly
     assert res["m2_again"] == res["m2"]
     assert res["nan_unchanged"] and res["m_nan"]["actor/skipped"] == 1.0

@@ -18,9 +18,11 @@ from serl.config import ConfigError, TrainConfig, option
 @dataclass
 class SpellOptions:
     corpus: str = option("dataset/docs_train.jsonl", "documents: a folder or a file of text (.txt, .md, "
-                                                     ".rst, man pages) or JSONL")
-    corpus_text_key: str = option("text", "JSON key of a document's text in JSONL corpora")
-    corpus_cluster_key: str = option("cluster", "JSON key grouping JSONL documents into clusters ('' = none)")
+                                                     ".rst, man pages), JSONL or Parquet")
+    corpus_text_key: str = option("text", "JSON key (Parquet: column) of a document's text in JSONL and "
+                                          "Parquet corpora")
+    corpus_cluster_key: str = option("cluster", "JSON key (Parquet: column) grouping documents into clusters "
+                                                "('' = none)")
     cluster_size: int = option(6, "paragraphs per document cluster (the responder's context)")
     paragraphs_per_prompt: int = option(2, "new paragraphs shown to the questioner per prompt")
     compact_prompts: bool = option(True, "short prompts for models under ~1B parameters")

@@ -66,6 +66,7 @@ def test_serl_lora_run_resumes_exactly_and_saves_adapter_and_merged(tmp_path, ti
     assert set(ad_a) == set(ad_b) and all(torch.equal(ad_a[k], ad_b[k]) for k in ad_a)
     assert any(k.endswith("lora_B.weight") and ad_a[k].abs().max() > 0 for k in ad_a)  # it trained
     assert not list((a / "model").glob("model*.safetensors"))  # the adapter, not a full copy
+    assert not list((a / "model").glob("*.pt"))  # and no optimizer or LoRA training state
 
     # the merged model equals PEFT's own merge of the saved adapter onto the base
     from peft import PeftModel

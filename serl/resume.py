@@ -1,0 +1,94 @@
+"""``--resume RUN_DIR``: read the run's saved ``config.yaml`` and apply the flags given now.
+
+What a resume may not change is one list per recipe, ``Recipe.run_defining()``: the
+common options of ``serl.recipes.base.RUN_DEFINING_COMMON`` plus the recipe's own
+``resume_fixed``. The same list says what the saved file must hold: a config.yaml that
+lacks one of these options (cut short, edited by hand) is refused, since taking the
+default would silently train another run. Other options missing from the file (an
+older serl did not have them) take their defaults, with a warning.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from datetime import datetime
+from pathlib import Path
+
+from serl.config import ConfigError, TrainConfig, _flag_value, _read_yaml_text, _recipe_of, dump, load_yaml, \
+    parse_args
+
+log = logging.getLogger("serl")
+
+
+def run_defining(recipe: str) -> tuple[str, ...]:
+    """Options a resume of a ``recipe`` run refuses to change, and requires in config.yaml."""
+    from serl.recipes import recipe_class
+
+    return recipe_class(recipe).run_defining()
+
+
+def load_saved(path: Path) -> TrainConfig:
+    """A run's saved config.yaml, refused (naming the file, and what is missing or the bad
+    line) when it cannot be read or lacks a run-defining option."""
+    from serl.recipes import config_class
+
+    raw = Path(path).read_bytes() if Path(path).is_file() else b""
+    last_line = raw.count(b"\n") + 1
+    cut = "" if not raw or raw.endswith(b"\n") else f" (it ends in the middle of line {last_line}: cut short?)"
+    try:
+        p, data, _ = _read_yaml_text(str(path))
+    except ConfigError as e:
+        raise ConfigError(f"{e}{cut}") from None
+    keys = list(data)[:-1] if cut else list(data)  # the value on a cut line may have lost its end
+    if "recipe" not in keys:
+        raise ConfigError(f"{p}: option 'recipe' is missing{cut}, so the run cannot be resumed; "
+                          f"start a new run directory")
+    recipe = _recipe_of(data["recipe"], f"{p}: option 'recipe'")
+    cls = config_class(recipe)
+    alias = {a: f.name for f in dataclasses.fields(cls) for a in f.metadata.get("aliases", ())}
+    present = {alias.get(k, k) for k in keys}
+    missing = [n for n in run_defining(recipe) if n not in present]
+    if missing:
+        raise ConfigError(f"{p}: {len(missing)} option(s) that define the run are missing{cut}: "
+                          f"{', '.join(missing)}. A resume cannot guess them: put them back as the "
+                          f"run was started, or start a new run directory")
+    if cut:
+        raise ConfigError(f"{p}: the file ends in the middle of line {last_line}, so option "
+                          f"'{list(data)[-1]}' may be cut short (serl writes config.yaml whole, ending with "
+                          f"a newline); check that line and end it with a newline")
+    values = load_yaml(str(p), cls)
+    absent = [f.name for f in dataclasses.fields(cls) if f.name not in values]
+    if absent:
+        log.warning("%s has no %s (saved by an older serl?): the default is used", p, ", ".join(absent))
+    return cls(**values)
+
+
+def resume_config(run_dir: Path, argv: list[str]) -> TrainConfig:
+    """The saved config, with flags given now applied; refuses run-defining changes."""
+    saved_file = run_dir / "config.yaml"
+    if not saved_file.is_file():
+        raise ConfigError(f"--resume {run_dir}: no config.yaml there (not a serl run directory)")
+    saved = load_saved(saved_file)
+    asked = _flag_value(argv, "--recipe")
+    if asked is not None and asked != saved.recipe:
+        raise ConfigError(f"--resume: run {run_dir} was a '{saved.recipe}' run; --recipe {asked} cannot "
+                          f"resume it (start a new run directory for a '{asked}' run)")
+    cfg, _ = parse_args(["--config", str(saved_file), *argv])
+    cfg.run_dir = str(run_dir)
+    changed = {f.name: (getattr(saved, f.name), getattr(cfg, f.name))
+               for f in dataclasses.fields(cfg) if getattr(saved, f.name) != getattr(cfg, f.name)}
+    fixed = run_defining(cfg.recipe)
+    bad = {k: v for k, v in changed.items() if k in fixed}
+    if bad:
+        k, (was, now) = next(iter(bad.items()))
+        raise ConfigError(f"--resume: option '{k}' was {was!r} in {saved_file}, now {now!r}; "
+                          f"that makes it a different run (start a new run directory instead)")
+    if changed:
+        with open(run_dir / "config_changes.jsonl", "a") as f:
+            f.write(json.dumps({"time": datetime.now().isoformat(timespec="seconds"),
+                                "changes": {k: {"was": a, "now": b} for k, (a, b) in changed.items()}},
+                               default=str) + "\n")
+        dump(cfg, saved_file)
+        log.info("resume with changed options: %s", ", ".join(changed))
+    return cfg
