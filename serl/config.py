@@ -237,7 +237,9 @@ def _coerce(value, typ, where: str):
 def _read_yaml(path: str) -> tuple[Path, dict]:
     import yaml
 
-    p = Path(path)
+    from serl.shipped import locate
+
+    p = locate(path)  # configs/quickstart.yaml works from any directory
     if not p.is_file():
         raise ConfigError(f"config file not found: {p}")
     try:
