@@ -31,7 +31,8 @@ def shipped_dir(kind: str) -> Path:
     if isinstance(packaged, Path) and packaged.is_dir():
         return packaged
     checkout = _CHECKOUT / kind
-    if checkout.is_dir():  # a checkout, installed editable or put on PYTHONPATH
+    # a checkout, installed editable or put on PYTHONPATH (never a site-packages neighbour)
+    if checkout.is_dir() and (_CHECKOUT / "pyproject.toml").is_file():
         return checkout
     raise FileNotFoundError(f"serl's shipped {kind}/ folder is missing: not at {packaged} (an installed "
                             f"wheel) nor at {checkout} (a checkout); reinstall serl")
