@@ -7,7 +7,7 @@ BENCH_STAMP := $(BENCH_VENV)/.serl-bench-installed
 
 .PHONY: install quickstart test test-fast bench clean
 
-$(STAMP): pyproject.toml requirements.txt scripts/install.sh $(wildcard requirements/*.txt)
+$(STAMP): pyproject.toml setup.py requirements.txt scripts/install.sh $(wildcard requirements/*.txt)
 	PYTHON=$(PYTHON) bash scripts/install.sh $(VENV)
 	touch $(STAMP)
 

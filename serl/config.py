@@ -245,7 +245,9 @@ def _read_yaml_text(path: str) -> tuple[Path, dict, str]:
     """(path, mapping, raw text); errors name the file and, for bad YAML, the line."""
     import yaml
 
-    p = Path(path)
+    from serl.shipped import locate
+
+    p = locate(path)  # configs/quickstart.yaml works from any directory
     if not p.is_file():
         raise ConfigError(f"config file not found: {p}")
     from serl.data.jsonl import read_utf8

@@ -21,6 +21,7 @@ from serl.config import ConfigError, TrainConfig, dump
 from serl.data.seeds import DataError, read_seeds
 from serl.models import ModelError, load_tokenizer, resolve_model
 from serl.resume import resume_config  # noqa: F401 (serl.train's API)
+from serl.shipped import locate
 
 log = logging.getLogger("serl")
 
@@ -89,7 +90,7 @@ def eval_split(cfg: TrainConfig) -> str:
     ('train', read whole); dataset folders with splits and hub ids give their 'test' split."""
     if cfg.eval_split:
         return cfg.eval_split
-    p = Path(cfg.eval_data)
+    p = locate(cfg.eval_data)
     one = p.is_file() or (p.is_dir() and (p / "state.json").is_file()
                           and not (p / "dataset_dict.json").is_file())
     return "train" if one else "test"

@@ -7,7 +7,7 @@ give a learning signal. Every row has ``problem``, ``answer`` (the exact integer
 ``kind`` (the template) and ``solution``: a short worked solution in plain steps that
 ends in ``\\boxed{answer}``, the human answer for SFT and SPIN (``--output_key solution``).
 
-Files (regenerate all with ``python -m serl.data.arith``; each is fixed by its seed):
+Files (regenerate all with ``python -m serl.data.arith [FOLDER]``; each is fixed by its seed):
 
 - ``arith_seed.jsonl``: 200 SeRL seed problems (seed 1234).
 - ``arith_heldout.jsonl``: 64 held-out problems (seed 999), none in the seed file.
@@ -148,7 +148,13 @@ def efficacy_heldout(n: int = EFFICACY_HELDOUT_N) -> list[dict]:
 
 
 if __name__ == "__main__":
-    root = Path(__file__).resolve().parents[2] / "dataset"
+    import sys
+
+    from serl.shipped import shipped_dir
+
+    # into the given folder, else into serl's own dataset/ (the checkout's, in a checkout)
+    root = Path(sys.argv[1]) if len(sys.argv) > 1 else shipped_dir("dataset")
+    root.mkdir(parents=True, exist_ok=True)
     print(write(root / "arith_seed.jsonl"))
     print(write_heldout(root / "arith_heldout.jsonl"))
     spin_train, spin_heldout = spin_splits()

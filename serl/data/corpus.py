@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Callable
 
 from serl.data.jsonl import jsonl_objects, read_utf8
+from serl.shipped import locate
 
 TEXT_SUFFIXES = (".txt", ".md", ".rst", ".text", ".man")
 JSONL_SUFFIXES = (".jsonl", ".json")
@@ -185,7 +186,7 @@ def read_corpus(path: str | Path, *, cluster_size: int = 6, text_key: str = "tex
         raise CorpusError(f"cluster_size must be >= 1, got {cluster_size}")
     if max_tokens is not None and count_tokens is None:
         raise CorpusError("max_tokens needs a count_tokens callable")
-    root = Path(path)
+    root = locate(path)
     if not root.exists():
         raise CorpusError(f"corpus not found: {root}")
     stats = CorpusStats()

@@ -20,7 +20,7 @@ unique across the whole corpus, so held-out clusters share no entity with the
 training clusters, and the names are invented, so a question cannot be answered
 from what a model already knows.
 
-Files written by ``python -m serl.data.docs`` into ``dataset/`` (one JSON object a
+Files written by ``python -m serl.data.docs [FOLDER]`` into ``dataset/`` (one JSON object a
 line):
 
 ``docs_train.jsonl`` and ``docs_heldout.jsonl``
@@ -358,5 +358,10 @@ def write(root: str | Path, n_train: int = 48, n_heldout: int = 20, seed: int = 
 
 
 if __name__ == "__main__":
-    for path in write(Path(__file__).resolve().parents[2] / "dataset"):
+    import sys
+
+    from serl.shipped import shipped_dir
+
+    # into the given folder, else into serl's own dataset/ (the checkout's, in a checkout)
+    for path in write(Path(sys.argv[1]) if len(sys.argv) > 1 else shipped_dir("dataset")):
         print(path)

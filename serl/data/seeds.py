@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from serl.data.jsonl import jsonl_objects
+from serl.shipped import locate
 
 
 class DataError(ValueError):
@@ -106,7 +107,7 @@ def read_seeds(path: str | Path, input_key: str = "problem", label_key: str | No
     ``split`` names the split of a dataset folder or hub id (``--prompt_split``). A
     single JSONL/Parquet/CSV file has one split, ``train``.
     """
-    p = Path(path)
+    p = locate(path)
     suffix = p.suffix.lower()
     if p.is_file() and suffix in (".jsonl", ".json", ".parquet") and not _json_array(p):
         if split != "train":

@@ -25,7 +25,6 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable, Sequence
 
 from serl.data.corpus import Cluster, CorpusError, read_corpus, sample_evidence
@@ -34,6 +33,7 @@ from serl.data.seeds import DataError
 from serl.engines.base import Sampling
 from serl.rewards.judge import parse_judgment
 from serl.rewards.qa import cover_em_many, extract_final_answer, lenient_score
+from serl.shipped import locate
 
 
 @dataclass
@@ -65,7 +65,7 @@ class Roles:
 
 def read_rows(path: str, keys: tuple[str, ...], limit: int = 0) -> list[dict]:
     """JSON objects of a JSONL file with string ``keys`` (errors name file, line, key)."""
-    p = Path(path)
+    p = locate(path)
     if not p.is_file():
         raise DataError(f"{p}: file not found")
     rows = []

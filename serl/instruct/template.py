@@ -7,11 +7,10 @@ turn and the assistant turn is pre-filled with the next number.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 from serl.instruct.filters import normalize
+from serl.shipped import locate, shipped_dir
 
-PROMPTS_DIR = Path(__file__).resolve().parents[2] / "prompts"
 DEFAULT_TEMPLATE = "self_instruct_fewshot"
 
 
@@ -20,12 +19,16 @@ class TemplateError(ValueError):
 
 
 def load_template(name_or_path: str) -> str:
-    """Read a template by name (``prompts/<name>.txt``) or by path."""
-    p = Path(name_or_path).expanduser()
+    """Read a template by path, or by name from serl's shipped ``prompts/<name>.txt``."""
+    p = locate(name_or_path)
     if not p.is_file():
-        p = PROMPTS_DIR / (name_or_path if name_or_path.endswith(".txt") else name_or_path + ".txt")
-    if not p.is_file():
-        raise TemplateError(f"template not found: {name_or_path} (looked in {PROMPTS_DIR})")
+        try:
+            prompts = shipped_dir("prompts")
+        except FileNotFoundError as e:
+            raise TemplateError(f"template not found: {name_or_path} ({e})") from None
+        p = prompts / (name_or_path if name_or_path.endswith(".txt") else name_or_path + ".txt")
+        if not p.is_file():
+            raise TemplateError(f"template not found: {name_or_path} (looked in {prompts})")
     text = p.read_text(encoding="utf-8")
     for key in ("{examples}", "{next}"):
         if key not in text:
