@@ -224,34 +224,24 @@ def budget_used(run_dir: Path, step: int) -> float:
 
 
 def _evaluate(recipe, problems, logger, step: int) -> dict:
+    from serl.summary import save_items
+
     metrics = recipe.evaluate(problems)
     log.info("evaluation: %s", ", ".join(f"{k} {v:.3f}" for k, v in metrics.items()))
     logger.log(step, metrics)
+    if getattr(logger, "run_dir", None) is not None:  # per-problem results, for the paired summary
+        save_items(logger.run_dir, step, getattr(recipe, "eval_items", None) or {})
     return metrics
 
 
 def summarise(run_dir: Path, history: list[dict], evals: dict[int, dict], secs: float) -> None:
+    """The report, then the summary of what changed (``serl.summary``, from the run directory)."""
     try:
         from serl.report import write_report
 
         write_report(run_dir)
     except Exception as e:  # a report problem must not hide a finished run
         log.warning("could not write the report: %s", e)
+    from serl.summary import print_summary
 
-    def first_last(key):
-        vals = [h[key] for h in history if key in h and h[key] == h[key]]
-        return (vals[0], vals[-1]) if vals else None
-
-    print(f"\nrun finished in {secs:.0f} s: {run_dir}")
-    for key in ("reward/mean", "reward/agreement", "train/batch_prompts", "pool/size"):
-        fl = first_last(key)
-        if fl:
-            print(f"  {key:22s} first step: {fl[0]:.3f}  ->  last step: {fl[1]:.3f}")
-    if len(evals) >= 2:
-        first, last = evals[min(evals)], evals[max(evals)]
-        for key in sorted(first):
-            if key in last:
-                a, b = first[key], last[key]
-                verdict = "improved" if b > a else ("unchanged" if b == a else "got worse")
-                print(f"  {key:22s} step {min(evals)}: {a:.3f}  ->  step {max(evals)}: {b:.3f} ({verdict})")
-    print(f"  metrics: {run_dir / 'metrics.jsonl'}   report: {run_dir / 'report'}")
+    print_summary(run_dir, secs)
