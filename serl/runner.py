@@ -19,12 +19,14 @@ import numpy as np
 
 from serl.config import ConfigError, TrainConfig, dump, load_yaml, parse_args
 from serl.data.seeds import DataError, read_seeds
+from serl.engines.vllm_quirks import EngineDied
 from serl.models import ModelError, load_tokenizer, resolve_model
 
 log = logging.getLogger("serl")
 
 # Exceptions that mean "the user's input is wrong": one message, exit code 2.
 USER_ERRORS = (ConfigError, DataError, ModelError)
+ERROR_LOG = "error.log"  # full tracebacks of errors the user sees as one message
 
 # With --max_minutes: minutes of training steps used so far, logged each step; a resume
 # reads it back from metrics.jsonl so the budget spans the interruption.
@@ -200,6 +202,9 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None) -> Path:
             engines.learner.save(str(run_dir / "model"))
         if cfg.save_merged:
             engines.learner.export_hf(str(run_dir / "model_merged"))
+    except EngineDied as e:
+        keep_traceback(e, run_dir)
+        raise
     finally:
         if recipe is not None:
             recipe.close()
@@ -232,6 +237,19 @@ def _evaluate(recipe, problems, logger, step: int) -> dict:
     if getattr(logger, "run_dir", None) is not None:  # per-problem results, for the paired summary
         save_items(logger.run_dir, step, getattr(recipe, "eval_items", None) or {})
     return metrics
+
+
+def keep_traceback(e: EngineDied, run_dir: Path) -> None:
+    """The full traceback goes to RUN_DIR/error.log; the user sees one message (serl.train)."""
+    import traceback
+
+    try:
+        path = run_dir / ERROR_LOG
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(f"{datetime.now().isoformat(timespec='seconds')}\n{''.join(traceback.format_exception(e))}\n")
+        e.log_path = path
+    except OSError:
+        pass  # the message itself still says what happened
 
 
 def summarise(run_dir: Path, history: list[dict], evals: dict[int, dict], secs: float) -> None:
