@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from serl.metrics import METRICS_FILE, META_KEYS
+from serl.summary import change_lines, direction
 
 REPORT_DIR = "report"
 # Upper bound on rows in summary tables: a summary should stay readable.
@@ -476,15 +477,13 @@ def plot_leftovers(run: Run, claimed: set[str]) -> list[tuple[str, Any]]:
 
 # -- summary ----------------------------------------------------------------
 
-# (key, direction): +1 higher is better, -1 lower is better, 0 no "best".
+# The metrics in the summary table; which direction is better is serl.summary's rule.
 MAIN_METRICS = [
-    ("reward/mean", +1), ("reward/agreement", +1), ("reward/no_answer_frac", -1),
-    ("filter/difficulty/kept", +1), ("pool/size", 0), ("pool/kept", 0),
-    ("kl/mean", 0), ("actor/entropy", 0), ("loss/policy", 0),
-    ("dpo/accuracy", +1), ("dpo/margin", +1), ("spin/real_logp", +1), ("pairs/tied", 0),
-    ("response/length_mean", 0), ("spiral/invalid_rate", -1), ("time/step", -1),
-    ("questioner/valid_json", +1), ("questioner/bad_ground", -1), ("questioner/informative", +1),
-    ("responder/accuracy", +1), ("verifier/agreement", +1), ("verifier/bad_format", -1),
+    "reward/mean", "reward/agreement", "reward/no_answer_frac", "filter/difficulty/kept", "pool/size",
+    "pool/kept", "kl/mean", "actor/entropy", "loss/policy", "dpo/accuracy", "dpo/margin", "spin/real_logp",
+    "pairs/tied", "response/length_mean", "spiral/invalid_rate", "time/step", "questioner/valid_json",
+    "questioner/bad_ground", "questioner/informative", "responder/accuracy", "verifier/agreement",
+    "verifier/bad_format",
 ]
 
 
@@ -538,18 +537,18 @@ def summary_markdown(run: Run, plots: list[str]) -> str:
 
     out.append("## Main metrics")
     rows = []
-    main_keys = [(k, d) for k, d in MAIN_METRICS if k in run.series]
-    main_keys += [(k, -1 if "/bad_" in k else +1) for k in sorted(run.series) if k.startswith("eval/")]
-    for key, direction in main_keys:
+    main_keys = [(k, direction(k)) for k in MAIN_METRICS if k in run.series]
+    main_keys += [(k, direction(k)) for k in sorted(run.series) if k.startswith("eval/")]
+    for key, sign in main_keys:
         steps, values = run.series[key].finite()
         if not steps:
             rows.append(f"| {key} | n/a | | | |")
             continue
         last = f"{_num(values[-1])} (step {steps[-1]})"
-        if direction:
-            best_i = max(range(len(values)), key=lambda i: direction * values[i])
+        if sign:
+            best_i = max(range(len(values)), key=lambda i: sign * values[i])
             best = f"{_num(values[best_i])} (step {steps[best_i]})"
-            kind = "highest" if direction > 0 else "lowest"
+            kind = "highest" if sign > 0 else "lowest"
         else:
             best, kind = "", ""
         rows.append(f"| {key} | {last} | {best} | {kind} | {_num(min(values))} / {_num(max(values))} |")
@@ -558,6 +557,12 @@ def summary_markdown(run: Run, plots: list[str]) -> str:
     else:
         out.append("None of the main metrics were logged.")
     out.append("")
+
+    changes = change_lines(run.run_dir)
+    if changes:
+        out.append("## What changed")
+        out += ["Direction-aware; held-out changes with their 95% intervals, paired over the same "
+                "problems when the run kept per-problem results.", "", "```", *changes, "```", ""]
 
     if run.evals:
         out.append("## Evaluation results")

@@ -19,6 +19,7 @@ import numpy as np
 from serl.checkpoint import DiskFullError
 from serl.config import ConfigError, TrainConfig, dump
 from serl.data.seeds import DataError, read_seeds
+from serl.engines.vllm_quirks import EngineDied
 from serl.models import ModelError, load_tokenizer, resolve_model
 from serl.resume import resume_config  # noqa: F401 (serl.train's API)
 from serl.shipped import locate
@@ -28,6 +29,7 @@ log = logging.getLogger("serl")
 # Exceptions that mean "the user's input is wrong", or a full disk the user must clear:
 # one message, exit code 2.
 USER_ERRORS = (ConfigError, DataError, ModelError, DiskFullError)
+ERROR_LOG = "error.log"  # full tracebacks of errors the user sees as one message
 
 # With --max_minutes: minutes of training steps used so far, logged each step; a resume
 # reads it back from metrics.jsonl so the budget spans the interruption.
@@ -173,6 +175,9 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None) -> Path:
         if cfg.save_merged:
             with disk_space_guard(run_dir / "model_merged", run_dir, "the merged model"):
                 engines.learner.export_hf(str(run_dir / "model_merged"))
+    except EngineDied as e:
+        keep_traceback(e, run_dir)
+        raise
     finally:
         if recipe is not None:
             recipe.close()
@@ -197,34 +202,37 @@ def budget_used(run_dir: Path, step: int) -> float:
 
 
 def _evaluate(recipe, problems, logger, step: int) -> dict:
+    from serl.summary import save_items
+
     metrics = recipe.evaluate(problems)
     log.info("evaluation: %s", ", ".join(f"{k} {v:.3f}" for k, v in metrics.items()))
     logger.log(step, metrics)
+    if getattr(logger, "run_dir", None) is not None:  # per-problem results, for the paired summary
+        save_items(logger.run_dir, step, getattr(recipe, "eval_items", None) or {})
     return metrics
 
 
+def keep_traceback(e: EngineDied, run_dir: Path) -> None:
+    """The full traceback goes to RUN_DIR/error.log; the user sees one message (serl.train)."""
+    import traceback
+
+    try:
+        path = run_dir / ERROR_LOG
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(f"{datetime.now().isoformat(timespec='seconds')}\n{''.join(traceback.format_exception(e))}\n")
+        e.log_path = path
+    except OSError:
+        pass  # the message itself still says what happened
+
+
 def summarise(run_dir: Path, history: list[dict], evals: dict[int, dict], secs: float) -> None:
+    """The report, then the summary of what changed (``serl.summary``, from the run directory)."""
     try:
         from serl.report import write_report
 
         write_report(run_dir)
     except Exception as e:  # a report problem must not hide a finished run
         log.warning("could not write the report: %s", e)
+    from serl.summary import print_summary
 
-    def first_last(key):
-        vals = [h[key] for h in history if key in h and h[key] == h[key]]
-        return (vals[0], vals[-1]) if vals else None
-
-    print(f"\nrun finished in {secs:.0f} s: {run_dir}")
-    for key in ("reward/mean", "reward/agreement", "train/batch_prompts", "pool/size"):
-        fl = first_last(key)
-        if fl:
-            print(f"  {key:22s} first step: {fl[0]:.3f}  ->  last step: {fl[1]:.3f}")
-    if len(evals) >= 2:
-        first, last = evals[min(evals)], evals[max(evals)]
-        for key in sorted(first):
-            if key in last:
-                a, b = first[key], last[key]
-                verdict = "improved" if b > a else ("unchanged" if b == a else "got worse")
-                print(f"  {key:22s} step {min(evals)}: {a:.3f}  ->  step {max(evals)}: {b:.3f} ({verdict})")
-    print(f"  metrics: {run_dir / 'metrics.jsonl'}   report: {run_dir / 'report'}")
+    print_summary(run_dir, secs)

@@ -9,10 +9,12 @@ The run itself is ``serl.runner``'s; ``--ray`` builds the engines as Ray actors
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from pathlib import Path
 
 from serl.config import ConfigError, TrainConfig, parse_args
+from serl.engines.vllm_quirks import EngineDied
 from serl.runner import USER_ERRORS, load_eval_sets, prepare, resume_config, run  # noqa: F401 (API)
 
 
@@ -51,4 +53,10 @@ def main(argv: list[str] | None = None) -> int:
     except USER_ERRORS as e:
         print(f"serl train: error: {e}", file=sys.stderr)
         return 2
+    except EngineDied as e:
+        if os.environ.get("SERL_DEBUG"):
+            raise
+        where = f"the full traceback is in {e.log_path}; " if e.log_path else ""
+        print(f"serl train: error: {e}\n({where}SERL_DEBUG=1 prints it here)", file=sys.stderr)
+        return 1
     return 0

@@ -4,6 +4,9 @@ Weights are pushed by writing safetensors to a RAM-backed directory and asking e
 worker to ``reload_weights`` from it; on CPU this is the path that works (calling the
 model's ``load_weights`` directly breaks the CPU backend's repacked linear weights).
 The prefix cache is reset after a push so no stale KV entries are served.
+
+A known-harmless warning of each push is dropped, and an engine whose processes died
+raises one ``EngineDied`` that says what to change (``vllm_quirks``).
 """
 from __future__ import annotations
 
@@ -11,11 +14,13 @@ import os
 import shutil
 import tempfile
 import time
+from contextlib import contextmanager
 from typing import Iterable
 
 import torch
 
 from serl.engines.base import Completion, Sampling
+from serl.engines.vllm_quirks import WORKER_EXTENSION, EngineDied, death_message, is_engine_dead_error, oom_kills
 
 
 def vllm_available() -> bool:
@@ -43,7 +48,8 @@ class VLLMGenerator:
         self.model_path = model_path
         self.on_cpu = not torch.cuda.is_available()
         kwargs = dict(model=model_path, dtype=dtype, max_model_len=max_model_len, seed=seed,
-                      enforce_eager=enforce_eager, tensor_parallel_size=tensor_parallel_size)
+                      enforce_eager=enforce_eager, tensor_parallel_size=tensor_parallel_size,
+                      worker_extension_cls=WORKER_EXTENSION)
         if not self.on_cpu:
             kwargs.update(gpu_memory_utilization=gpu_memory_utilization,
                           enable_sleep_mode=enable_sleep_mode)
@@ -53,16 +59,20 @@ class VLLMGenerator:
         self._shm = tempfile.mkdtemp(prefix="serl-weights-", dir=base)
         self._mirror = None
         before = _children()
+        self._oom_kills = oom_kills()
         try:
             self.llm = LLM(**kwargs)
         except BaseException:
             shutil.rmtree(self._shm, ignore_errors=True)
             raise
-        self._reaper = _reaper(_children() - before, [self._shm])  # engine processes die with us, even by SIGKILL
+        engine_pids = _children() - before
+        self._engine = _processes(engine_pids)  # watched, to tell a dead engine from other errors
+        self._reaper = _reaper(engine_pids, [self._shm])  # engine processes die with us, even by SIGKILL
         self.tokenizer = self.llm.get_tokenizer()
         self.seed = seed
         self.calls = 0
         self.sync_times: dict[str, float] = {}  # seconds per stage of the last load_weights
+        self.dropped_warnings = 0  # known-harmless vLLM warnings the last push dropped
 
     def generate(self, prompts: list[str], n: int, sampling: Sampling) -> list[list[Completion]]:
         from vllm import SamplingParams
@@ -82,8 +92,9 @@ class VLLMGenerator:
         from vllm.inputs import TokensPrompt
 
         enc = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
-        outs = self.llm.generate([TokensPrompt(prompt_token_ids=e) for e in enc], params,
-                                 use_tqdm=False)
+        with self._engine_call():
+            outs = self.llm.generate([TokensPrompt(prompt_token_ids=e) for e in enc], params,
+                                     use_tqdm=False)
         result = []
         for e, o in zip(enc, outs):
             group = [Completion(text=c.text, token_ids=list(c.token_ids), prompt_ids=e,
@@ -107,11 +118,24 @@ class VLLMGenerator:
     def sleep(self) -> None:
         """Free GPU memory between rollouts (GPU only; a no-op on the CPU backend)."""
         if not self.on_cpu:
-            self.llm.sleep(level=1)
+            with self._engine_call():
+                self.llm.sleep(level=1)
 
     def wake_up(self) -> None:
         if not self.on_cpu:
-            self.llm.wake_up()
+            with self._engine_call():
+                self.llm.wake_up()
+
+    @contextmanager
+    def _engine_call(self):
+        """Run a call into the engine; if its processes died, raise one ``EngineDied``."""
+        try:
+            yield
+        except Exception as e:
+            dead = _gone(self._engine)
+            if dead or is_engine_dead_error(e):
+                raise EngineDied(death_message(dead, self._oom_kills, oom_kills(), self.on_cpu)) from e
+            raise
 
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         from serl.engines.shm_weights import SafetensorsMirror
@@ -130,10 +154,13 @@ class VLLMGenerator:
             named.append(("lm_head.weight", dict(named)["model.embed_tokens.weight"]))
         self._mirror.write(named)  # cast to bf16 straight into the mapped file
         t1 = time.perf_counter()
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_path": self._shm})
-        t2 = time.perf_counter()
-        self.llm.reset_prefix_cache()
+        with self._engine_call():
+            # reload_weights, with vLLM's harmless RotaryEmbedding warning dropped (vllm_quirks)
+            dropped = self.llm.collective_rpc("serl_reload_weights", kwargs={"weights_path": self._shm})
+            t2 = time.perf_counter()
+            self.llm.reset_prefix_cache()
         self.sync_times = {"write": t1 - t0, "reload": t2 - t1, "reset_cache": time.perf_counter() - t2}
+        self.dropped_warnings = sum(int(d or 0) for d in dropped)  # per push, all workers
 
     def close(self) -> None:
         if self._shm:
@@ -154,6 +181,40 @@ def _children() -> set[int]:
     except ImportError:
         return set()
     return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
+def _processes(pids: set[int]) -> list[tuple]:
+    """(psutil handle, name) of the engine's processes; a handle knows its start time, so
+    a pid reused after a death is not taken for the engine."""
+    try:
+        import psutil
+    except ImportError:
+        return []
+    out = []
+    for pid in sorted(pids):
+        try:
+            p = psutil.Process(pid)
+            out.append((p, p.name()))
+        except psutil.Error:
+            pass
+    return out
+
+
+def _gone(procs: list[tuple]) -> list[str]:
+    """The watched processes that are no longer running, as "NAME pid N"."""
+    if not procs:
+        return []
+    import psutil
+
+    dead = []
+    for p, name in procs:
+        try:
+            alive = p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            alive = False
+        if not alive:
+            dead.append(f"{name} pid {p.pid}")
+    return dead
 
 
 def _reaper(pids: set[int], paths: list[str]):

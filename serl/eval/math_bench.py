@@ -68,11 +68,12 @@ def evaluate_math(generator, tokenizer, problems: list[MathProblem], k: int = 8,
                   instruction: str = BOXED_INSTRUCTION) -> dict:
     """Evaluate ``generator`` on math problems (any mix of benchmarks).
 
-    Returns ``{"metrics": {...}, "benchmarks": {...}, "records": [...]}``:
+    Returns ``{"metrics": {...}, "benchmarks": {...}, "items": {...}, "records": [...]}``:
     ``metrics`` is flat, ready for a metrics sink: ``<prefix>/<bench>/pass@1`` (greedy),
     ``<prefix>/<bench>/maj@K``, ``<prefix>/<bench>/pass@K`` and ``<prefix>/<bench>/mean@K``
     (mean sample accuracy); ``benchmarks`` adds n, no-answer rates and per-level /
     per-subject breakdowns; ``records`` has one dict per generation.
+    ``items`` has each metric's per-problem values (``{"ids": [...], "values": [...]}``).
     ``k=0`` skips sampling; ``greedy=False`` skips the greedy pass. ``fallback``: when a
     response has no ``\\boxed{}``, take its last number (``"number"``, as SeRL's and
     Qwen2.5-Math's graders do) or give it no answer (``"none"``, stricter).
@@ -130,7 +131,7 @@ def _summarise(problems, greedy_ok, greedy_none, maj_ok, passk, meank, k, prefix
     benches: dict[str, list[int]] = {}
     for i, p in enumerate(problems):
         benches.setdefault(p.benchmark, []).append(i)
-    metrics, per_bench = {}, {}
+    metrics, per_bench, items = {}, {}, {}
     for name, idx in benches.items():
         cols: dict[str, list[float]] = {}
         if greedy_ok:
@@ -144,6 +145,8 @@ def _summarise(problems, greedy_ok, greedy_none, maj_ok, passk, meank, k, prefix
             entry["no_answer@greedy"] = mean(greedy_none[i] for i in idx)
         for key in cols:
             metrics[f"{prefix}/{name}/{key}"] = entry[key]
+            # per problem, so two evaluations of the same problems can be compared in pairs
+            items[f"{prefix}/{name}/{key}"] = {"ids": [problems[i].idx for i in idx], "values": cols[key]}
         levels = [problems[i].level for i in idx]
         subjects = [problems[i].subject for i in idx]
         if any(x is not None for x in levels):
@@ -151,4 +154,4 @@ def _summarise(problems, greedy_ok, greedy_none, maj_ok, passk, meank, k, prefix
         if any(x is not None for x in subjects):
             entry["by_subject"] = breakdown(subjects, cols)
         per_bench[name] = entry
-    return {"metrics": metrics, "benchmarks": per_bench}
+    return {"metrics": metrics, "benchmarks": per_bench, "items": items}

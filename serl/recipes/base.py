@@ -111,6 +111,9 @@ class Recipe:
         self.generator, self.learner, self.checker = ctx.generator, ctx.learner, ctx.checker
         self.tok, self.run_dir, self.logger, self.progress = ctx.tokenizer, ctx.run_dir, ctx.logger, ctx.progress
         self.times: dict[str, float] = {}
+        # Per-problem results of the last ``evaluate`` (metric key -> {"ids", "values"}), when
+        # it has them: the run summary pairs the first and last evaluations on them.
+        self.eval_items: dict[str, dict] = {}
 
     def step(self, step: int) -> dict[str, float]:
         raise NotImplementedError
@@ -139,6 +142,7 @@ class Recipe:
                             instruction=cfg.system_prompt)
         metrics = {k: v for k, v in out["metrics"].items() if isinstance(v, (int, float))}
         metrics["time/eval"] = time.perf_counter() - t0
+        self.eval_items = out["items"]
         return metrics
 
     # ---- small helpers recipes share ---------------------------------------------------------

@@ -56,6 +56,9 @@ def test_generate_groups_and_weight_push(engine, smol_path, smol_tokenizer):
             elif name == "model.embed_tokens.weight":
                 p.mul_(0.7)
     engine.load_weights(model.named_parameters())
+    # vLLM's "RotaryEmbedding: Failed to load weights" came (the cos/sin cache is no weight)
+    # and was dropped in the worker, not printed
+    assert engine.dropped_warnings >= 1
     # the push went through the directory made at start-up, the one the reaper would remove
     assert engine._shm and (engine._reaper is not None) and os.path.isfile(os.path.join(engine._shm, "model.safetensors"))
     after = engine.generate([prompt], 1, greedy)[0][0]
@@ -66,3 +69,19 @@ def test_generate_groups_and_weight_push(engine, smol_path, smol_tokenizer):
     orig = load_causal_lm(smol_path)
     old_ref = hf_logprobs(orig, after.prompt_ids, after.token_ids)
     assert (torch.tensor(after.logprobs) - old_ref).abs().mean() > 1.0
+
+
+def test_killed_engine_raises_one_clear_error(engine):
+    """Last in this file: it kills the module's engine. SIGKILL is what the kernel's
+    out-of-memory killer sends, and the worker (model + KV cache) is whom it picks."""
+    import signal
+
+    from serl.engines.vllm_quirks import EngineDied
+
+    workers = [p for p, name in engine._engine if name == "VLLM::Worker"] or [p for p, _ in engine._engine]
+    assert workers, "no engine process was found to watch"
+    for p in workers:
+        os.kill(p.pid, signal.SIGKILL)
+    with pytest.raises(EngineDied, match=r"the vLLM engine process died \(.*pid \d+.*\)\. .*[Cc]ause: memory") as e:
+        engine.generate(["1 + 1 ="], 1, Sampling(max_new_tokens=4, temperature=0.0))
+    assert "--generator hf" in str(e.value)

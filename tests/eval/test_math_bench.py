@@ -43,6 +43,9 @@ def test_metrics_by_hand(scripted, checker):
     assert bench["by_level"]["1"] == {"n": 1, "pass@1": 1.0, "maj@4": 1.0, "pass@4": 1.0, "mean@4": 0.5}
     assert bench["by_level"]["2"]["maj@4"] == 0.0 and set(bench["by_level"]) == {"1", "2"}
     assert bench["by_subject"]["A"]["pass@1"] == 0.5 and bench["by_subject"]["B"]["maj@4"] == 0.0
+    # per problem, for paired comparisons of two evaluations
+    assert out["items"]["eval/toy/pass@1"] == {"ids": [0, 1, 2, 3], "values": [1.0, 0.0, 1.0, 0.0]}
+    assert out["items"]["eval/toy/maj@4"]["values"] == [1.0, 0.0, 0.0, 0.0]
     recs = out["records"]
     assert len(recs) == 4 + 16
     samples0 = [r for r in recs if r["kind"] == "sample" and r["idx"] == 0]

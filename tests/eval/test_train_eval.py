@@ -23,5 +23,10 @@ def test_train_evaluates_every_n_steps_and_logs(tmp_path, math_dir, serl_train, 
                     (step, bench, metric, v)
             assert m[f"eval/{bench}/pass@2"] >= m[f"eval/{bench}/maj@2"]
         assert m["time/eval"] > 0
+    # per-problem results were kept, and the summary pairs the first and last evaluation on them
+    items = [json.loads(l) for l in (run / "eval_items.jsonl").read_text().splitlines()]
+    assert [i["step"] for i in items] == [0, 2, 3]
+    assert items[0]["items"]["eval/gsm8k/pass@1"]["ids"] == [0, 1]
+    assert "on the same 2 problems" in r.stdout
     # the training steps themselves were logged as usual
     assert {l["step"] for l in lines if "reward/mean" in l} == {1, 2, 3}
