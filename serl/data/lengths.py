@@ -168,13 +168,13 @@ def report_skipped(skipped: list, total: int, what: str, source: str) -> None:
         log.warning("%s: %d of %d %ss skipped as too long: %s%s", source, len(skipped), total, what, shown, more)
 
 
-def check_eval_prompts(problems, tok, max_tokens: int, build, option: str) -> None:
-    """Refuse (DataError, file and line) an evaluation problem whose prompt
+def check_eval_prompts(problems, tok, max_tokens: int, build, option: str, error=DataError) -> None:
+    """Refuse (``error``, file and line) an evaluation problem whose prompt
     ``build(question)`` is over ``max_tokens``: a benchmark is never cut silently."""
     budget = PromptBudget(tok, max_tokens, option)
     for p in problems:
         n = budget.measure(p.question, build)
         if budget.over(n):
             where = getattr(p, "where", "") or f"{p.benchmark} problem {p.idx + 1}"
-            raise DataError(f"{where}: prompt of {budget.describe(n, p.question)}; shorten or remove "
+            raise error(f"{where}: prompt of {budget.describe(n, p.question)}; shorten or remove "
                             f"the problem, or raise the limit")

@@ -198,7 +198,7 @@ def run(args, generator=None, tokenizer=None) -> dict:
 
         check_eval_prompts(problems, tokenizer, args.max_model_len - args.max_new_tokens,
                            lambda q: build_prompt_ids(q, tokenizer, args.prompt_style),
-                           "--max_model_len - --max_new_tokens")
+                           "--max_model_len - --max_new_tokens", DataError)
     if kind != "given":
         kind, generator = make_generator(args.generator, model_path, tokenizer, args)
     log = None if args.quiet else sys.stderr
