@@ -5,7 +5,7 @@ from typing import Iterable
 
 import torch
 
-from serl.chat import prompt_ids
+from serl import chat
 from serl.engines.base import Completion, Sampling
 
 
@@ -49,7 +49,7 @@ class HFGenerator:
         per_batch = max(1, self.batch_size // max(1, n_eff))
         for start in range(0, len(prompts), per_batch):
             chunk = prompts[start:start + per_batch]
-            enc = [prompt_ids(tok, p) for p in chunk]
+            enc = [chat.prompt_ids(tok, p) for p in chunk]
             width = max(map(len, enc))
             pad = tok.pad_token_id
             ids = torch.tensor([[pad] * (width - len(e)) + e for e in enc])  # left padding
