@@ -21,7 +21,8 @@ def build_prompt(question: str, tokenizer, style: str = "chat_boxed", instructio
     """``raw``: the question text as it is (SeRL's "pure" prompt);
     ``chat``: the question as the user turn of the chat template;
     ``chat_boxed``: the same plus ``instruction`` (by default: reason step by step and put
-    the answer in ``\\boxed{}``; training runs pass their own ``--system_prompt``)."""
+    the answer in ``\\boxed{}``; training runs pass their own ``--system_prompt``).
+    This text is for reading; the model is fed ``build_prompt_ids`` (the question as plain text)."""
     if style == "raw":
         return question
     if style not in PROMPT_STYLES:

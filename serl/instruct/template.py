@@ -46,6 +46,7 @@ def build_prompt(template: str, examples: list[str], chat_format: bool = False,
 
     Substitution is plain ``str.replace`` (LaTeX braces in examples are safe), and
     ``{next}`` is filled before the examples go in, so an example cannot inject it.
+    This text is for reading; the model is fed ``build_prompt_ids``.
     """
     user, prefill = _fill(template, examples, chat_format)
     if not chat_format:
