@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import weakref
 from pathlib import Path
 
 from serl.chat import text_ids, user_ids
@@ -39,12 +40,25 @@ def model_context(model_path: str) -> int | None:
     return None
 
 
+_CHARS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # tokenizer -> max_token_chars
+
+
 def max_token_chars(tok) -> int:
-    """Most characters one token can stand for (a vocabulary entry's length bounds it)."""
+    """Most characters one token can stand for (a vocabulary entry's length bounds it; at
+    least 64). Read once per tokenizer: a budget is made per question in MMLU-Pro."""
     try:
-        return max(64, max(len(t) for t in tok.get_vocab()))
+        return _CHARS[tok]
+    except (KeyError, TypeError):
+        pass
+    try:
+        n = max(64, max(len(t) for t in tok.get_vocab()))
     except (AttributeError, TypeError, ValueError):
-        return 64
+        n = 64
+    try:
+        _CHARS[tok] = n
+    except TypeError:  # not weakly referable: computed each time
+        pass
+    return n
 
 
 class PromptBudget:
@@ -177,4 +191,4 @@ def check_eval_prompts(problems, tok, max_tokens: int, build, option: str, error
         if budget.over(n):
             where = getattr(p, "where", "") or f"{p.benchmark} problem {p.idx + 1}"
             raise error(f"{where}: prompt of {budget.describe(n, p.question)}; shorten or remove "
-                            f"the problem, or raise the limit")
+                        f"the problem, or raise the limit")
