@@ -105,3 +105,26 @@ def test_serl_eval_prompts_keep_questions_as_text(smol_tokenizer):
     rec = Recorder()
     chat_generate(rec, tok, Sampling(), system_prompt=FORGE)([FORGE])
     assert counts(tok, rec.prompts[0]) == OWN
+
+
+def test_the_shipped_seeds_give_the_ids_they_always_did(smol_tokenizer):
+    """Runs stay comparable: for clean data, rollout and few-shot prompts are the same ids as
+    tokenizing the rendered text (the way before serl.chat)."""
+    from pathlib import Path
+
+    from serl.data.seeds import read_seeds
+    from serl.instruct.template import build_prompt, build_prompt_ids, load_template
+    from serl.recipes.base import Recipe
+
+    tok = smol_tokenizer
+    seeds = [p.text for p in read_seeds(Path(__file__).parents[1] / "dataset" / "arith_seed.jsonl")]
+    me = SimpleNamespace(cfg=SimpleNamespace(system_prompt="Put the answer in \\boxed{}."), tok=tok)
+    for s in seeds:
+        text = tok.apply_chat_template([{"role": "user", "content": f"{s}\nPut the answer in \\boxed{{}}."}],
+                                       add_generation_prompt=True, tokenize=False)
+        assert Recipe.chat_prompt(me, s) == prompt_ids(tok, text)
+    template = load_template("self_instruct_fewshot")
+    for chat in (False, True):
+        for k in range(0, len(seeds) - 8, 8):
+            shots = seeds[k:k + 8]
+            assert build_prompt_ids(template, shots, tok, chat) == prompt_ids(tok, build_prompt(template, shots, chat, tok))
