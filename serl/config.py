@@ -76,7 +76,8 @@ class TrainConfig:
     generator: str = _f("auto", "generation engine: auto (vllm if installed), vllm or hf",
                         choices=("auto", "vllm", "hf"))
     generate_max_len: int = _f(256, "max new tokens per response")
-    prompt_max_len: int = _f(1024, "max prompt tokens (longer prompts are skipped)")
+    prompt_max_len: int = _f(1024, "max prompt tokens, and at most the model's context minus generate_max_len "
+                                   "(longer prompts are skipped and counted, named by file and line)")
     temperature: float = _f(1.0, "rollout sampling temperature")
     top_p: float = _f(1.0, "rollout nucleus sampling")
     system_prompt: str = _f("Please reason step by step, and put your final answer within \\boxed{}.",

@@ -74,7 +74,7 @@ def load_eval_sets(cfg: TrainConfig) -> list:
         if unlabelled:
             raise DataError(f"{cfg.eval_data}: row {unlabelled[0] + 1} has no '{cfg.label_key}' "
                             f"(held-out problems need labels)")
-        problems += [MathProblem(benchmark="heldout", idx=i, question=r.text, gold=r.label)
+        problems += [MathProblem(benchmark="heldout", idx=i, question=r.text, gold=r.label, where=r.where)
                      for i, r in enumerate(rows)]
     names = [n.strip() for n in cfg.eval_benchmarks.split(",") if n.strip()]
     if names and not cfg.eval_data_dir:

@@ -69,6 +69,7 @@ class CorpusStats:
     skipped_long: int = 0
     skipped_unreadable: int = 0
     unreadable_files: list[str] = field(default_factory=list)
+    long_at: list[str] = field(default_factory=list)  # where the first skipped long paragraphs were
 
     def as_dict(self) -> dict:
         return {"files": self.files, "documents": self.documents, "paragraphs": self.paragraphs,
@@ -214,12 +215,14 @@ def read_corpus(path: str | Path, *, cluster_size: int = 6, text_key: str = "tex
             for para in split_paragraphs(doc, min_chars):
                 if len(para) > max_chars or (max_tokens is not None and count_tokens(para) > max_tokens):
                     stats.skipped_long += 1
+                    if len(stats.long_at) < 3:
+                        stats.long_at.append(f"{where} ({len(para)} characters)")
                     continue
                 items.append((para, group, where))
     stats.paragraphs = len(items)
     if not items:
-        why = (f"; {stats.skipped_long} paragraph(s) skipped as longer than the budget"
-               if stats.skipped_long else "")
+        why = (f"; {stats.skipped_long} paragraph(s) skipped as longer than the budget, first at "
+               f"{stats.long_at[0]}" if stats.skipped_long else "")
         looked = f"{len(files)} file(s) with suffixes {', '.join(TEXT_SUFFIXES)}, .jsonl, .parquet or none"
         raise CorpusError(f"{root}: empty corpus, no paragraphs found (looked at {looked}){why}")
     return Corpus(clusters=_group(items, cluster_size), stats=stats)

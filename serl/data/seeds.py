@@ -34,6 +34,7 @@ class Problem:
     label: str | None = None
     meta: dict = field(default_factory=dict)
     solution: str | None = None  # human-written answer (worked solution), from output_key
+    where: str = field(default="", compare=False)  # "FILE:LINE" (or row) it was read from, for errors
 
 
 _GSM8K_FINAL = re.compile(r"(?:^|\n)[ \t]*####[ \t]*([^\n]*?)\s*\Z")  # the last line only
@@ -93,7 +94,7 @@ def _row_to_problem(row, where: str, input_key: str, label_key: str | None,
         solution = gsm8k_to_boxed(value.strip())
     meta = {k: v for k, v in row.items() if k not in (input_key, label_key, output_key)
             and isinstance(v, (str, int, float, bool))}
-    return Problem(text=text.strip(), label=label, meta=meta, solution=solution)
+    return Problem(text=text.strip(), label=label, meta=meta, solution=solution, where=where)
 
 
 def read_seeds(path: str | Path, input_key: str = "problem", label_key: str | None = "answer",

@@ -5,13 +5,15 @@ from typing import Iterable
 
 import torch
 
+from serl import chat
 from serl.engines.base import Completion, Sampling
 
 
 class HFGenerator:
     """Implements ``Generator`` with a model of its own (or one shared with a learner).
 
-    Prompts are final text (chat template already applied) and are fed as they are.
+    Prompts are token ids (``serl.chat``: untrusted text stays plain text) or final text
+    (chat template already applied), fed as they are.
     Sampling is seeded from ``seed`` and a call counter, so a run is reproducible.
     """
 
@@ -47,7 +49,7 @@ class HFGenerator:
         per_batch = max(1, self.batch_size // max(1, n_eff))
         for start in range(0, len(prompts), per_batch):
             chunk = prompts[start:start + per_batch]
-            enc = [tok(p, add_special_tokens=False)["input_ids"] for p in chunk]
+            enc = [chat.prompt_ids(tok, p) for p in chunk]
             width = max(map(len, enc))
             pad = tok.pad_token_id
             ids = torch.tensor([[pad] * (width - len(e)) + e for e in enc])  # left padding

@@ -91,7 +91,9 @@ class VLLMGenerator:
         )
         from vllm.inputs import TokensPrompt
 
-        enc = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+        from serl.chat import prompt_ids  # ids from serl.chat pass as they are
+
+        enc = [prompt_ids(self.tokenizer, p) for p in prompts]
         with self._engine_call():
             outs = self.llm.generate([TokensPrompt(prompt_token_ids=e) for e in enc], params,
                                      use_tqdm=False)

@@ -185,13 +185,21 @@ def run(args, generator=None, tokenizer=None) -> dict:
 
     problems, mmlu_q, mmlu_val = _load_inputs(args)
     started = time.time()
-    kind = "given"
+    kind = "given" if generator is not None else "auto"
     model_path = args.model
     if generator is None:
         from serl.models import load_tokenizer, resolve_model
 
         model_path = resolve_model(args.model)
         tokenizer = load_tokenizer(model_path)
+    if problems:  # every prompt fits, checked with the tokenizer alone, before the model loads
+        from serl.data.lengths import check_eval_prompts
+        from serl.eval.math_bench import build_prompt_ids
+
+        check_eval_prompts(problems, tokenizer, args.max_model_len - args.max_new_tokens,
+                           lambda q: build_prompt_ids(q, tokenizer, args.prompt_style),
+                           "--max_model_len - --max_new_tokens", DataError)
+    if kind != "given":
         kind, generator = make_generator(args.generator, model_path, tokenizer, args)
     log = None if args.quiet else sys.stderr
     common = dict(k=args.k, greedy=not args.no_greedy, max_new_tokens=args.max_new_tokens,

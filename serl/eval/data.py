@@ -32,6 +32,7 @@ class MathProblem:
     choice: bool = False  # multiple choice: the answer is a letter A-J
     level: str | None = None
     subject: str | None = None
+    where: str = field(default="", compare=False)  # "FILE:LINE", for errors
 
 
 @dataclass
@@ -101,7 +102,7 @@ def load_math_benchmark(data_dir: str | Path, name: str, limit: int | None = Non
         problems.append(MathProblem(
             benchmark=name, idx=idx, question=question, gold=gold,
             choice=_is_choice(row, gold, question),
-            level=_first(row, LEVEL_FIELDS), subject=_first(row, SUBJECT_FIELDS)))
+            level=_first(row, LEVEL_FIELDS), subject=_first(row, SUBJECT_FIELDS), where=f"{path}:{lineno}"))
     return problems
 
 

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
+from serl.chat import user_ids
 from serl.eval import stats
 from serl.games import check_game_names, make_game
 from serl.games.actions import PARSERS, parse_action, parser_options
@@ -113,9 +114,7 @@ def chat_generate(generator, tokenizer, sampling, system_prompt: str = "") -> Ca
     """prompts -> one completion each, through the chat template (the completions have ``.text``)."""
 
     def generate(prompts: list[str]) -> list:
-        chats = [tokenizer.apply_chat_template(
-            [{"role": "user", "content": f"{p}\n{system_prompt}" if system_prompt else p}],
-            add_generation_prompt=True, tokenize=False) for p in prompts]
+        chats = [user_ids(tokenizer, p, system_prompt) for p in prompts]  # text stays text (serl.chat)
         return [g[0] for g in generator.generate(chats, 1, sampling)]
 
     return generate

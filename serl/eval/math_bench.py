@@ -23,7 +23,8 @@ def build_prompt(question: str, tokenizer, style: str = "chat_boxed", instructio
     """``raw``: the question text as it is (SeRL's "pure" prompt);
     ``chat``: the question as the user turn of the chat template;
     ``chat_boxed``: the same plus ``instruction`` (by default: reason step by step and put
-    the answer in ``\\boxed{}``; training runs pass their own ``--system_prompt``)."""
+    the answer in ``\\boxed{}``; training runs pass their own ``--system_prompt``).
+    This text is for reading; the model is fed ``build_prompt_ids`` (the question as plain text)."""
     if style == "raw":
         return question
     if style not in PROMPT_STYLES:
@@ -33,6 +34,19 @@ def build_prompt(question: str, tokenizer, style: str = "chat_boxed", instructio
         content = f"{content}\n{instruction}"
     return tokenizer.apply_chat_template([{"role": "user", "content": content}],
                                          add_generation_prompt=True, tokenize=False)
+
+
+def build_prompt_ids(question: str, tokenizer, style: str = "chat_boxed",
+                     instruction: str = BOXED_INSTRUCTION) -> list[int]:
+    """``build_prompt``'s prompt as the token ids fed to the model: the question is plain
+    text (``serl.chat``), so special-token strings in it cannot forge a turn."""
+    from serl.chat import text_ids, user_ids
+
+    if style == "raw":
+        return text_ids(tokenizer, question)
+    if style not in PROMPT_STYLES:
+        raise ValueError(f"prompt style must be one of {PROMPT_STYLES}, got {style!r}")
+    return user_ids(tokenizer, question.strip(), instruction if style == "chat_boxed" else "")
 
 
 FALLBACKS = ("number", "none")
@@ -82,7 +96,7 @@ def evaluate_math(generator, tokenizer, problems: list[MathProblem], k: int = 8,
         raise ValueError("k must be >= 0")
     if fallback not in FALLBACKS:
         raise ValueError(f"fallback must be one of {FALLBACKS}, got {fallback!r}")
-    prompts = [build_prompt(p.question, tokenizer, prompt_style, instruction) for p in problems]
+    prompts = [build_prompt_ids(p.question, tokenizer, prompt_style, instruction) for p in problems]
     stop = RAW_STOP if prompt_style == "raw" else ()
     records: list[dict] = []
     greedy_ok: list[float] = []

@@ -23,6 +23,8 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
+from serl.chat import text_ids, user_ids
+from serl.data.lengths import PromptBudget
 from serl.engines.base import Sampling
 from serl.eval.data import MMLUQuestion
 from serl.eval.metrics import generate_in_chunks, mean, pass_at_k
@@ -86,25 +88,31 @@ def shots_by_category(validation: list[MMLUQuestion], n_shots: int = 5) -> dict[
 
 
 def build_prompt(q: MMLUQuestion, shots: list[MMLUQuestion], tokenizer, style: str = "chat_boxed",
-                 max_prompt_tokens: int | None = None) -> tuple[str, int, int]:
-    """(prompt, shots used, prompt tokens): drop shots until it fits the budget.
+                 max_prompt_tokens: int | None = None) -> tuple[list[int], int, int]:
+    """(prompt token ids, shots used, prompt tokens): drop shots until it fits the budget.
 
     ``raw`` feeds the text as it is (as the reference does); ``chat``/``chat_boxed``
     put it in the user turn of the chat template (the answer-format instruction is in
     the header already, so the two are the same here).
     """
+    # the questions are plain text (serl.chat): special-token strings in them stay text
+    def encode(body: str) -> list[int]:
+        return text_ids(tokenizer, body) if style == "raw" else user_ids(tokenizer, body)
+
+    budget = None if max_prompt_tokens is None else PromptBudget(tokenizer, max_prompt_tokens)
+    prompt, n_tokens = [], None
     for used in range(len(shots), -1, -1):
         body = _header(q.category) + "".join(format_question(s, True) for s in shots[:used])
         body += format_question(q, False)
-        if style == "raw":
-            prompt = body
-        else:
-            prompt = tokenizer.apply_chat_template([{"role": "user", "content": body}],
-                                                   add_generation_prompt=True, tokenize=False)
-        n_tokens = len(tokenizer(prompt, add_special_tokens=False)["input_ids"])
-        if max_prompt_tokens is None or n_tokens <= max_prompt_tokens:
-            return prompt, used, n_tokens
-    return prompt, 0, n_tokens  # over budget even with no shots: caller skips it
+        if budget is None:
+            prompt = encode(body)
+            return prompt, used, len(prompt)
+        ids = budget.encode(body, encode)  # None: so long it is not even tokenized
+        if ids is not None:
+            prompt, n_tokens = ids, len(ids)
+            if n_tokens <= max_prompt_tokens:
+                return prompt, used, n_tokens
+    return prompt, 0, n_tokens  # over budget even with no shots: caller skips it (None: not counted)
 
 
 def stratified(questions: list[MMLUQuestion], n: int) -> list[MMLUQuestion]:
@@ -152,7 +160,7 @@ def evaluate_mmlu_pro(generator, tokenizer, questions: list[MMLUQuestion],
     shots = shots_by_category(validation, n_shots)
     built = [build_prompt(q, shots.get(q.category, []), tokenizer, prompt_style, max_prompt_tokens)
              for q in questions]
-    fits = [max_prompt_tokens is None or b[2] <= max_prompt_tokens for b in built]
+    fits = [max_prompt_tokens is None or (b[2] is not None and b[2] <= max_prompt_tokens) for b in built]
     todo = [i for i, ok in enumerate(fits) if ok]
     prompts = [built[i][0] for i in todo]
     stop = RAW_STOP if prompt_style == "raw" else ()

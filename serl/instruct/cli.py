@@ -17,7 +17,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from serl.instruct.config import InstructConfig
-from serl.instruct.template import TemplateError, load_template
+from serl.data.lengths import PromptBudget, context_limit, fit_rows
+from serl.instruct.template import TemplateError, build_prompt_ids, load_template
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--max_words", type=int, default=d.max_words, help="word-count upper bound")
     ap.add_argument("--rouge_threshold", type=float, default=d.rouge_threshold,
                     help="reject candidates whose ROUGE-L F1 with a known problem exceeds this")
+    ap.add_argument("--prompt_max_len", type=int, default=1024,
+                    help="most tokens of a few-shot prompt (and at most the model's context minus "
+                         "--max_new_tokens): its longest examples are left out to fit; a seed too long "
+                         "even alone is skipped, with a warning naming its line")
     ap.add_argument("--template", default=d.template, help="template name in prompts/ or a path")
     fmt = ap.add_mutually_exclusive_group()
     fmt.add_argument("--chat_format", dest="chat_format", action="store_true", default=d.chat_format,
@@ -95,9 +100,15 @@ def cli_main(argv: list[str] | None = None) -> int:
                              min_words=args.min_words, max_words=args.max_words,
                              rouge_threshold=args.rouge_threshold, template=args.template,
                              chat_format=args.chat_format)
-        load_template(cfg.template)
+        template = load_template(cfg.template)
         seeds = read_seeds(args.seeds, args.input_key, args.label_key)
         model_path = resolve_model(args.model)
+        tok = load_tokenizer(model_path)
+        cfg.max_prompt_tokens = context_limit(args.prompt_max_len, args.max_new_tokens, model_path, "--max_new_tokens")
+        # the length rule of training (serl.data.lengths), on the seed as a one-example prompt
+        budget = PromptBudget(tok, cfg.max_prompt_tokens, "--prompt_max_len")
+        seeds = fit_rows(seeds, budget, lambda t: build_prompt_ids(template, [t], tok, cfg.chat_format),
+                         args.seeds)
     except (ValueError, TemplateError, DataError, ModelError) as e:
         return _fail(str(e))
     out = Path(args.out)
@@ -117,7 +128,6 @@ def cli_main(argv: list[str] | None = None) -> int:
             pool = PromptPool.create(run_dir, seeds)
         except PoolError as e:
             return _fail(str(e))
-        tok = load_tokenizer(model_path)
         gen = HFGenerator(model_path, tok, seed=args.seed, batch_size=cfg.prompts_per_call,
                           dtype=getattr(torch, args.dtype))
         si = SelfInstruct(gen, tok, pool, cfg)

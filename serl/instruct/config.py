@@ -41,6 +41,9 @@ class InstructConfig:
     """Punctuation that may open a candidate (all other punctuation may not): "$" opens LaTeX."""
     template: str = DEFAULT_TEMPLATE
     """Few-shot template: a name in prompts/ or a path; needs {examples} and {next}."""
+    max_prompt_tokens: int = 0
+    """Most tokens of a few-shot prompt: the longest examples are left out until it fits,
+    and a prompt that fits with no example is not sent (0 = no limit)."""
     chat_format: bool = False
     """Wrap the list in the chat template (user turn, assistant pre-filled with the next
     number) instead of raw text continuation; raw measured better on SmolLM2 (docs)."""

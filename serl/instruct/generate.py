@@ -10,7 +10,7 @@ from serl.engines.base import Sampling
 from serl.instruct.config import InstructConfig
 from serl.instruct.filters import TextFilters
 from serl.instruct.pool import PoolItem, PromptPool
-from serl.instruct.template import build_prompt, load_template, parse_items
+from serl.instruct.template import build_prompt_ids, load_template, parse_items
 
 log = logging.getLogger(__name__)
 
@@ -39,12 +39,23 @@ class SelfInstruct:
         self.sampling = Sampling(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
                                  top_p=cfg.top_p, presence_penalty=cfg.presence_penalty)
         self.last_candidates: list[Candidate] = []
+        self.shots_dropped = self.prompts_too_long = 0  # few-shot prompts cut to fit (counters)
 
-    def make_prompt(self, rng: random.Random) -> tuple[str, list[PoolItem]]:
+    def make_prompt(self, rng: random.Random) -> tuple[list[int] | None, list[PoolItem]]:
+        """(prompt ids, examples). Over ``max_prompt_tokens``, the longest example is left
+        out until the prompt fits; None when even one example is too long."""
         shots = self.pool.fewshot_examples(rng, self.cfg.n_shots, self.cfg.max_generated_shots)
-        text = build_prompt(self.template, [s.text for s in shots], self.cfg.chat_format,
-                            self.tokenizer)
-        return text, shots
+        limit = self.cfg.max_prompt_tokens
+        while True:
+            ids = build_prompt_ids(self.template, [s.text for s in shots], self.tokenizer,
+                                   self.cfg.chat_format)
+            if not limit or len(ids) <= limit:
+                return ids, shots
+            if len(shots) == 1:
+                self.prompts_too_long += 1
+                return None, shots
+            shots = [s for s in shots if s is not max(shots, key=lambda s: len(s.text))]
+            self.shots_dropped += 1
 
     def propose(self, n: int, step: int, rng: random.Random) -> tuple[list[PoolItem], dict[str, float]]:
         """Generate until ``n`` candidates pass the text filters or ``max_attempts``
@@ -55,9 +66,13 @@ class SelfInstruct:
         added: list[PoolItem] = []
         cands: list[Candidate] = []
         attempts = completions = empty = tokens = truncated = 0
+        dropped, too_long = self.shots_dropped, self.prompts_too_long
         while len(added) < n and attempts < self.cfg.max_attempts:
             attempts += 1
-            batch = [self.make_prompt(rng) for _ in range(self.cfg.prompts_per_call)]
+            batch = [(p, s) for p, s in (self.make_prompt(rng) for _ in range(self.cfg.prompts_per_call))
+                     if p is not None]
+            if not batch:
+                continue
             groups = self.generator.generate([p for p, _ in batch], self.cfg.samples_per_prompt,
                                              self.sampling)
             for (_, shots), group in zip(batch, groups):
@@ -99,4 +114,8 @@ class SelfInstruct:
             "instruct/accept_rate": len(added) / checked if checked else 0.0,
             "time/instruct": elapsed,
         })
+        for key, n in (("instruct/shots_dropped", self.shots_dropped - dropped),
+                       ("instruct/prompts_too_long", self.prompts_too_long - too_long)):
+            if n:  # only when a few-shot prompt had to be cut to fit
+                metrics[key] = float(n)
         return added, metrics

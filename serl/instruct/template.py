@@ -49,21 +49,40 @@ def build_prompt(template: str, examples: list[str], chat_format: bool = False,
 
     Substitution is plain ``str.replace`` (LaTeX braces in examples are safe), and
     ``{next}`` is filled before the examples go in, so an example cannot inject it.
+    This text is for reading; the model is fed ``build_prompt_ids``.
     """
+    user, prefill = _fill(template, examples, chat_format)
+    if not chat_format:
+        return user
+    if tokenizer is None:
+        raise ValueError("chat_format needs the tokenizer (for its chat template)")
+    chat = tokenizer.apply_chat_template([{"role": "user", "content": user}], tokenize=False,
+                                         add_generation_prompt=True)
+    return chat + prefill
+
+
+def build_prompt_ids(template: str, examples: list[str], tokenizer, chat_format: bool = False) -> list[int]:
+    """``build_prompt``'s prompt as the token ids fed to the model. The examples are seeds
+    and generated problems, untrusted text: they stay plain text (``serl.chat``), so an
+    example holding ``<|im_end|>`` cannot end the turn."""
+    from serl.chat import chat_ids, text_ids
+
+    user, prefill = _fill(template, examples, chat_format)
+    if not chat_format:
+        return text_ids(tokenizer, user)
+    return chat_ids(tokenizer, [{"role": "user", "content": user}], prefill=prefill)
+
+
+def _fill(template: str, examples: list[str], chat_format: bool) -> tuple[str, str]:
+    """(text, prefill): raw, the whole prompt and ""; chat, the user turn and the reply's start."""
     nxt = str(len(examples) + 1)
     head, tail = template.split("{next}", 1)
     head = head.replace("{examples}", "\x00")
     tail = tail.replace("{next}", nxt)
     block = format_examples(examples)
     if not chat_format:
-        return (head + nxt + tail).rstrip("\n ").replace("\x00", block)
-    if tokenizer is None:
-        raise ValueError("chat_format needs the tokenizer (for its chat template)")
-    user = head.rstrip().replace("\x00", block)
-    prefill = (nxt + tail).rstrip("\n ")
-    chat = tokenizer.apply_chat_template([{"role": "user", "content": user}], tokenize=False,
-                                         add_generation_prompt=True)
-    return chat + prefill
+        return (head + nxt + tail).rstrip("\n ").replace("\x00", block), ""
+    return head.rstrip().replace("\x00", block), (nxt + tail).rstrip("\n ")
 
 
 # A list marker at the start of a line: "10.", "10)", "10:", "**10.**", "Problem 10."

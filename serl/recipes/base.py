@@ -73,7 +73,16 @@ class Recipe:
         Default: the math problems of --eval_data and --eval_benchmarks."""
         from serl.runner import load_eval_sets
 
-        return load_eval_sets(cfg)
+        problems = load_eval_sets(cfg)
+        if problems:  # asked as in training: the same budget refuses one that is too long
+            from serl.chat import user_ids
+            from serl.data.lengths import budget_for, check_eval_prompts
+
+            budget = budget_for(cfg)
+            check_eval_prompts(problems, budget.tok, budget.max_tokens,
+                               lambda q: user_ids(budget.tok, q.strip(), cfg.system_prompt or ""),
+                               budget.option)
+        return problems
 
     @classmethod
     def needs_reference(cls, cfg) -> bool:
@@ -155,12 +164,14 @@ class Recipe:
         finally:
             self.times[name] = self.times.get(name, 0.0) + time.perf_counter() - t0
 
-    def chat_prompt(self, text: str, system_prompt: str | None = None) -> str:
-        """``text`` as a user turn in the model's chat template, with the run's instruction."""
+    def chat_prompt(self, text: str, system_prompt: str | None = None, prefill: str = "") -> list[int]:
+        """``text`` as a user turn in the model's chat template, with the run's instruction,
+        and ``prefill`` as the reply's start: token ids in which the text stays text
+        (``serl.chat``), so a problem or document cannot forge a turn."""
+        from serl.chat import user_ids
+
         sp = self.cfg.system_prompt if system_prompt is None else system_prompt
-        content = f"{text}\n{sp}" if sp else text
-        return self.tok.apply_chat_template([{"role": "user", "content": content}],
-                                            add_generation_prompt=True, tokenize=False)
+        return user_ids(self.tok, text, sp or "", prefill)
 
     def group_batch(self, groups, rewards, estimator: str | None = None, metrics: dict | None = None):
         """Sampled groups (one per prompt) and one reward per completion -> a ``TrainBatch``

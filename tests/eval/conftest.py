@@ -34,16 +34,24 @@ def checker():
 class ScriptedGenerator:
     """A Generator whose answers are written in the test, so every metric can be
     worked out by hand. ``greedy[prompt]`` is the greedy text, ``samples[prompt]``
-    the list of sampled texts (cycled if shorter than n)."""
+    the list of sampled texts (cycled if shorter than n); a prompt is text or token ids."""
 
-    def __init__(self, greedy: dict[str, str], samples: dict[str, list[str]]):
-        self.greedy, self.samples = greedy, samples
-        self.calls = []
+    def __init__(self, greedy: dict, samples: dict, tokenizer=None):
+        key = self._key
+        self.greedy, self.samples = {key(p): v for p, v in greedy.items()}, {key(p): v for p, v in samples.items()}
+        self.tokenizer, self.calls = tokenizer, []
+
+    def _key(self, p):
+        """Prompts arrive as token ids: keyed by their text when a tokenizer is given, else as a tuple."""
+        if isinstance(p, str):
+            return p
+        tok = getattr(self, "tokenizer", None)
+        return tok.decode(list(p)) if tok is not None else tuple(p)
 
     def generate(self, prompts, n, sampling):
         self.calls.append((list(prompts), n, sampling))
         out = []
-        for p in prompts:
+        for p in map(self._key, prompts):
             texts = [self.greedy[p]] * n if sampling.greedy else \
                 [self.samples[p][j % len(self.samples[p])] for j in range(n)]
             out.append([Completion(text=t, token_ids=[1] * len(t.split()), prompt_ids=[0]) for t in texts])

@@ -85,6 +85,9 @@ class WeightTok:
     def apply_chat_template(self, messages, add_generation_prompt=True, tokenize=False):
         return messages[0]["content"]
 
+    def __call__(self, text, add_special_tokens=False, split_special_tokens=False):
+        return {"input_ids": [ord(ch) for ch in text]}  # characters as ids: prompts decode exactly
+
 
 class WeightPlayer:
     """Plays by the weights it serves: w = 0 checks or folds, w = 1 bets or calls (Kuhn Poker)."""
@@ -96,6 +99,7 @@ class WeightPlayer:
         aggressive = self.w == 1.0
         out = []
         for p in prompts:
+            p = "".join(map(chr, p))  # prompts arrive as ids
             facing = "[call]" in p
             move = ("call" if aggressive else "fold") if facing else ("bet" if aggressive else "check")
             out.append([Completion(f"\\boxed{{{move}}}", [1], [2], "stop")])

@@ -26,13 +26,14 @@ def toy_problems():
             for i, (q, gold, lv, sj, _, _) in enumerate(TOY)]
 
 
-def toy_generator(scripted):
-    return scripted({q: g for q, *_, g, _ in TOY}, {q: s for q, *_, s in TOY})
+def toy_generator(scripted, tok):
+    """Answers keyed by question; the raw prompts arrive as ids, decoded with ``tok``."""
+    return scripted({q: g for q, *_, g, _ in TOY}, {q: s for q, *_, s in TOY}, tokenizer=tok)
 
 
-def test_metrics_by_hand(scripted, checker):
-    gen = toy_generator(scripted)
-    out = evaluate_math(gen, None, toy_problems(), k=4, checker=checker, prompt_style="raw")
+def test_metrics_by_hand(scripted, checker, smol_tokenizer):
+    gen = toy_generator(scripted, smol_tokenizer)
+    out = evaluate_math(gen, smol_tokenizer, toy_problems(), k=4, checker=checker, prompt_style="raw")
     m = out["metrics"]
     assert m["eval/toy/pass@1"] == pytest.approx(2 / 4)
     assert m["eval/toy/maj@4"] == pytest.approx(1 / 4)
@@ -61,8 +62,8 @@ def test_metrics_by_hand(scripted, checker):
     (True, 0, {"pass@1"}),
     (False, 2, {"maj@2", "pass@2", "mean@2"}),
 ])
-def test_passes_can_be_skipped(scripted, checker, greedy, k, keys):
-    out = evaluate_math(toy_generator(scripted), None, toy_problems(), k=k, greedy=greedy,
+def test_passes_can_be_skipped(scripted, checker, greedy, k, keys, smol_tokenizer):
+    out = evaluate_math(toy_generator(scripted, smol_tokenizer), smol_tokenizer, toy_problems(), k=k, greedy=greedy,
                         checker=checker, prompt_style="raw", prefix="ev")
     assert set(out["metrics"]) == {f"ev/toy/{key}" for key in keys}
 
@@ -98,7 +99,7 @@ def independent_maj(rows, k):
     return right / len(groups)
 
 
-def test_cli_run_writes_files_and_cross_check(tmp_path, scripted, checker):
+def test_cli_run_writes_files_and_cross_check(tmp_path, scripted, checker, smol_tokenizer):
     (tmp_path / "data" / "toy").mkdir(parents=True)
     rows = [{"question": q, "answer": "\\boxed{%s}" % gold, "level": lv, "subject": sj}
             for q, gold, lv, sj, _, _ in TOY]
@@ -106,7 +107,7 @@ def test_cli_run_writes_files_and_cross_check(tmp_path, scripted, checker):
     (tmp_path / "data" / "toy" / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     args = build_parser().parse_args(["--benchmarks", "toy", "--data_dir", str(tmp_path / "data"), "--k", "4",
                                       "--prompt_style", "raw", "--output_dir", str(tmp_path / "out"), "--quiet"])
-    results = run(args, generator=toy_generator(scripted), tokenizer=None)
+    results = run(args, generator=toy_generator(scripted, smol_tokenizer), tokenizer=smol_tokenizer)
     saved = json.loads((tmp_path / "out" / "results.json").read_text())
     assert saved["metrics"] == results["metrics"]
     gens = [json.loads(line) for line in (tmp_path / "out" / "generations.jsonl").read_text().splitlines()]
@@ -115,12 +116,12 @@ def test_cli_run_writes_files_and_cross_check(tmp_path, scripted, checker):
     assert all(r["answer"] == extract_answer(r["response"], "choice" if r["idx"] == 2 else "number") for r in gens)
 
 
-def test_fallback_none_drops_unboxed_answers(scripted, checker):
-    out = evaluate_math(toy_generator(scripted), None, toy_problems(), k=4, checker=checker,
+def test_fallback_none_drops_unboxed_answers(scripted, checker, smol_tokenizer):
+    out = evaluate_math(toy_generator(scripted, smol_tokenizer), smol_tokenizer, toy_problems(), k=4, checker=checker,
                         prompt_style="raw", fallback="none")
     bench = out["benchmarks"]["toy"]
     # problem 1 had only unboxed numbers: now no answer, so its pass@4 is lost
     assert (bench["pass@1"], bench["maj@4"], bench["pass@4"]) == (0.5, 0.25, 0.5)
     assert bench["no_answer@greedy"] == 0.5
     with pytest.raises(ValueError):
-        evaluate_math(toy_generator(scripted), None, toy_problems(), checker=checker, fallback="choice")
+        evaluate_math(toy_generator(scripted, smol_tokenizer), smol_tokenizer, toy_problems(), checker=checker, fallback="choice")

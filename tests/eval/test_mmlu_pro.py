@@ -69,20 +69,21 @@ def test_shots_dropped_to_fit_budget(mmlu_dir, smol_tokenizer):
     val = load_mmlu_pro(mmlu_dir / "validation.jsonl")
     shots = [x for x in val if x.category == "math"]
     target = q(1, "math")
-    full, used, n_full = build_prompt(target, shots, smol_tokenizer, "raw")
-    assert used == 5 and full.count("Question:") == 6
+    ids, used, n_full = build_prompt(target, shots, smol_tokenizer, "raw")
+    full = smol_tokenizer.decode(ids)  # the prompt comes as the token ids fed to the model
+    assert used == 5 and n_full == len(ids) and full.count("Question:") == 6
     assert full.endswith("Answer: Let's think step by step.")
     assert "Answer: Let's think step by step." in full.split("Question:")[1]  # shot's "A:" rewritten
     _, used2, n2 = build_prompt(target, shots, smol_tokenizer, "raw", max_prompt_tokens=n_full - 1)
     assert used2 < 5 and n2 <= n_full - 1
     chat, _, _ = build_prompt(target, shots[:1], smol_tokenizer, "chat")
-    assert chat.rstrip().endswith("<|im_start|>assistant")
+    assert smol_tokenizer.decode(chat).rstrip().endswith("<|im_start|>assistant")
 
 
 def test_accuracy_weighted_by_counts(scripted, checker, smol_tokenizer):
     qs = [q(1, "math", "A"), q(2, "math", "B"), q(3, "physics", "C"), q(4, "law", "D"), q(5, "law", "A")]
     texts = ["the answer is (A)", "the answer is (C)", "Answer: C", "hmm", "the answer is (A)"]
-    built = [build_prompt(x, [], smol_tokenizer, "chat")[0] for x in qs]
+    built = [tuple(build_prompt(x, [], smol_tokenizer, "chat")[0]) for x in qs]  # ids, as fed
     samples = [["(A)", "(B)", "(A)"], ["(B)", "(C)", "(C)"], ["C", "C", "D"], ["x", "y", "z"], ["(B)", "(A)", "(B)"]]
     gen = scripted(dict(zip(built, texts)), dict(zip(built, samples)))
     out = evaluate_mmlu_pro(gen, smol_tokenizer, qs, [], k=3, checker=checker, prompt_style="chat")
@@ -117,7 +118,7 @@ def test_strict_accuracy_and_fallback_share(scripted, checker, smol_tokenizer):
              "I am not sure.",                 # fallback "I": wrong
              "Answer: D"]                      # explicit, right
     samples = [["the answer is (A)", "A"], ["I", "Answer: B"], ["x", "y"], ["C", "D"]]
-    built = [build_prompt(x, [], smol_tokenizer, "chat")[0] for x in qs]
+    built = [tuple(build_prompt(x, [], smol_tokenizer, "chat")[0]) for x in qs]  # ids, as fed
     gen = scripted(dict(zip(built, texts)), dict(zip(built, samples)))
     out = evaluate_mmlu_pro(gen, smol_tokenizer, qs, [], k=2, checker=checker, prompt_style="chat")
     e = out["benchmarks"]["mmlu_pro"]

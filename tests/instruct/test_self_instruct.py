@@ -11,6 +11,13 @@ SEEDS = [Problem(f"Seed {w}: how many apples does {w} have after buying {i} more
          for i, w in enumerate("Ann Bob Cid Dan Eve Fay Gus Hal Ivy Jon".split())]
 
 
+class CharTok:
+    """Characters as token ids, so the prompts that arrive as ids decode exactly."""
+
+    def __call__(self, text, add_special_tokens=False, split_special_tokens=False):
+        return {"input_ids": [ord(ch) for ch in text]}
+
+
 class ScriptedGenerator:
     """Returns queued completion texts in order; records the prompts it was given."""
 
@@ -19,7 +26,7 @@ class ScriptedGenerator:
 
     def generate(self, prompts, n, sampling):
         self.calls += 1
-        self.prompts += prompts
+        self.prompts += ["".join(map(chr, p)) for p in prompts]
         out = []
         for _ in prompts:
             text = self.texts.pop(0) if self.texts else ""
@@ -32,7 +39,7 @@ def _make(tmp_path, texts, **cfg):
     pool = PromptPool.create(tmp_path, SEEDS)
     cfg = InstructConfig(n_shots=4, prompts_per_call=2, **cfg)
     gen = ScriptedGenerator(texts)
-    return pool, gen, SelfInstruct(gen, None, pool, cfg)
+    return pool, gen, SelfInstruct(gen, CharTok(), pool, cfg)
 
 
 def test_propose_filters_and_adds_pending(tmp_path):

@@ -7,7 +7,9 @@ A round rolls out ``rollout_batch_size`` prompts: the pool's pending problems, t
 self-instruction (or the next seeds, without it). Rounds repeat until ``rollout_batch_size``
 groups passed the difficulty filter or ``max_refill_rounds`` are spent; kept groups beyond
 the batch are trained first in the next step (``serl.instruct.rollouts``), so no kept
-rollout is wasted. Prompts longer than ``prompt_max_len`` tokens are skipped and counted.
+rollout is wasted. Prompts longer than ``prompt_max_len`` tokens are skipped and counted:
+seeds before any work (``data/skipped_long``, named by file and line), generated problems
+by the prompt-length filter; few-shot prompts leave out their longest examples to fit.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ import torch
 
 from serl.algos import compute_advantages, kl_estimate
 from serl.checkpoint import fault_point
+from serl.data.lengths import fit_problems, prompt_limit
 from serl.data.seeds import DataError, read_seeds
 from serl.engines.base import Completion, Sampling, TrainBatch
 from serl.instruct import (DifficultyFilter, InstructConfig, PoolItem, PromptPool, Rollout, SelfInstruct,
@@ -47,7 +50,7 @@ class SerlRecipe(Recipe):
             if bad is not None:
                 raise DataError(f"{cfg.prompt_data}: row {bad + 1} has no '{cfg.label_key}' label, which "
                                 f"--reward_mode rule needs (auto votes on unlabelled problems)")
-        return seeds
+        return fit_problems(cfg, seeds)  # longer than --prompt_max_len: skipped, counted, named
 
     @classmethod
     def needs_reference(cls, cfg) -> bool:
@@ -71,6 +74,7 @@ class SerlRecipe(Recipe):
         super().__init__(ctx, seeds)
         cfg, tokenizer, generator = self.cfg, self.tok, self.generator
         self.rng = random.Random(cfg.seed)
+        self.prompt_max_len = prompt_limit(cfg, ctx.model_path)
         if ctx.resuming and (self.run_dir / POOL_FILE).exists():
             self.pool = PromptPool.load(self.run_dir, until_step=ctx.resume_step)
         else:
@@ -80,19 +84,23 @@ class SerlRecipe(Recipe):
             n_shots=cfg.few_shot_generation, prompts_per_call=cfg.few_shot_generation_batch_size,
             max_new_tokens=cfg.instruction_max_len, max_attempts=cfg.instruction_max_attempts,
             temperature=cfg.instruction_temperature, top_p=cfg.instruction_top_p,
-            rouge_threshold=cfg.rouge_threshold)
+            rouge_threshold=cfg.rouge_threshold,
+            # a few-shot prompt and its reply must fit the engine's context (prompt_max_len +
+            # generate_max_len, within the model's); its examples are seeds that fit already
+            max_prompt_tokens=max(1, self.prompt_max_len + cfg.generate_max_len - cfg.instruction_max_len))
         filters = TextFilters.from_config(icfg)
-        filters.add_filter(PromptLengthFilter(self.prompt_tokens, cfg.prompt_max_len))
+        filters.add_filter(PromptLengthFilter(self.prompt_tokens, self.prompt_max_len))
         self.instruct = SelfInstruct(generator, tokenizer, self.pool, icfg, filters)
         self.seed_order: list[PoolItem] = []
         self.carry: list[Rollout] = []  # kept groups beyond the last batch, trained next step
         self.step_done = 0
         self.prompt_lens: dict[str, int] = {}
+        self.skipped_seeds = len(getattr(seeds, "skipped", ()))  # by prepare, as too long
 
     def prompt_tokens(self, text: str) -> int:
         """Length of the rollout prompt for ``text`` (chat template and instruction included)."""
         if text not in self.prompt_lens:  # seeds come back every epoch
-            self.prompt_lens[text] = len(self.tok(self.chat_prompt(text), add_special_tokens=False)["input_ids"])
+            self.prompt_lens[text] = len(self.chat_prompt(text))
         return self.prompt_lens[text]
 
     # ---- the loop -------------------------------------------------------------------
@@ -126,6 +134,8 @@ class SerlRecipe(Recipe):
         metrics["train/batch_prompts"] = len(rollouts)
         metrics = finalize_metrics(metrics)
         metrics.update(self.step_counts)
+        if self.skipped_seeds:  # logged only when prepare skipped some (the key set stays as it was)
+            metrics["data/skipped_long"] = self.skipped_seeds
         metrics["batch/dropped"] = self.step_counts["filter/difficulty/too_easy"] + \
             self.step_counts["filter/difficulty/too_hard"]
         metrics["batch/carried_in"] = min(carried, len(rollouts))
@@ -194,7 +204,7 @@ class SerlRecipe(Recipe):
                 self.seed_order = self.pool.seeds()
                 self.rng.shuffle(self.seed_order)
             item = self.seed_order.pop(0)
-            if self.prompt_tokens(item.text) <= self.cfg.prompt_max_len:
+            if self.prompt_tokens(item.text) <= self.prompt_max_len:
                 items.append(item)
                 skipped_in_a_row = 0
                 continue
@@ -202,7 +212,7 @@ class SerlRecipe(Recipe):
             skipped_in_a_row += 1
             if skipped_in_a_row > len(self.pool.seeds()):
                 raise DataError(f"{self.cfg.prompt_data}: no seed problem fits in --prompt_max_len "
-                                f"{self.cfg.prompt_max_len} tokens (chat template and instruction included)")
+                                f"{self.prompt_max_len} tokens (chat template and instruction included)")
         return items
 
     def rollout(self, items: list[PoolItem]) -> list[list[Completion]]:

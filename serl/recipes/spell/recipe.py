@@ -16,6 +16,7 @@ import dataclasses
 import json
 import logging
 import random
+from pathlib import Path
 
 import torch
 
@@ -25,7 +26,7 @@ from serl.data.seeds import DataError
 from serl.engines.base import Sampling
 from serl.eval.roles import HeldOut, Roles, evaluate_roles, greedy_texts, load_heldout
 from serl.instruct.novelty import RougeIndex
-from serl.models import load_tokenizer, resolve_model
+from serl.data.lengths import PromptBudget, budget_for, prompt_limit
 from serl.recipes.base import Recipe, RunContext
 from serl.recipes.spell import episode
 from serl.recipes.spell.memory import HistoryMemory
@@ -47,13 +48,15 @@ class SpellRecipe(Recipe):
     def prepare(cls, cfg):
         """The corpus as clusters that fit the prompt budget (paragraphs too long are skipped
         and counted); errors name the file."""
-        budget = cfg.prompt_max_len - PROMPT_RESERVE
-        tok = []  # loaded on first use: a missing corpus fails before any model work
+        if not Path(cfg.corpus).exists():  # before the tokenizer loads
+            raise DataError(f"corpus: corpus not found: {cfg.corpus}")
+        limit = budget_for(cfg)  # the run's rule; a paragraph too long is not even tokenized
+        budget = limit.max_tokens - PROMPT_RESERVE
+        docs = PromptBudget(limit.tok, budget)
 
         def count(text: str) -> int:
-            if not tok:
-                tok.append(load_tokenizer(resolve_model(cfg.model)))
-            return len(tok[0](text, add_special_tokens=False)["input_ids"]) + 4  # "[i] " and the break
+            n = docs.measure(text)
+            return budget + 1 if n is None else n + 4  # "[i] " and the break
 
         try:
             corpus = read_corpus(cfg.corpus, cluster_size=cfg.cluster_size, text_key=cfg.corpus_text_key,
@@ -74,6 +77,7 @@ class SpellRecipe(Recipe):
         super().__init__(ctx, corpus)
         cfg = self.cfg
         self.clusters, self.corpus_stats = corpus.clusters, corpus.stats
+        self.prompt_max_len = prompt_limit(cfg, ctx.model_path)
         self.rng = random.Random(cfg.seed)
         self.memory = HistoryMemory(cfg.memory_capacity)
         self.known: dict[str, list[str]] = {}      # cluster id -> questions asked (novelty)
@@ -128,7 +132,7 @@ class SpellRecipe(Recipe):
             out.append(self.clusters[self.order.pop()])
         return out
 
-    def sample(self, prompts: list[str], n: int, max_new_tokens: int, temperature: float | None = None):
+    def sample(self, prompts: list[list[int]], n: int, max_new_tokens: int, temperature: float | None = None):
         if not prompts:
             return []
         t = self.cfg.temperature if temperature is None else temperature
@@ -143,8 +147,8 @@ class SpellRecipe(Recipe):
             history = self.memory.get(c.id)
             while True:  # the oldest examples go first when the prompt is over budget
                 p = self.chat_prompt(questioner_prompt([c.paragraphs[i] for i in ev], history, compact=cfg.compact_prompts,
-                                                       few_shot=cfg.few_shot_questioner)) + self.prefill
-                if len(self.tok(p, add_special_tokens=False)["input_ids"]) <= cfg.prompt_max_len or not history:
+                                                       few_shot=cfg.few_shot_questioner), prefill=self.prefill)
+                if len(p) <= self.prompt_max_len or not history:
                     break
                 history = history[1:]
             prompts.append(p)
@@ -212,7 +216,7 @@ class SpellRecipe(Recipe):
             q.judges = [[] for _ in q.responses]
         with self.timed("verifier"):
             groups = self.sample([self.chat_prompt(verifier_prompt(q.qa["question"], q.answers[i], q.qa["answer"],
-                                                            self.cfg.compact_prompts)) + self.verdict_prefill
+                                                            self.cfg.compact_prompts), prefill=self.verdict_prefill)
                                   for q, i in todo], self.cfg.verifier_samples, self.cfg.verifier_max_len)
         for (q, i), g in zip(todo, groups):  # judged on prefill + reply; trained on the model's tokens
             q.judges[i] = [dataclasses.replace(c, text=self.verdict_prefill + c.text) for c in g]
@@ -239,10 +243,10 @@ class SpellRecipe(Recipe):
         """The three roles as the held-out evaluation drives them: the training prompts."""
         cfg, chat, compact = self.cfg, self.chat_prompt, self.cfg.compact_prompts
         return Roles(responder=lambda q, docs: chat(responder_prompt(q, docs, compact)),
-                     verifier=lambda q, a, ref: chat(verifier_prompt(q, a, ref, compact)) + self.verdict_prefill,
+                     verifier=lambda q, a, ref: chat(verifier_prompt(q, a, ref, compact), prefill=self.verdict_prefill),
                      verifier_prefill=self.verdict_prefill,
                      questioner=lambda ps: chat(questioner_prompt(ps, compact=compact,
-                                                                  few_shot=cfg.few_shot_questioner)) + self.prefill,
+                                                                  few_shot=cfg.few_shot_questioner), prefill=self.prefill),
                      parse_question=lambda text: episode.parse_questioner(self.prefill + text)[1],
                      responder_len=cfg.generate_max_len, verifier_len=cfg.verifier_max_len,
                      questioner_len=cfg.questioner_max_len, paragraphs_per_prompt=cfg.paragraphs_per_prompt,

@@ -22,6 +22,8 @@ import random
 import torch
 
 from serl.checkpoint import CKPT_DIR, DONE
+from serl.chat import text_ids
+from serl.data.lengths import fit_problems
 from serl.data.seeds import DataError, Problem, read_seeds
 from serl.engines.base import Completion, Sampling, TrainBatch
 from serl.progress import stage
@@ -41,8 +43,9 @@ def end_of_turn_id(tok) -> int:
 
 
 def answer_ids(tok, text: str) -> list[int]:
-    """A human answer as response tokens, ended like a sampled answer."""
-    return tok(text, add_special_tokens=False)["input_ids"] + [end_of_turn_id(tok)]
+    """A human answer as response tokens, ended like a sampled answer; its text stays text
+    (``serl.chat``): an ``<|im_end|>`` written in it is not the end of the turn."""
+    return text_ids(tok, text) + [end_of_turn_id(tok)]
 
 
 def pair_batch(triples: list[tuple[list[int], list[int], list[int]]]) -> TrainBatch:
@@ -74,7 +77,8 @@ class SpinRecipe(Recipe):
             if bad is not None:
                 raise DataError(f"{cfg.prompt_data}: problem {bad + 1} has no '{cfg.label_key}'; "
                                 f"--reward_mode rule needs a label on every problem")
-        return problems
+        # too long for --prompt_max_len (with the answer: for the run's context): skipped, counted
+        return fit_problems(cfg, problems, with_answers=spin)
 
     @classmethod
     def needs_reference(cls, cfg) -> bool:
@@ -91,6 +95,7 @@ class SpinRecipe(Recipe):
     def __init__(self, ctx, problems: list[Problem]):
         super().__init__(ctx, problems)
         self.problems = problems
+        self.skipped_long = len(getattr(problems, "skipped", ()))
         self.rng = random.Random(self.cfg.seed)
         self.end_id = end_of_turn_id(self.tok)
         self.order: list[int] = []   # problem indices still to visit (reshuffled epochs)
@@ -112,6 +117,8 @@ class SpinRecipe(Recipe):
                     metrics.update(self.learner.step(batch))
                 self.sync_weights()
         self.step_done = step
+        if self.skipped_long:  # logged only when prepare skipped some
+            metrics["data/skipped_long"] = self.skipped_long
         return metrics | {f"time/{k}": v for k, v in self.times.items()}
 
     # ---- spin mode ----------------------------------------------------------------------

@@ -55,7 +55,21 @@ class SpiralRecipe(Recipe):
     # ---- rules read by the engine factory and the runner ----------------------------------------------
     @classmethod
     def prepare(cls, cfg):
-        return cfg.game_list()  # games need no data; the names were checked by the config
+        """The games (they need no data; the names were checked by the config). Each game's
+        first prompt, with ``--system_prompt``, must fit the run's prompt budget."""
+        from serl.chat import user_ids
+        from serl.config import ConfigError
+        from serl.data.lengths import budget_for
+
+        budget = budget_for(cfg)
+        for name in cfg.game_list():
+            game = make_game(name, kuhn_rules=cfg.kuhn_rules).reset(0)
+            text = render_prompt(game, show_legal_actions=cfg.show_legal_actions, example=cfg.prompt_example)
+            n = budget.measure(text, lambda t: user_ids(budget.tok, t, cfg.system_prompt or ""))
+            if budget.over(n):
+                raise ConfigError(f"prompt_max_len: the first prompt of {name} (with --system_prompt) takes "
+                                  f"{budget.describe(n, text)}")
+        return cfg.game_list()
 
     @classmethod
     def needs_reference(cls, cfg) -> bool:

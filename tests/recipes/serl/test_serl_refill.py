@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from serl.config import parse_args
+from serl.data.seeds import read_seeds
 from serl.engines.base import Completion
 from serl.recipes.base import RunContext
 from serl.recipes.serl.recipe import SerlRecipe
@@ -23,12 +24,25 @@ from serl.recipes.serl.recipe import SerlRecipe
 PROBLEM = re.compile(r"(?:problem number|Seed problem) (\d+)")
 
 
+_WORDS: list[str] = []  # the fake tokenizer's vocabulary, grown as it meets words
+
+
+def text_of(ids) -> str:
+    """A prompt's text back from the fake tokenizer's ids (prompts arrive as ids)."""
+    return ids if isinstance(ids, str) else "".join(_WORDS[i] for i in ids)
+
+
 class FakeTok:
     def apply_chat_template(self, messages, add_generation_prompt=True, tokenize=False):
         return "<user>" + messages[0]["content"]
 
-    def __call__(self, text, add_special_tokens=False):
-        return {"input_ids": text.split()}  # one token per word
+    def __call__(self, text, add_special_tokens=False, split_special_tokens=False):
+        ids = []  # one token per word, with the whitespace after it
+        for w in re.findall(r"\S+\s*|\s+", text):
+            if w not in _WORDS:
+                _WORDS.append(w)
+            ids.append(_WORDS.index(w))
+        return {"input_ids": ids}
 
 
 class FakeGenerator:
@@ -43,7 +57,7 @@ class FakeGenerator:
 
     def generate(self, prompts, n, sampling):
         out = []
-        for p in prompts:
+        for p in map(text_of, prompts):
             if not p.startswith("<user>"):  # a few-shot prompt: write the next problem
                 k, self.calls = self.calls, self.calls + 1
                 pad = " with ten more words" * 10 if self.long_every and k % self.long_every == self.long_every - 1 else ""
@@ -113,7 +127,9 @@ def make(tmp_path, *flags, gen=None, run="run", resume_step=0, seeds=None):
     gen, learner = gen or FakeGenerator(), FakeLearner()
     ctx = RunContext(cfg, tmp_path / run, "m", FakeTok(), gen, learner, ExactChecker(), None, "quiet",
                      resume_step=resume_step, resuming=resume_step > 0)
-    return SerlRecipe(ctx, SerlRecipe.prepare(cfg)), gen, learner
+    # the seeds as read, not fitted by prepare (whose length rule uses the real tokenizer;
+    # tests/test_prompt_limits.py covers it): this file's length checks are the step's own
+    return SerlRecipe(ctx, read_seeds(cfg.prompt_data, cfg.input_key, cfg.label_key)), gen, learner
 
 
 def trained(batch):
@@ -187,7 +203,9 @@ def test_overlong_filter_leaves_truncated_answers_out_of_the_loss(tmp_path):
 
 def test_prompt_max_len_skips_long_generated_problems_and_counts_them(tmp_path):
     # every 3rd problem gets 40 more words; the chat prompt of a short one has 9 words
-    recipe, gen, learner = make(tmp_path, "--prompt_max_len", "20", gen=FakeGenerator(long_every=3))
+    # (--generate_max_len 400: the few-shot prompts, about 100 words, must fit the context)
+    recipe, gen, learner = make(tmp_path, "--prompt_max_len", "20", "--generate_max_len", "400",
+                                gen=FakeGenerator(long_every=3))
     m = recipe.step(1)
     assert all(k % 3 != 2 for k in gen.rolled_out) and m["batch/rolled_out"] == 4 * m["filter/rounds"]
     assert m["batch/skipped_long"] == m["filter/prompt_len/rejected"] >= 2
@@ -246,4 +264,5 @@ def test_held_out_problems_are_asked_with_the_runs_instruction(tmp_path):
     recipe, gen, _ = make(tmp_path, gen=Recorder())
     recipe.checker = Equal()
     m = recipe.evaluate([MathProblem("heldout", 0, "What is 1 + 1?", "2")])
-    assert gen.prompts == ["<user>What is 1 + 1?\nBox it."] and m["eval/heldout/pass@1"] == 1.0
+    assert [text_of(p) for p in gen.prompts] == ["<user>What is 1 + 1?\nBox it."]
+    assert m["eval/heldout/pass@1"] == 1.0

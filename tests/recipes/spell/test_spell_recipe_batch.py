@@ -1,6 +1,7 @@
 """SpellRecipe.step with a scripted generator: statuses, rewards, the three roles' groups,
 dynamic sampling, memory, novelty and the advantages, against numbers worked out by hand."""
 import math
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -18,12 +19,25 @@ CLUSTERS = [Cluster("A", ["Acme Works was founded by Ann.", "Filler about bread.
             Cluster("C", ["The Tessa river flows through Orrin.", "Filler again."], ["c", "c"])]
 
 
+_WORDS: list[str] = []  # the fake tokenizer's vocabulary, grown as it meets words
+
+
+def text_of(ids) -> str:
+    """A prompt's text back from the fake tokenizer's ids (prompts arrive as ids)."""
+    return ids if isinstance(ids, str) else "".join(_WORDS[i] for i in ids)
+
+
 class FakeTok:
     def apply_chat_template(self, messages, add_generation_prompt=True, tokenize=False):
         return "<user>" + messages[0]["content"] + "<assistant>"
 
-    def __call__(self, text, add_special_tokens=False):
-        return {"input_ids": text.split()}
+    def __call__(self, text, add_special_tokens=False, split_special_tokens=False):
+        ids = []  # one token per word, with the whitespace after it
+        for w in re.findall(r"\S+\s*|\s+", text):
+            if w not in _WORDS:
+                _WORDS.append(w)
+            ids.append(_WORDS.index(w))
+        return {"input_ids": ids}
 
 
 def script(prompt: str, n: int) -> list[str]:
@@ -51,6 +65,7 @@ class ScriptedGenerator:
 
     def generate(self, prompts, n, sampling):
         self.calls += 1
+        prompts = [text_of(p) for p in prompts]
         self.prompts += prompts
         out = []
         for p in prompts:

@@ -18,6 +18,9 @@ class FakeTok:
     def apply_chat_template(self, messages, add_generation_prompt=True, tokenize=False):
         return "<user>" + messages[0]["content"]
 
+    def __call__(self, text, add_special_tokens=False, split_special_tokens=False):
+        return {"input_ids": [ord(ch) for ch in text]}  # characters as ids: prompts decode exactly
+
 
 class FakeGenerator:
     """Answers with a random legal move in a box; every ``truncate_every``-th answer is cut off."""
@@ -31,6 +34,7 @@ class FakeGenerator:
         self.calls += 1
         out = []
         for p in prompts:
+            p = "".join(map(chr, p))  # prompts arrive as ids
             self.n += 1
             legal = LEGAL.search(p).group(1).split(", ")
             move = "nonsense" if self.illegal else self.rng.choice(legal).strip("[]")
