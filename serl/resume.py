@@ -28,6 +28,17 @@ def run_defining(recipe: str) -> tuple[str, ...]:
     return recipe_class(recipe).run_defining()
 
 
+def _whole_lines(raw: bytes) -> dict | None:
+    """The mapping in the complete lines of a file cut short, or None if they are no mapping."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(raw[: raw.rfind(b"\n") + 1].decode("utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def load_saved(path: Path) -> TrainConfig:
     """A run's saved config.yaml, refused (naming the file, and what is missing or the bad
     line) when it cannot be read or lacks a run-defining option."""
@@ -38,9 +49,14 @@ def load_saved(path: Path) -> TrainConfig:
     cut = "" if not raw or raw.endswith(b"\n") else f" (it ends in the middle of line {last_line}: cut short?)"
     try:
         p, data, _ = _read_yaml_text(str(path))
+        keys = list(data)[:-1] if cut else list(data)  # the value on a cut line may have lost its end
     except ConfigError as e:
-        raise ConfigError(f"{e}{cut}") from None
-    keys = list(data)[:-1] if cut else list(data)  # the value on a cut line may have lost its end
+        # A file cut inside a quoted value is no YAML; its whole lines may still be, and then
+        # the message can name what is missing rather than only the broken line.
+        whole = _whole_lines(raw) if cut else None
+        if whole is None:
+            raise ConfigError(f"{e}{cut}") from None
+        p, data, keys = Path(path), whole, list(whole)
     if "recipe" not in keys:
         raise ConfigError(f"{p}: option 'recipe' is missing{cut}, so the run cannot be resumed; "
                           f"start a new run directory")
