@@ -158,21 +158,22 @@ def test_reward_utils_files(checker, same, monkeypatch):
 class _Scripted:
     """A generator that returns the written samples of each prompt."""
 
-    def __init__(self, samples):
-        self.samples = samples
+    def __init__(self, samples, tok):
+        self.samples, self.tok = samples, tok
 
-    def generate(self, prompts, n, sampling):
-        return [[Completion(text=t, token_ids=[1], prompt_ids=[0]) for t in self.samples[p][:n]] for p in prompts]
+    def generate(self, prompts, n, sampling):  # prompts arrive as ids (serl.chat)
+        return [[Completion(text=t, token_ids=[1], prompt_ids=list(p)) for t in self.samples[self.tok.decode(p)][:n]]
+                for p in prompts]
 
 
-def test_maj_at_k_evaluation(checker, same):
+def test_maj_at_k_evaluation(checker, same, smol_tokenizer):
     k = 6
     groups = generate(120, [k], seed=4)
     rng = random.Random(5)
     golds = [rng.choice(VALUES) for _ in groups]
     problems = [MathProblem(f"b{i}", i, f"question {i}", gold) for i, gold in enumerate(golds)]
-    gen = _Scripted({p.question: [t for t, _ in g] for p, g in zip(problems, groups)})
-    out = evaluate_math(gen, None, problems, k=k, checker=checker, greedy=False, prompt_style="raw", log=None)
+    gen = _Scripted({p.question: [t for t, _ in g] for p, g in zip(problems, groups)}, smol_tokenizer)
+    out = evaluate_math(gen, smol_tokenizer, problems, k=k, checker=checker, greedy=False, prompt_style="raw", log=None)
     refs = [reference_vote([a for _, a in g], same) for g in groups]
     solved = [ref["label"] is not None and same[gold, ref["label"]] for ref, gold in zip(refs, golds)]
     assert [out["metrics"][f"eval/b{i}/maj@{k}"] for i in range(len(groups))] == [float(s) for s in solved]
