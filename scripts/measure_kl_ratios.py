@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import sys
 
 CAPS = (1.0, 2.0, 5.0, 10.0, 20.0)
@@ -58,10 +57,21 @@ def main(argv=None) -> int:
     updates: list = []  # one tensor of Δ per learner update (optimizer step)
     orig = objectives.OBJECTIVES["ppo_clip"]
 
+    def report() -> str:
+        rep = {"overall": summary(torch.cat(updates)),
+               "per_pass": [{k: v for k, v in summary(d).items() if not k.endswith("share_above")}
+                            for d in updates]}
+        text = json.dumps(rep, indent=1)
+        if args.out:  # rewritten after every pass, so a run stopped early still leaves its numbers
+            with open(args.out, "w") as f:
+                f.write(text + "\n")
+        return text
+
     def recording(inp, cfg):
         if inp.ref_logp is not None:
             d = (inp.logp.detach().float() - inp.ref_logp.float())[inp.mask.bool()]
             updates.append(d.cpu())
+            report()
         return orig.fn(inp, cfg)
 
     objectives.OBJECTIVES["ppo_clip"] = dataclasses.replace(orig, fn=recording)
@@ -70,14 +80,7 @@ def main(argv=None) -> int:
         print("no ppo_clip pass with reference log-probs was seen: add --use_kl_loss and a KL "
               "coefficient > 0", file=sys.stderr)
         return 2
-    report = {"overall": summary(torch.cat(updates)),
-              "per_pass": [{k: v for k, v in summary(d).items() if not k.endswith("share_above")}
-                           for d in updates]}
-    text = json.dumps(report, indent=1, default=lambda x: None if math.isnan(x) else x)
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
+    print(report())
     return rc
 
 
