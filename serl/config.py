@@ -87,6 +87,7 @@ class TrainConfig:
     init_kl_coef: float = _f(1e-4, "KL coefficient (in the reward, or the loss with --use_kl_loss)")
     use_kl_loss: bool = _f(False, "put the KL term in the loss instead of the reward")
     kl_estimator: str = _f("k3", "KL estimator for the loss term: k1, k2 or k3")
+    kl_clip: float = _f(10.0, "cap on each token's KL estimate, in the loss and the reward (docs/algorithms.md)")
     gamma: float = _f(1.0, "discount of the token-level return")
     eps_clip: float = _f(0.2, "PPO clip range")
     actor_learning_rate: float = _f(5e-7, "AdamW learning rate", aliases=("lr",))
@@ -164,6 +165,12 @@ class TrainConfig:
         if est in ("group_norm", "dr_grpo") and self.init_kl_coef > 0 and not self.use_kl_loss:
             raise ConfigError(f"advantage_estimator: {est} keeps the KL out of the reward; "
                               f"add --use_kl_loss (as GRPO does) or set --init_kl_coef 0")
+        from serl.algos.kl import check_kl_clip
+
+        try:
+            check_kl_clip(self.kl_clip)
+        except ValueError as e:
+            raise ConfigError(f"kl_clip: {e}") from None
         if self.colocate_all_models and not self.ray:
             raise ConfigError("colocate_all_models: needs --ray (it places Ray actors on shared GPUs)")
         if self.vllm_enable_sleep and self.generator == "hf":

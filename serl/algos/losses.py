@@ -89,8 +89,13 @@ def dpo_loss(policy_chosen_logp: Tensor, policy_rejected_logp: Tensor,
     - ``hinge``: max(0, 1 − β·h), the hinge option of the SPIN reference trainer
       (uclaml/SPIN, ``spin/alignment/trainer.py``; from RSO, Liu et al. 2023).
     - ``ipo``: (h − 1/(2β))², IPO (Azar et al. 2023, eq. 17, β there called τ). It
-      regresses h to a finite target instead of pushing it to infinity. TRL feeds IPO
-      per-token *mean* log-probs; that choice belongs to the caller.
+      regresses h to a finite target instead of pushing it to infinity. This function
+      takes h as given; serl's ``dpo`` objective passes log-probs *summed* over each
+      response, as for the other loss types. TRL's DPOTrainer instead divides each
+      response's log-ratio by its token count for IPO (a per-token mean), so the same β
+      sets a target per token there and per sequence here: β = 0.5, a 4-token chosen
+      answer with log-ratio sum 2 and a 2-token rejected one with −1 give (3 − 1)² = 4
+      here and (0.5 + 0.5 − 1)² = 0 in TRL (docs/algorithms.md).
 
     ``label_smoothing`` only has a meaning for ``sigmoid`` and is refused elsewhere.
     Metrics (β-scaled implicit rewards, as in TRL/SPIN): ``reward_chosen``,

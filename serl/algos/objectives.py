@@ -6,10 +6,12 @@ sums that add up over micro-batches (and ranks). ``Objective.metrics`` says what
 is divided by at the end: ``tokens``, ``pairs`` or nothing (``sum``).
 
 - ``ppo_clip``: the clipped surrogate (Reinforce++, GRPO, RLOO, Dr.GRPO) with an optional
-  KL-to-reference loss term (GRPO's ``use_kl_loss``).
+  KL-to-reference loss term (GRPO's ``use_kl_loss``), each token's estimate capped at
+  ``kl_clip`` (``actor/kl_capped``: the share of tokens at the cap).
 - ``pg``: the plain policy gradient −A·log π (no ratio, no clipping).
 - ``dpo``: DPO on (chosen, rejected) pairs of sequences (``sigmoid``, ``hinge``, ``ipo``;
-  label smoothing), with reference log-probs summed over response tokens.
+  label smoothing), with policy and reference log-probs summed over response tokens, for
+  every loss type; TRL averages them per token for ``ipo`` (docs/algorithms.md).
 """
 from __future__ import annotations
 
@@ -66,7 +68,8 @@ def get_objective(name: str) -> Objective:
 
 
 @register_objective("ppo_clip", {"loss/policy": "sum", "loss/kl": "sum", "actor/clip_frac": "tokens",
-                                 "actor/approx_kl": "tokens", "actor/ratio": "tokens"})
+                                 "actor/approx_kl": "tokens", "actor/ratio": "tokens",
+                                 "actor/kl_capped": "tokens"})
 def ppo_clip(inp: ObjectiveInput, cfg) -> tuple[Tensor, dict[str, float]]:
     old = inp.logp.detach() if inp.old_logp is None else inp.old_logp
     loss, m = ppo_clip_loss(inp.logp, old, inp.advantages, inp.mask, cfg.eps_clip_low, cfg.eps_clip_high,
@@ -74,9 +77,11 @@ def ppo_clip(inp: ObjectiveInput, cfg) -> tuple[Tensor, dict[str, float]]:
                             const=cfg.loss_agg_const)
     sums = {"loss/policy": loss.item(), "loss/kl": 0.0}
     if cfg.use_kl_loss:
-        kl_term = aggregate(kl_estimate(inp.logp, inp.ref_logp, cfg.kl_estimator), inp.mask, cfg.loss_agg,
-                            inp.num_tokens, inp.num_seqs, cfg.loss_agg_const)
+        kl = kl_estimate(inp.logp, inp.ref_logp, cfg.kl_estimator, cfg.kl_clip)
+        kl_term = aggregate(kl, inp.mask, cfg.loss_agg, inp.num_tokens, inp.num_seqs, cfg.loss_agg_const)
         sums["loss/kl"] = kl_term.item()
+        # share of tokens at the cap (they add no gradient): a cap that bites often is a sign of drift
+        sums["actor/kl_capped"] = float(((kl.detach().abs() >= cfg.kl_clip) & inp.mask.bool()).sum())
         loss = loss + cfg.kl_loss_coef * kl_term
     w = float(inp.mask.sum())
     for k in ("clip_frac", "approx_kl", "ratio"):

@@ -5,9 +5,13 @@ For each episode's return ``R`` of a role, the advantage is ``A = R - b`` with `
 step's update; then ``b <- alpha * b + (1 - alpha) * mean(R)`` over that role's episodes of the step
 (alpha = 0.95 upstream). Every turn of that player in that episode gets the same ``A`` (gamma = 1).
 
-Upstream updates the EMA once per episode, in the order episodes finish; averaging over the step first
-makes the result independent of that order. Baselines start at ``initial`` (0: the value of a fair
-zero-sum game) and a (game, role) pair seen for the first time starts there too.
+This is what spiral-rl 0.2.0 (PyPI; its Tinker trainer) does: advantages use the baseline read before
+the batch, then each (game, role) EMA takes one update per batch from that role's mean raw return.
+The repository's earlier oat-based ``train_spiral.py`` (version 0.0.1) differs: it updates a per-role
+EMA once per episode, in the order episodes are prepared, so later episodes of a batch see a baseline
+that already moved. docs/algorithms.md has the comparison. Baselines start at ``initial`` (0: the
+value of a fair zero-sum game, as upstream) and a (game, role) pair seen for the first time starts
+there too.
 """
 from __future__ import annotations
 

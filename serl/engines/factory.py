@@ -115,6 +115,7 @@ def learner_config(cfg):
         max_grad_norm=cfg.max_norm, bf16=cfg.bf16, grad_checkpointing=cfg.gradient_checkpointing,
         eps_clip_low=cfg.eps_clip, eps_clip_high=cfg.eps_clip, use_kl_loss=cfg.use_kl_loss,
         kl_loss_coef=cfg.init_kl_coef if cfg.use_kl_loss else 0.0, kl_estimator=cfg.kl_estimator,
+        kl_clip=cfg.kl_clip,
         objective=recipe.objective(cfg), objective_args=recipe.objective_args(cfg),
         device=resolve_device(cfg.device), seed=cfg.seed, lora_rank=cfg.lora_rank, lora_alpha=cfg.lora_alpha,
         lora_dropout=cfg.lora_dropout, lora_target_modules=cfg.target_modules)

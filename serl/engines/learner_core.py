@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from serl.algos.kl import canonical_kl
+from serl.algos.kl import KL_CLIP, canonical_kl, check_kl_clip
 from serl.algos.losses import LOSS_AGGREGATIONS
 from serl.algos.objectives import ObjectiveInput, get_objective
 from serl.engines.base import TrainBatch
@@ -59,6 +59,7 @@ class LearnerConfig:
     use_kl_loss: bool = False  # add kl_loss_coef * KL(policy, ref) to the loss (GRPO style)
     kl_loss_coef: float = 0.0  # weight of the KL loss term
     kl_estimator: str = "k3"  # k1 | k2 | k3, for the KL loss term
+    kl_clip: float = KL_CLIP  # cap on each token's KL estimate (serl.algos.kl)
     temperature: float = 1.0  # logits are divided by this (match the sampling temperature)
     ppo_epochs: int = 1  # optimizer steps per ``step`` call, each over the whole batch
     objective: str = "ppo_clip"  # a name in serl.algos.objectives (ppo_clip | pg | dpo)
@@ -77,6 +78,10 @@ class LearnerConfig:
         if self.loss_agg == "seq_sum_const" and not self.loss_agg_const > 0:
             raise ValueError(f"LearnerConfig.loss_agg_const must be > 0 with seq_sum_const, got {self.loss_agg_const}")
         canonical_kl(self.kl_estimator)
+        try:
+            check_kl_clip(self.kl_clip)
+        except ValueError as e:
+            raise ValueError(f"LearnerConfig.kl_clip: {e}") from None
         get_objective(self.objective)
         for name in ("micro_batch_size", "total_steps", "ppo_epochs"):
             if getattr(self, name) < 1:

@@ -12,8 +12,10 @@ equilibrium value is -1/18 per hand.
 ``KuhnPoker-v1`` (textarena 0.6.4): the pot is reset to the two antes and bets and calls never add
 chips, so every hand moves exactly 1 chip and a bet only matters by making the other player fold.
 Payoffs are then +1/-1 (win/loss), as upstream. Upstream also names the first mover of the first hand
-"Player 1"; here it is player 0, a relabelling only. Our default differs because without a growing pot
-betting carries no risk or reward of its own and the game loses what makes it poker (bluffing, value
+"Player 1"; here it is player 0, a relabelling only. Upstream registers five hands per game, but the
+winner of the last hand is declared the game's winner and earlier chips never count, so its reward is
+that of one hand, the one played here (docs/algorithms.md). Our default differs because without a
+growing pot betting carries no risk or reward of its own and the game loses what makes it poker (bluffing, value
 bets), and the known equilibrium and exploitability numbers no longer apply.
 
 Info states are ``(card, history)`` with history over ``c`` (check) and ``b`` (bet) before the decision:

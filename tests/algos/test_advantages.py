@@ -158,3 +158,12 @@ def test_bad_input(bad, match):
 def test_group_norm_rejects_kl_in_reward():
     with pytest.raises(ValueError, match="use_kl_loss"):
         compute_advantages("grpo", REWARDS, GROUPS, MASK, kl=torch.ones(4, 3), kl_coef=0.1)
+
+
+def test_reinforce_baseline_leaves_all_equal_groups_out_of_whitening():
+    # docs/algorithms.md: rewards [1,1,1,0], groups [0,0,1,1]. Centred: [0, 0, 0.5, -0.5].
+    # serl whitens over group 1 only: mean 0, std 0.5 -> [0, 0, 1, -1]. OpenRLHF 0.11.2 keeps
+    # group 0 in the statistics: mean 0, std sqrt(0.5/4) = 0.353553 -> [0, 0, 1.414214, -1.414214].
+    adv = compute_advantages("reinforce_baseline", torch.tensor([1.0, 1.0, 1.0, 0.0]),
+                             torch.tensor([0, 0, 1, 1]), torch.ones(4, 1))
+    assert adv[:, 0].tolist() == pytest.approx([0.0, 0.0, 1.0, -1.0], abs=1e-5)

@@ -104,3 +104,15 @@ def test_micro_batched_dpo_step_equals_the_unbatched_loss(tiny_path, loss_type):
     assert all(torch.allclose(w2[n], w6[n], atol=1e-4) for n in w2)
     start = TorchLearner(tiny_path, LearnerConfig(), need_ref=False)
     assert not all(torch.equal(w6[n], w) for n, w in start.named_weights())  # the step did move them
+
+
+def test_ipo_uses_summed_log_ratios():
+    # docs/algorithms.md: chosen has 4 tokens with log-ratio sum 2, rejected 2 tokens with sum -1,
+    # beta 0.5. Summed (serl): h = 3, loss (3 - 1)^2 = 4. TRL's per-token means would give
+    # h = 2/4 + 1/2 = 1 and loss 0.
+    logp = torch.tensor([[-0.5] * 4, [-2.0, -2.0, 0.0, 0.0]])
+    ref = torch.tensor([[-1.0] * 4, [-1.5, -1.5, 0.0, 0.0]])
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]]).bool()
+    inp = ObjectiveInput(logp=logp, mask=mask, ref_logp=ref, pairs=torch.tensor([[0, 1]]), num_pairs=1.0)
+    loss, _ = get_objective("dpo").fn(inp, _cfg("ipo"))
+    assert loss.item() == pytest.approx(4.0)

@@ -293,7 +293,7 @@ class SerlRecipe(Recipe):
             mask[i, :n] = 1
         kl = None
         if old is not None and ref is not None:
-            kl = kl_estimate(_pad(old, mask), _pad(ref, mask), kind="k1") * mask
+            kl = kl_estimate(_pad(old, mask), _pad(ref, mask), "k1", self.cfg.kl_clip) * mask
             metrics["kl/mean"] = float((kl.sum(1) / mask.sum(1)).mean())
         adv = compute_advantages(
             self.cfg.advantage_estimator, torch.tensor(rewards, dtype=torch.float32),
