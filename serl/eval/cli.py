@@ -246,6 +246,18 @@ def run(args, generator=None, tokenizer=None) -> dict:
 
 
 def cli_main(argv: list[str] | None = None) -> int:
+    from serl.engines.vllm_quirks import EngineDied
+
+    try:
+        return _main(argv)
+    except EngineDied as e:  # one clear message, as `serl train` gives (SERL_DEBUG=1: the traceback)
+        if os.environ.get("SERL_DEBUG"):
+            raise
+        print(f"serl eval: error: {e}\n(SERL_DEBUG=1 prints the traceback)", file=sys.stderr)
+        return 1
+
+
+def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     problem = _check_args(args)
     if problem:

@@ -127,3 +127,21 @@ def test_train_prints_one_message_and_exits_1(monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("SERL_DEBUG", "1")
     with pytest.raises(EngineDied):
         train.main(["--generator", "hf"])
+
+
+def test_eval_prints_one_message_and_exits_1(monkeypatch, capsys):
+    import serl.eval.cli as cli
+
+    def run(args):
+        raise EngineDied(death_message(["VLLM::Worker pid 9"], 0, 0, True))
+
+    monkeypatch.setattr(cli, "run", run)
+    monkeypatch.delenv("SERL_DEBUG", raising=False)
+    argv = ["--model", "smollm2", "--benchmarks", "gsm8k", "--output_dir", "unused"]
+    assert cli.cli_main(argv) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("serl eval: error: the vLLM engine process died (VLLM::Worker pid 9).")
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 2
+    monkeypatch.setenv("SERL_DEBUG", "1")
+    with pytest.raises(EngineDied):
+        cli.cli_main(argv)
