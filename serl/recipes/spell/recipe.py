@@ -33,6 +33,7 @@ from serl.recipes.spell.memory import HistoryMemory
 from serl.recipes.spell.prompts import (questioner_prefill, questioner_prompt, responder_prompt, verifier_prefill,
                                         verifier_prompt)
 from serl.rewards.qa import cover_em_many, extract_final_answer
+from serl.shipped import locate
 
 log = logging.getLogger(__name__)
 PROMPT_RESERVE = 256    # prompt tokens kept free of documents: chat template, instructions, question
@@ -48,7 +49,7 @@ class SpellRecipe(Recipe):
     def prepare(cls, cfg):
         """The corpus as clusters that fit the prompt budget (paragraphs too long are skipped
         and counted); errors name the file."""
-        if not Path(cfg.corpus).exists():  # before the tokenizer loads
+        if not locate(cfg.corpus).exists():  # before the tokenizer loads; the shipped corpus from anywhere
             raise DataError(f"corpus: corpus not found: {cfg.corpus}")
         limit = budget_for(cfg)  # the run's rule; a paragraph too long is not even tokenized
         budget = limit.max_tokens - PROMPT_RESERVE
