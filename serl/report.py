@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from serl.metrics import METRICS_FILE, META_KEYS
+from serl.metrics import METRICS_FILE
+from serl.run_metrics import ReportError, Series, read_metrics  # noqa: F401 (re-exported)
 from serl.summary import change_lines, direction
 
 REPORT_DIR = "report"
@@ -28,21 +29,7 @@ REPORT_DIR = "report"
 MAX_TABLE_ROWS = 60
 
 
-class ReportError(Exception):
-    """Bad input for the report; the message names the file (and line) at fault."""
-
-
 # -- reading ----------------------------------------------------------------
-
-
-@dataclass
-class Series:
-    steps: list[int] = field(default_factory=list)
-    values: list[float] = field(default_factory=list)  # NaN where the logger wrote null
-
-    def finite(self) -> tuple[list[int], list[float]]:
-        pairs = [(s, v) for s, v in zip(self.steps, self.values) if math.isfinite(v)]
-        return [s for s, _ in pairs], [v for _, v in pairs]
 
 
 @dataclass
@@ -55,56 +42,6 @@ class Run:
     config_path: Path | None = None
     evals: list[tuple[str, dict]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-
-
-def read_metrics(path: Path) -> tuple[dict[str, Series], dict[int, float], list[str]]:
-    """Parse a metrics.jsonl file; lines of the same step are merged (later wins)."""
-    if not path.is_file():
-        raise ReportError(f"{path}: metrics file not found (is this a serl run directory?)")
-    text = path.read_text(encoding="utf-8", errors="replace")
-    lines = text.split("\n")
-    torn_tail = text != "" and not text.endswith("\n")
-    rows: dict[int, dict[str, float]] = {}
-    wall: dict[int, float] = {}
-    notes: list[str] = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        where = f"{path}:{number}"
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            if torn_tail and number == len(lines):
-                # A crash mid-write leaves exactly this: a last line without its newline.
-                notes.append(f"{where}: incomplete last line ignored (the run stopped while writing it)")
-                break
-            raise ReportError(f"{where}: not valid JSON ({exc.msg})") from None
-        if not isinstance(record, dict):
-            raise ReportError(f"{where}: expected a JSON object, got {type(record).__name__}")
-        step = record.get("step")
-        if not isinstance(step, int) or isinstance(step, bool):
-            raise ReportError(f"{where}: field 'step' missing or not an integer")
-        row = rows.setdefault(step, {})
-        for key, value in record.items():
-            if key == "wall_time":
-                if isinstance(value, (int, float)) and not isinstance(value, bool):
-                    wall[step] = float(value)
-                continue
-            if key in META_KEYS:
-                continue
-            if value is None:
-                row[key] = math.nan
-            elif isinstance(value, (int, float)) and not isinstance(value, bool):
-                row[key] = float(value)
-            else:
-                raise ReportError(f"{where}: field {key!r} is not a number or null: {value!r}")
-    series: dict[str, Series] = {}
-    for step in sorted(rows):
-        for key, value in rows[step].items():
-            s = series.setdefault(key, Series())
-            s.steps.append(step)
-            s.values.append(value)
-    return series, wall, notes
 
 
 def _read_json(path: Path) -> Any:

@@ -165,7 +165,7 @@ def _eval_keys(series: dict) -> list[str]:
 def change_lines(run_dir: str | Path) -> list[str]:
     """The summary of what changed over the run in ``run_dir``, as lines of text."""
     from serl.metrics import METRICS_FILE
-    from serl.report import read_metrics
+    from serl.run_metrics import read_metrics
 
     series, _, _ = read_metrics(Path(run_dir) / METRICS_FILE)
     lines = []
