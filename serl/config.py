@@ -9,6 +9,7 @@ import argparse
 import dataclasses
 import json
 import os
+import re
 import sys
 import typing
 from dataclasses import dataclass, field
@@ -111,7 +112,7 @@ class TrainConfig:
     # --- logging and checkpoints
     progress: str = _f("auto", "progress display: auto, bar, plain or quiet",
                        choices=("auto", "bar", "plain", "quiet"))
-    use_wandb: bool = _f(False, "log to Weights & Biases (offline unless a key is set)")
+    use_wandb: bool = _f(False, "log to Weights & Biases: true, or the API key (OpenRLHF's --use_wandb KEY)")
     wandb_project: str = _f("serl", "W&B project")
     wandb_run_name: str = _f("", "W&B run name (default: the run directory's name)")
     use_tensorboard: str = _f("", "TensorBoard log directory (empty = off)", aliases=("tensorboard_dir",))
@@ -311,6 +312,12 @@ def load_yaml(path: str, cls=None) -> dict:
                 raise ConfigError(f"{p}: option '{k}' belongs to recipe '{owner}', "
                                   f"not to recipe '{getattr(cls, 'RECIPE', 'serl')}'")
             raise ConfigError(f"{p}: unknown option '{k}'")
+        if key == "use_wandb" and isinstance(v, str):  # a key in the YAML: never echoed back
+            try:
+                out[key] = _wandb_flag(v)
+            except argparse.ArgumentTypeError as e:
+                raise ConfigError(f"{p}: option '{k}' {e}") from None
+            continue
         out[key] = _coerce(v, _type_of(cls, names[key]), f"{p}: option '{k}'")
     return out
 
@@ -361,6 +368,10 @@ def build_parser(cls=None, prog: str = "serl train") -> argparse.ArgumentParser:
         if f.name == "recipe":
             g.add_argument(*names, dest=f.name, default=None, choices=recipe_names(),
                            help=doc + f" (default {default!r})")
+        elif f.name == "use_wandb":  # true/false, or OpenRLHF's --use_wandb KEY
+            g.add_argument(*names, dest=f.name, nargs="?", const=True, default=None, type=_wandb_flag,
+                           help=doc + f" (default {default})")
+            g.add_argument(f"--no_{f.name}", dest=f.name, action="store_false", help=argparse.SUPPRESS)
         elif typ is bool:
             g.add_argument(*names, dest=f.name, nargs="?", const=True, default=None,
                            type=lambda s, n=f.name: _coerce(s, bool, f"--{n}"), help=doc + f" (default {default})")
@@ -400,6 +411,21 @@ def recipe_from_args(argv: list[str]) -> str:
         p, data = _read_yaml(conf)
         return _recipe_of(data.get("recipe"), f"{p}: option 'recipe'")
     return "serl"
+
+
+def _wandb_flag(value: str) -> bool:
+    """``--use_wandb`` as OpenRLHF takes it: true/false, or the W&B API key itself. A key is
+    handed to W&B through ``WANDB_API_KEY`` in this process and kept nowhere else: not in
+    the config, a log, the run directory or an error message."""
+    low = value.strip().lower()
+    if low in ("true", "1", "yes", "on"):
+        return True
+    if low in ("false", "0", "no", "off"):
+        return False
+    if not re.fullmatch(r"[A-Za-z0-9_\-]{20,}", value.strip()):  # W&B keys: 40+ such characters
+        raise argparse.ArgumentTypeError("expects true, false or a W&B API key (the value is not shown)")
+    os.environ["WANDB_API_KEY"] = value.strip()
+    return True
 
 
 def parse_args(argv: list[str] | None = None, cls=None) -> tuple[TrainConfig, argparse.Namespace]:
