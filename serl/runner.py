@@ -146,6 +146,7 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None) -> Path:
             evals[0] = _evaluate(recipe, eval_set, logger, 0)
         budget = cfg.max_minutes * 60
         used = budget_used(run_dir, done) * 60 if budget and done else 0.0
+        skipped_long = len(getattr(data, "skipped", ()))
         for step in range(done + 1, cfg.steps + 1):
             if budget and used >= budget:  # a resume of a run that had spent its budget
                 log.info("wall-clock budget of %g min was spent by step %d; no more steps", cfg.max_minutes, done)
@@ -156,6 +157,8 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None) -> Path:
             out_of_time = bool(budget) and used >= budget
             if budget:
                 m[BUDGET_KEY] = used / 60
+            if skipped_long:  # rows prepare() left out as too long (serl.data.lengths); only when some were
+                m["data/skipped_long"] = skipped_long
             logger.log(step, m)
             last = step == cfg.steps or out_of_time
             if eval_set and (last or (cfg.eval_steps and step % cfg.eval_steps == 0)):

@@ -140,3 +140,26 @@ def test_negative_budget_refused(value):
 
     with pytest.raises(ConfigError, match="max_minutes"):
         config_class("serl")(max_minutes=value).validate()
+
+
+def test_rows_prepare_skipped_as_too_long_are_counted_in_each_step(setup, monkeypatch):
+    """data/skipped_long is the runner's: the rows a recipe's prepare() left out as too long
+    (serl.data.lengths), logged with every step, and absent when none were."""
+    make, cfg, run_dir = setup
+    make(1)
+    steps = serl.recipes.recipe_class("serl")
+
+    class Fitted(list):
+        skipped = [("seeds.jsonl:2", "prompt of 5000 tokens"), ("seeds.jsonl:7", "prompt of 4000 tokens")]
+
+    class Skipping(steps):
+        @classmethod
+        def prepare(cls, cfg):
+            return Fitted()
+
+    monkeypatch.setattr(serl.recipes, "recipe_class", lambda name: Skipping)
+    runner.run(cfg(steps=2), engines=fake_engines())
+    assert [x["data/skipped_long"] for x in rows(run_dir)] == [2, 2]
+    monkeypatch.setattr(serl.recipes, "recipe_class", lambda name: steps)
+    runner.run(cfg(steps=1, run_dir=str(run_dir.parent / "other")), engines=fake_engines())
+    assert "data/skipped_long" not in rows(run_dir.parent / "other")[0]

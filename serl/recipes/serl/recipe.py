@@ -95,7 +95,6 @@ class SerlRecipe(Recipe):
         self.carry: list[Rollout] = []  # kept groups beyond the last batch, trained next step
         self.step_done = 0
         self.prompt_lens: dict[str, int] = {}
-        self.skipped_seeds = len(getattr(seeds, "skipped", ()))  # by prepare, as too long
 
     def prompt_tokens(self, text: str) -> int:
         """Length of the rollout prompt for ``text`` (chat template and instruction included)."""
@@ -134,8 +133,6 @@ class SerlRecipe(Recipe):
         metrics["train/batch_prompts"] = len(rollouts)
         metrics = finalize_metrics(metrics)
         metrics.update(self.step_counts)
-        if self.skipped_seeds:  # logged only when prepare skipped some (the key set stays as it was)
-            metrics["data/skipped_long"] = self.skipped_seeds
         metrics["batch/dropped"] = self.step_counts["filter/difficulty/too_easy"] + \
             self.step_counts["filter/difficulty/too_hard"]
         metrics["batch/carried_in"] = min(carried, len(rollouts))

@@ -95,7 +95,6 @@ class SpinRecipe(Recipe):
     def __init__(self, ctx, problems: list[Problem]):
         super().__init__(ctx, problems)
         self.problems = problems
-        self.skipped_long = len(getattr(problems, "skipped", ()))
         self.rng = random.Random(self.cfg.seed)
         self.end_id = end_of_turn_id(self.tok)
         self.order: list[int] = []   # problem indices still to visit (reshuffled epochs)
@@ -117,8 +116,6 @@ class SpinRecipe(Recipe):
                     metrics.update(self.learner.step(batch))
                 self.sync_weights()
         self.step_done = step
-        if self.skipped_long:  # logged only when prepare skipped some
-            metrics["data/skipped_long"] = self.skipped_long
         return metrics | {f"time/{k}": v for k, v in self.times.items()}
 
     # ---- spin mode ----------------------------------------------------------------------
