@@ -18,9 +18,10 @@ import numpy as np
 
 from serl.checkpoint import DiskFullError
 from serl.config import ConfigError, TrainConfig, dump
+from serl.data.lengths import run_tokenizer
 from serl.data.seeds import DataError, read_seeds
 from serl.engines.vllm_quirks import EngineDied
-from serl.models import ModelError, load_tokenizer, resolve_model
+from serl.models import ModelError, resolve_model
 from serl.resume import resume_config  # noqa: F401 (serl.train's API)
 from serl.shipped import locate
 
@@ -118,7 +119,7 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None) -> Path:
     np.random.seed(cfg.seed)  # library code that draws from numpy's global RNG is seeded too
     ckpt = latest_checkpoint(run_dir) if resume_dir else None
     done = int(ckpt.name.split("_")[1]) if ckpt else 0
-    tok = load_tokenizer(model_path)
+    tok = run_tokenizer(model_path)  # prepare()'s length checks loaded it already
     log.info("recipe %s, model %s, run directory %s", cfg.recipe, model_path, run_dir)
     engines = engines or build_engines(cfg, model_path, tok)
     recipe, logger = None, None

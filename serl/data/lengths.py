@@ -89,7 +89,8 @@ class PromptBudget:
 
 
 @functools.lru_cache(maxsize=4)
-def _tokenizer(model_path: str):
+def run_tokenizer(model_path: str):
+    """The run's tokenizer, loaded once: the length checks of prepare() and the runner share it."""
     from serl.models import load_tokenizer
 
     return load_tokenizer(model_path)
@@ -120,7 +121,7 @@ def budget_for(cfg) -> PromptBudget:
 
     path = resolve_model(cfg.model)
     limit = prompt_limit(cfg, path)
-    budget = PromptBudget(_tokenizer(path), limit)
+    budget = PromptBudget(run_tokenizer(path), limit)
     instruction = cfg.system_prompt or ""
     n = budget.measure(instruction, lambda t: user_ids(budget.tok, "", t))
     if budget.over(n):
