@@ -25,9 +25,10 @@ class Evaluator:
         self.out.mkdir(parents=True, exist_ok=True)
         self.tok = load_tokenizer(base_model)  # every arm keeps the base model's tokenizer
         self.checker = EquivalenceChecker(workers=1)
-        sp = cfg.system_prompt  # the recipe's chat_prompt: problem, newline, instruction
-        self.prompts = [self.tok.apply_chat_template([{"role": "user", "content": f"{p.text}\n{sp}" if sp else p.text}],
-                                                     add_generation_prompt=True, tokenize=False) for p in problems]
+        from serl.eval.math_bench import build_prompt_ids
+
+        sp = cfg.system_prompt  # as the recipe builds them: problem, newline, instruction, as token ids
+        self.prompts = [build_prompt_ids(p.text, self.tok, "chat_boxed" if sp else "chat", sp) for p in problems]
         self.golds = [p.label for p in problems]
 
     def evaluate(self, tag: str, model_path: str, step: int, k: int, timings=None) -> dict:

@@ -40,8 +40,19 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # this checkout's serl
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from tasks import TASKS, write_task_files  # noqa: E402
+
 SEEDS, HELDOUT = ROOT / "dataset/arith_seed.jsonl", ROOT / "dataset/arith_efficacy_heldout.jsonl"
 QUICKSTART = ROOT / "configs/quickstart.yaml"  # its prompt and length settings were chosen by measurement
+# A GSM8K task's prompt and limit, from the probe on training problems (README, "Third round"):
+# serl's default instruction (serl eval's chat_boxed) at 384 tokens cuts 7% of greedy answers
+# (16% at 320, 31% at 256); "Answer briefly, ..." was no shorter (230 against 250 tokens).
+TASK_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
+TASK_MAX_LEN = 384
+# every arm of a GSM8K task (issue 31, part 1); --save_merged: each segment ends with the
+# adapter folded into full weights (model_merged/), which the evaluation serves
+TASK_FLAGS = ["--lora_rank", "32", "--lora_alpha", "64", "--save_merged", "true"]
+GUARD_FLAGS = ["--collapse_guard", "watch"]  # arms a and b of a GSM8K task (issue 31, part 3)
 
 ARMS = {
     "a": ("SeRL: self-instruction + majority vote", ["--enable_self_evolution", "true", "--reward_mode", "majority"]),
@@ -59,6 +70,14 @@ FULL = dict(minutes=30.0, curve_points=3, heldout=256, k=8, batch=8, n=8, max_le
             lr=5e-6, instructions=12, few_shot=8, few_shot_batch=4, instruction_len=192, refill=2)
 SMOKE = dict(minutes=0.5, curve_points=2, heldout=16, k=2, batch=2, n=2, max_len=32, temperature=0.8,
              lr=5e-6, instructions=2, few_shot=4, few_shot_batch=2, instruction_len=64, refill=1)
+# Issue 31 (README, "Third round"): a GSM8K task chosen by probing training problems only
+# (probe_task.py), with Qwen2.5-Coder-0.5B, LoRA and the collapse guard watching arms a and b.
+# Fixed before any arm ran. The LoRA learning rate is 10x the full fine-tuning one
+# (Schulman et al., "LoRA Without Regret", Thinking Machines, 2025: the best LoRA rate is
+# about 10x FullFT's across their sweeps); nothing was tuned.
+TASK_FULL = dict(FULL, minutes=60.0, curve_points=5, heldout=200, max_len=TASK_MAX_LEN, lr=5e-5, seeds=200,
+                 transfer=300)
+TASK_SMOKE = dict(SMOKE, seeds=32, transfer=16)
 STEP_CAP = 100000  # --steps; the budget ends the run long before
 
 
@@ -76,9 +95,17 @@ def length_flags() -> list[str]:
     return ["--system_prompt", q["system_prompt"], "--overlong_filter", str(q["overlong_filter"]).lower()]
 
 
+def task_length_flags() -> list[str]:
+    """A GSM8K task's instruction (chosen by the probe, README "Third round") and the overlong
+    filter (answers cut at the limit stay in the vote, out of the loss), as for arithmetic."""
+    return ["--system_prompt", TASK_INSTRUCTION, "--overlong_filter", "true"]
+
+
 def train_flags(args) -> list[str]:
-    """The flags every training arm shares (the arm adds its own two)."""
-    return [*length_flags(), "--model", args.model, "--prompt_data", str(SEEDS), "--seed", "42", "--generator", args.generator,
+    """The flags every training arm shares (the arm adds its own)."""
+    task = args.task != "arith"
+    return [*(task_length_flags() if task else length_flags()), *(TASK_FLAGS if task else []),
+            "--model", args.model, "--prompt_data", str(args.seeds_path), "--seed", "42", "--generator", args.generator,
             "--progress", "plain", "--save_model", "false", "--steps", str(STEP_CAP),
             "--save_steps", "5", "--max_ckpt_num", "2",
             "--rollout_batch_size", str(args.batch), "--n_samples_per_prompt", str(args.n),
@@ -193,17 +220,56 @@ def same_evaluation(args, old_train_flags: str, cfg) -> bool:
 
 
 def snapshot(run_dir: Path, dest: Path) -> int:
-    """Copy the newest checkpoint's policy (weights and tokenizer, no optimizer) to ``dest``."""
+    """Copy the newest checkpoint's policy (weights and tokenizer, no optimizer) to ``dest``;
+    under LoRA the merged model the segment ended with (the same step)."""
     from serl.checkpoint import latest_checkpoint
 
     ckpt = latest_checkpoint(run_dir)
     tmp = dest.with_name(dest.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(ckpt / "policy", tmp, ignore=shutil.ignore_patterns("learner_state.pt", "lora_state.pt"))
+    merged = run_dir / "model_merged"
+    src = merged if merged.is_dir() else ckpt / "policy"
+    shutil.copytree(src, tmp, ignore=shutil.ignore_patterns("learner_state.pt", "lora_state.pt"))
     step = int(ckpt.name.split("_")[1])
     (tmp / "STEP").write_text(f"{step}\n")
     tmp.rename(dest)
     return step
+
+
+ANCHOR = "guard_anchor.jsonl"  # serl.guard's file: the untrained model's vote on the probe
+
+
+def arm_flags(args, arm: str, out: Path) -> list[str]:
+    """The arm's own flags; on a GSM8K task arms a and b also run the collapse guard in watch
+    mode, sharing one anchor (the first guarded arm computes it; same model, probe and seed)."""
+    flags = list(ARMS[arm][1])
+    if args.task != "arith" and arm in ("a", "b"):
+        flags += GUARD_FLAGS
+        if (out / ANCHOR).exists():
+            flags += ["--guard_anchor", str(out / ANCHOR)]
+    return flags
+
+
+def share_anchor(run_dir: Path, out: Path) -> None:
+    if (run_dir / ANCHOR).exists() and not (out / ANCHOR).exists():
+        shutil.copyfile(run_dir / ANCHOR, out / ANCHOR)
+
+
+def guard_pick(run_dir: Path, dest: Path):
+    """(policy, step) the collapse guard kept when it fired in watch mode: what ``stop`` mode
+    would have ended the run with; None when it never fired (``stop`` = the arm's own end)."""
+    from serl.guard import fired_at, kept_policy
+
+    if fired_at(run_dir) is None:
+        return None
+    if not dest.exists():
+        src, step = kept_policy(run_dir)
+        tmp = dest.with_name(dest.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(src, tmp)
+        (tmp / "STEP").write_text(f"{step}\n")
+        tmp.rename(dest)
+    return dest, int((dest / "STEP").read_text())
 
 
 # ---- the experiment -----------------------------------------------------------------------
@@ -213,6 +279,9 @@ def main(argv=None) -> int:
                     "an opt-in one such as 'qwen2.5-coder-0.5b' (serl/model_parts.py)")
     ap.add_argument("--out", help="output directory (default runs/serl_efficacy; runs/serl_efficacy_<model> "
                     "for another --model)")
+    ap.add_argument("--task", default="arith", choices=("arith", *sorted(TASKS)),
+                    help="arith: the shipped arithmetic seeds (first and second rounds); a GSM8K task: issue 31's "
+                         "third round (tasks.py), with SVAMP as the transfer benchmark")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: minutes, proves the pipeline only")
     ap.add_argument("--resume", action="store_true", help="continue in an existing --out directory")
     ap.add_argument("--generator", default="auto", choices=("auto", "vllm", "hf"))
@@ -226,7 +295,8 @@ def main(argv=None) -> int:
     ap.add_argument("--train_flags", default="", help="extra `serl train` flags for every training arm "
                     "(recorded in results.md); they must not differ between arms")
     args = ap.parse_args(argv)
-    for key, v in (SMOKE if args.smoke else FULL).items():
+    sizes = {(False, False): FULL, (True, False): SMOKE, (False, True): TASK_FULL, (True, True): TASK_SMOKE}
+    for key, v in sizes[args.smoke, args.task != "arith"].items():
         if getattr(args, key, None) is None:
             setattr(args, key, v)
     arms = [a.strip() for a in args.arms.split(",") if a.strip()]
@@ -235,18 +305,27 @@ def main(argv=None) -> int:
         sys.exit(f"--arms takes a subset of a,b,c (got {bad}); --curve_points >= 1; --minutes > 0")
     if args.out is None:
         args.out = str(ROOT / "runs" / ("serl_efficacy" if args.model == "smollm2" else f"serl_efficacy_{args.model}"))
+        if args.task != "arith":
+            args.out += f"_{args.task}"
     out = Path(args.out)
     if out.exists() and any(out.iterdir()) and not args.resume:
         sys.exit(f"{out} exists; add --resume to continue it, or choose another --out")
+    files = {"seeds": SEEDS, "heldout": HELDOUT}
+    if args.task != "arith":
+        files = write_task_files(args.task, out, args.seeds, args.heldout, args.transfer)
+    args.seeds_path = files["seeds"]
 
     from serl.config import parse_args
     from serl.data.seeds import read_seeds
 
     flags = train_flags(args)
     for a in arms:  # bad flags fail here, before anything is written
-        parse_args(flags + ARMS[a][1])
+        parse_args(flags + arm_flags(args, a, out))
     cfg = parse_args(flags + ARMS["a"][1])[0]  # prompt, token limit and sampling of the evaluation
-    settings = {k: getattr(args, k) for k in (*FULL, "model", "generator", "train_flags", "smoke")}
+    settings = {k: getattr(args, k) for k in (*sizes[args.smoke, args.task != "arith"], "model", "generator",
+                                               "train_flags", "smoke")}
+    if args.task != "arith":
+        settings.update(task=args.task, instruction=TASK_INSTRUCTION, task_flags=TASK_FLAGS, guard_flags=GUARD_FLAGS)
     out.mkdir(parents=True, exist_ok=True)
     setup = out / "setup.json"
     if setup.exists():  # a resume continues the same experiment, never a changed one
@@ -267,7 +346,7 @@ def main(argv=None) -> int:
 
     from heldout import Evaluator
 
-    heldout = read_seeds(HELDOUT, "problem", "answer", limit=args.heldout)
+    heldout = read_seeds(files["heldout"], "problem", "answer", limit=args.heldout)
     from serl.models import resolve_model
 
     base = resolve_model(args.model)
@@ -275,22 +354,38 @@ def main(argv=None) -> int:
     timings = Timings(out / "timings.json")
     t_start = time.perf_counter()
     ev.evaluate("d", base, step=0, k=args.k, timings=timings)
+    tev = None
+    if args.task != "arith":  # the transfer benchmark: untrained, and each arm's end (and its guard's pick)
+        tev = Evaluator(out / "eval", read_seeds(files["transfer"], "problem", "answer"), cfg, args.generator, base)
+        tev.evaluate("d_svamp", base, step=0, k=0, timings=timings)
     log(projection(timings, arms, args.minutes, args.curve_points))
     for arm in arms:
         run_dir = out / f"arm_{arm}"
         for i in range(1, args.curve_points + 1):
             dest = out / "policies" / f"{arm}_{i}"
             if not dest.exists():
-                train_segment(arm, i, run_dir, round(args.minutes * i / args.curve_points, 4), flags + ARMS[arm][1],
-                              timings)
+                train_segment(arm, i, run_dir, round(args.minutes * i / args.curve_points, 4),
+                              flags + arm_flags(args, arm, out), timings)
+                share_anchor(run_dir, out)
                 snapshot(run_dir, dest)
                 log(projection(timings, arms, args.minutes, args.curve_points))
             step = int((dest / "STEP").read_text())
             check_eval_settings(run_dir, cfg)
             ev.evaluate(f"{arm}_{i}", str(dest), step=step, k=args.k if i == args.curve_points else 0,
                         timings=timings)
+        if tev is not None:
+            tev.evaluate(f"{arm}_{args.curve_points}_svamp", str(dest), step=step, k=0, timings=timings)
+            kept = guard_pick(run_dir, out / "policies" / f"{arm}_guard")
+            if kept is not None:  # what --collapse_guard stop would have ended with
+                ev.evaluate(f"{arm}_guard", str(kept[0]), step=kept[1], k=0, timings=timings)
+                tev.evaluate(f"{arm}_guard_svamp", str(kept[0]), step=kept[1], k=0, timings=timings)
     ev.close()
-    from results import report
+    if tev is not None:
+        tev.close()
+    if args.task != "arith":
+        from results_task import report
+    else:
+        from results import report
 
     text = report(out, arms, args.curve_points, ARMS)
     print(text)

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from serl.eval.stats import mcnemar_p, paired_bootstrap, wilson
+from serl.eval.stats import mcnemar_p, paired_bootstrap, paired_ratio_bootstrap, wilson
 
 
 # Worked by hand with z = 1.96, z^2 = 3.8416:
@@ -56,3 +56,22 @@ def test_bootstrap_is_paired_and_seeded():
 def test_unpaired_lengths_refused(fn):
     with pytest.raises(ValueError, match="paired"):
         fn([0, 1], [1])
+
+
+def test_ratio_bootstrap_point_by_hand():
+    # a: finished 4 of 5, right 2 of those (0.5); b: finished 5, right 4 (0.8): +0.3
+    fin_a, ok_a = [1, 1, 1, 1, 0], [1, 1, 0, 0, 0]
+    fin_b, ok_b = [1, 1, 1, 1, 1], [1, 1, 1, 1, 0]
+    d, lo, hi = paired_ratio_bootstrap(ok_a, fin_a, ok_b, fin_b, reps=2000)
+    assert d == pytest.approx(0.3)
+    assert lo <= d <= hi and lo < hi
+
+
+def test_ratio_bootstrap_same_model_has_no_width():
+    fin, ok = [1, 0, 1, 1, 0, 1], [1, 0, 0, 1, 0, 1]
+    assert paired_ratio_bootstrap(ok, fin, ok, fin, reps=500) == (0.0, 0.0, 0.0)
+
+
+def test_ratio_bootstrap_refuses_empty_denominator():
+    with pytest.raises(ValueError, match="empty denominator"):
+        paired_ratio_bootstrap([0, 0], [0, 0], [1, 0], [1, 1])
