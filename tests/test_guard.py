@@ -1,0 +1,328 @@
+"""The collapse guard (serl.guard): the rule on scripted agreement sequences, checked by hand;
+its actions, state and anchor files with stand-in engines; one tiny real run."""
+import json
+from math import comb
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from serl.config import ConfigError, parse_args
+from serl.guard import (ANCHOR_FILE, BEST_DIR, BEST_META, CollapseGuard, GuardState, Rule, act, anchor_header,
+                        describe, drop_p, judge, read_anchor, select_probe, write_anchor)
+
+
+def nested(a: float, n: int = 100) -> list[int]:
+    """Per-item outcomes with agreement ``a``: the first round(a*n) items agree (a falling score
+    loses items it had, so McNemar sees only drops)."""
+    k = round(a * n)
+    return [1] * k + [0] * (n - k)
+
+
+def run_rule(seq, rule=Rule(), n=100):
+    st = GuardState()
+    return [judge(st, rule, step, a, nested(a, n)) for step, a in enumerate(seq)], st
+
+
+# ---- McNemar, one-sided ----------------------------------------------------------------------
+@pytest.mark.parametrize("before,now,want", [
+    ([1] * 7, [0] * 7, 1 / 128),                                     # b=7, c=0: 2^-7
+    ([1] * 10 + [0] * 3, [0] * 10 + [1] * 3, 378 / 8192),            # b=10, c=3: (286+78+13+1)/2^13
+    ([1, 0], [0, 1], 3 / 4),                                         # b=1, c=1: P(X>=1 | 2)
+    ([1, 1, 0], [1, 1, 0], 1.0),                                     # nothing changed
+    ([0] * 5, [1] * 5, 1.0),                                         # only gains: P(X>=0) = 1
+])
+def test_drop_p_by_hand(before, now, want):
+    assert drop_p(before, now) == pytest.approx(want)
+
+
+# ---- the rule ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("seq,rule,verdicts,best_step", [
+    # the scripted collapse: best 0.80 at the third check; 0.60 is 0.20 below it, p = 2^-20
+    ([0.70, 0.78, 0.80, 0.79, 0.60], Rule(), ["best", "best", "best", "hold", "fire"], 2),
+    # a healthy run: noisy, rising, its dips stay under the margin (0.09 is not 0.10)
+    ([0.60, 0.66, 0.63, 0.70, 0.65, 0.74, 0.72, 0.78, 0.69, 0.80], Rule(),
+     ["best", "best", "hold", "best", "hold", "best", "hold", "best", "hold", "best"], 9),
+    # exactly the margin below the best fires (0.8 - 0.1 is 0.7000000000000001 in floats)
+    ([0.80, 0.70], Rule(), ["best", "fire"], 0),
+    ([0.80, 0.71], Rule(), ["best", "hold"], 0),
+    # patience 2: a good check in between resets the count
+    ([0.80, 0.65, 0.75, 0.65, 0.60], Rule(patience=2), ["best", "bad", "hold", "bad", "fire"], 0),
+    # a wider margin leaves the 0.20 drop alone
+    ([0.70, 0.78, 0.80, 0.79, 0.60], Rule(margin=0.25), ["best", "best", "best", "hold", "hold"], 2),
+])
+def test_rule_on_scripted_sequences(seq, rule, verdicts, best_step):
+    got, st = run_rule(seq, rule)
+    assert got == verdicts
+    assert st.best_step == best_step and st.best == max(seq)
+
+
+def test_a_drop_that_is_not_significant_does_not_fire():
+    # 20 items: 10 agreed at the best; now 4 of those agree and 4 others: 0.50 -> 0.40 (the
+    # margin), but b = 6, c = 4: p = P(X >= 6 | 10) = (210+120+45+10+1)/1024 = 0.377
+    best = [1] * 10 + [0] * 10
+    now = [1] * 4 + [0] * 6 + [1] * 4 + [0] * 6
+    assert drop_p(best, now) == pytest.approx(386 / 1024)
+    for alpha, want in ((0.05, "hold"), (1.0, "fire")):
+        st = GuardState()
+        judge(st, Rule(alpha=alpha), 0, 0.5, best)
+        assert judge(st, Rule(alpha=alpha), 2, 0.4, now) == want
+
+
+def test_frozen_best_is_not_replaced():
+    st = GuardState()
+    judge(st, Rule(), 0, 0.5, nested(0.5))
+    assert judge(st, Rule(), 2, 0.9, nested(0.9), frozen=True) == "hold"
+    assert (st.best, st.best_step) == (0.5, 0)
+
+
+@pytest.mark.parametrize("mode,max_rb,want", [
+    ("watch", 2, ["watch", "watch", "watch"]),
+    ("stop", 2, ["stop"]),
+    ("rollback", 2, ["rollback", "rollback", "stop"]),
+    ("rollback", 0, ["stop"]),
+])
+def test_actions(mode, max_rb, want):
+    st = GuardState()
+    got = []
+    for step in (4, 8, 12):
+        got.append(act(st, mode, step, max_rb))
+        if st.stopped:
+            break
+    assert got == want
+    assert st.fired and st.fired_step == 4
+    assert st.rollbacks == want.count("rollback")
+
+
+# ---- the guard with stand-in engines -----------------------------------------------------------
+class FakeLearner:
+    def __init__(self):
+        self.version, self.loaded, self.lr_scale = 0, [], 1.0
+
+    def save(self, path, state=True):
+        Path(path).mkdir(parents=True)
+        (Path(path) / "weights").write_text(str(self.version))
+
+    def load_policy(self, path):
+        self.loaded.append((Path(path) / "weights").read_text())
+
+    def named_weights(self):
+        return iter(())
+
+
+class FakeLogger:
+    def __init__(self):
+        self.rows = []
+
+    def log(self, step, m):
+        self.rows.append((step, dict(m)))
+
+
+def make_guard(tmp_path, mode, seq, **opts):
+    cfg = SimpleNamespace(**{**dict(collapse_guard=mode, guard_margin=0.10, guard_patience=1, guard_alpha=0.05,
+                                    guard_every=1, guard_lr_scale=0.5, guard_max_rollbacks=2,
+                                    guard_labels=False, guard_anchor=""), **opts})
+    engines = SimpleNamespace(generator=SimpleNamespace(load_weights=lambda w: None), learner=FakeLearner(),
+                              checker=None)
+    g = CollapseGuard(cfg, None, engines, tmp_path, "m", FakeLogger(), ([], {}))
+    scores = iter(seq)
+    g.score = lambda: (lambda a: (a, nested(a), {}))(next(scores))
+    return g
+
+
+def drive(g, steps):
+    out = []
+    for step in steps:
+        g.learner.version = step
+        out.append(g.check(step, final=False))
+        if g.st.stopped:
+            break
+    return out
+
+
+COLLAPSE = [0.70, 0.78, 0.80, 0.79, 0.60, 0.90, 0.50]
+
+
+def test_watch_logs_and_never_acts(tmp_path):
+    g = make_guard(tmp_path, "watch", COLLAPSE)
+    assert drive(g, range(7)) == [""] * 7
+    rows = dict(g.logger.rows)
+    assert [rows[s]["guard/action"] for s in range(7)] == [0, 0, 0, 0, 1, 0, 0]
+    assert [rows[s]["guard/fired"] for s in range(7)] == [0, 0, 0, 0, 1, 1, 1]
+    assert rows[5]["guard/best"] == 0.80 and rows[5]["guard/best_step"] == 2  # 0.90 after firing: frozen
+    assert (tmp_path / BEST_DIR / "weights").read_text() == "2"
+    assert json.loads((tmp_path / BEST_DIR / BEST_META).read_text()) == {"step": 2, "agreement": 0.80}
+    assert g.learner.loaded == [] and not g.st.stopped
+    for key in ("guard/agreement", "guard/probe_s", "guard/rollbacks", "guard/drop_p"):
+        assert key in rows[4]
+
+
+def test_stop_keeps_the_best_policy(tmp_path):
+    g = make_guard(tmp_path, "stop", COLLAPSE)
+    assert drive(g, range(7)) == ["", "", "", "", "stop"]
+    assert g.learner.loaded == ["2"] and g.st.stopped and g.st.fired_step == 4
+
+
+def test_rollback_then_stop(tmp_path):
+    # best 0.80 at step 2; 0.60 fires (rollback 1, LR x0.5); 0.85 is a new best (step 5);
+    # 0.70 fires (rollback 2, x0.25); 0.60 fires: rollbacks are spent, it stops at step 5's policy
+    g = make_guard(tmp_path, "rollback", [0.70, 0.78, 0.80, 0.79, 0.60, 0.85, 0.70, 0.60])
+    assert drive(g, range(8)) == [""] * 7 + ["stop"]
+    assert g.learner.loaded == ["2", "5", "5"]
+    assert g.st.rollbacks == 2 and g.learner.lr_scale == 0.25
+    assert [r["guard/action"] for _, r in g.logger.rows] == [0, 0, 0, 0, 3, 0, 3, 2]
+
+
+def test_checks_only_every_n_steps_and_at_the_end(tmp_path):
+    g = make_guard(tmp_path, "watch", [0.5, 0.5, 0.5], guard_every=3)
+    for step in range(5):
+        g.check(step, final=step == 4)
+    assert [s for s, _ in g.logger.rows] == [0, 3, 4]
+
+
+@pytest.mark.parametrize("cut", [1, 3, 4, 5])
+def test_resume_round_trip(tmp_path, cut):
+    """State saved after ``cut`` checks and loaded into a new guard decides the rest as one
+    uninterrupted guard does."""
+    seq = [0.70, 0.78, 0.80, 0.79, 0.60, 0.85, 0.70, 0.60]
+    whole = make_guard(tmp_path / "a", "rollback", seq)
+    drive(whole, range(8))
+    first = make_guard(tmp_path / "b", "rollback", seq[:cut])
+    drive(first, range(cut))
+    state = json.loads(json.dumps(first.state_dict()))  # what a checkpoint keeps survives a round trip
+    second = make_guard(tmp_path / "b", "rollback", seq[cut:])
+    second.load_state_dict(state)
+    assert second.learner.lr_scale == first.learner.lr_scale
+    drive(second, range(cut, 8))
+    assert second.state_dict() == whole.state_dict()
+    assert [r for _, r in first.logger.rows + second.logger.rows if r.pop("guard/probe_s")] == \
+        [r for _, r in whole.logger.rows if r.pop("guard/probe_s")]
+
+
+def test_signals_are_read_from_the_step_metrics():
+    m = {"reward/agreement": 0.9, "actor/entropy": 0.08, "reward/clusters": 1.5, "batch/rolled_out": 16,
+         "filter/difficulty/too_easy": 13}
+    assert CollapseGuard.signals(m) == {"guard/vote_agreement": 0.9, "guard/entropy": 0.08,
+                                        "guard/clusters": 1.5, "guard/too_easy_share": 13 / 16}
+    assert CollapseGuard.signals({}) == {}
+
+
+def test_describe(tmp_path):
+    from serl.run_metrics import Series
+
+    g = make_guard(tmp_path, "watch", COLLAPSE[:5])
+    drive(g, range(5))
+    series = {}
+    for step, row in g.logger.rows:
+        for k, v in row.items():
+            series.setdefault(k, Series()).steps.append(step)
+            series[k].values.append(float(v))
+    lines = describe(series)
+    assert lines[0] == ("collapse guard: fired at step 4 (agreement 0.60, best 0.80 at step 2); "
+                        "would stop here (watch mode); kept step 2")
+    assert describe({}) == []
+
+
+# ---- the probe, anchor files, options -------------------------------------------------------------
+def cfg_for(**kw):
+    base = dict(generate_max_len=128, system_prompt="Box it.", temperature=1.0, top_p=1.0, guard_k=8, seed=42,
+                answer_fallback="number", guard_probe=3)
+    return SimpleNamespace(**{**base, **kw})
+
+
+def test_select_probe_is_seeded_and_sorted():
+    prompts = [(f"q{i}", str(i)) for i in range(10)]
+    a, b = select_probe(prompts, 4, 42), select_probe(prompts, 4, 42)
+    assert a == b and [i for i, _, _ in a] == sorted(i for i, _, _ in a) and len(a) == 4
+    assert select_probe(prompts, 4, 7) != a
+    assert len(select_probe(prompts, 64, 42)) == 10
+
+
+def test_anchor_reuse_and_refusals(tmp_path):
+    probe = [(0, "1+1?", "2"), (3, "2+2?", "4"), (5, "3+3?", None)]
+    path = tmp_path / ANCHOR_FILE
+    write_anchor(path, anchor_header(cfg_for(), "m"), probe, {0: "2", 3: None, 5: "6"}, {0: 1.0, 3: 0.0, 5: 0.5})
+    text = path.read_text()
+    assert '"4"' not in text  # labels never go into an anchor
+    assert read_anchor(path, cfg_for(), "m", probe) == {0: "2", 3: None, 5: "6"}
+    assert read_anchor(path, cfg_for(temperature=0.7), "m", probe)  # recorded, not required
+    with pytest.raises(ConfigError, match=r"line 1: 'model' is 'm'"):
+        read_anchor(path, cfg_for(), "other", probe)
+    with pytest.raises(ConfigError, match="'generate_max_len' is 128"):
+        read_anchor(path, cfg_for(generate_max_len=256), "m", probe)
+    with pytest.raises(ConfigError, match=r"line 3: its probe \(3 prompts\) is not this run's"):
+        read_anchor(path, cfg_for(), "m", [probe[0], (4, "2+2?", "4"), probe[2]])
+    with pytest.raises(ConfigError, match="line 4"):
+        read_anchor(path, cfg_for(), "m", probe[:2])
+    (tmp_path / "x.jsonl").write_text('{"kind": "other"}\n')
+    with pytest.raises(ConfigError, match="not a serl guard anchor"):
+        read_anchor(tmp_path / "x.jsonl", cfg_for(), "m", probe)
+
+
+def test_prepare_refuses_unsupported_recipes_and_missing_labels():
+    from serl.guard import prepare
+    from serl.recipes import recipe_class
+
+    cfg = cfg_for(collapse_guard="watch", recipe="spin", guard_labels=False, guard_anchor="",
+                  prompt_data="seeds.jsonl", label_key="answer")
+    with pytest.raises(ConfigError, match="recipe 'spin' does not support"):
+        prepare(cfg, recipe_class("spin"), [], "m")
+    seeds = [SimpleNamespace(text=f"q{i}", label=None) for i in range(5)]
+    cfg.recipe, cfg.guard_labels = "serl", True
+    with pytest.raises(ConfigError, match="has a 'answer' label"):
+        prepare(cfg, recipe_class("serl"), seeds, "m")
+    cfg.guard_labels = False
+    probe, anchor = prepare(cfg, recipe_class("serl"), seeds, "m")
+    assert len(probe) == 3 and anchor is None
+    cfg.collapse_guard = "off"
+    assert prepare(cfg, recipe_class("serl"), seeds, "m") is None
+
+
+@pytest.mark.parametrize("argv,err", [
+    (["--collapse_guard", "rollback", "--learner", "deepspeed"], "only the one-process torch learner"),
+    (["--collapse_guard", "stop", "--ray"], "with --ray"),
+    (["--guard_margin", "0"], "guard_margin: must lie in"),
+    (["--guard_every", "0"], "guard_every: must be >= 1"),
+])
+def test_options_refused(argv, err):
+    with pytest.raises(ConfigError, match=err):
+        parse_args(argv)
+
+
+def test_other_recipes_refuse_the_flag(capsys):
+    with pytest.raises(SystemExit) as e:
+        parse_args(["--recipe", "spin", "--collapse_guard", "watch"])
+    assert e.value.code == 2
+    assert "belongs to recipe 'serl'" in capsys.readouterr().err
+
+
+# ---- one tiny real run ---------------------------------------------------------------------------
+@pytest.mark.slow
+def test_guarded_run_rolls_back_and_stops(tmp_path, tiny_train_args, serl_train, monkeypatch):
+    """SmolLM2, transformers generator: the anchor is sampled, the greedy probe scored for
+    real; the agreements that decide are scripted (a collapse), so the rollback and the stop
+    are exercised on the real learner."""
+    run = tmp_path / "run"
+    monkeypatch.setenv("SERL_GUARD_SCRIPT", "0.5,0.75,0.25,0.25")
+    args = [*tiny_train_args, "--run_dir", run, "--steps", "4", "--enable_self_evolution", "false",
+            "--collapse_guard", "rollback", "--guard_probe", "4", "--guard_k", "2", "--guard_every", "1",
+            "--guard_max_rollbacks", "1", "--guard_alpha", "1", "--save_model", "true"]
+    r = serl_train(*args)
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    checks = [x for x in rows if "guard/best" in x]
+    # step 0: 0.5 best; 1: 0.75 best; 2: 0.25 fires -> rollback to step 1 (LR x0.5); 3: 0.25 fires -> stop
+    assert [(x["step"], x["guard/action"]) for x in checks] == [(0, 0), (1, 0), (2, 3), (3, 2)]
+    assert checks[-1]["guard/lr_scale"] == 0.5 and checks[-1]["guard/best_step"] == 1
+    assert all(x["guard/probe_s"] > 0 and x["guard/probe_n"] >= 1 for x in checks)
+    assert any("guard/vote_agreement" in x for x in rows)
+    assert max(x["step"] for x in rows) == 3  # stopped before step 4
+    anchor = [json.loads(x) for x in (run / ANCHOR_FILE).read_text().splitlines()]
+    assert anchor[0]["kind"] == "serl-guard-anchor" and len(anchor) == 5
+    assert json.loads((run / BEST_DIR / BEST_META).read_text())["step"] == 1
+    assert (run / "model").is_dir()
+    assert "collapse guard: fired at step 3" in r.stdout + r.stderr
+    # a resume of the stopped run trains no further
+    r2 = serl_train("--resume", run, "--progress", "quiet")
+    assert r2.returncode == 0, r2.stderr[-3000:]
+    assert "the collapse guard stopped this run" in r2.stdout + r2.stderr
