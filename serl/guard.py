@@ -28,6 +28,7 @@ import os
 import random
 import shutil
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -45,7 +46,7 @@ SCRIPT_ENV = "SERL_GUARD_SCRIPT"  # test hook: comma-separated agreements replac
 
 
 # The options that change what a guarded run does: a resume must keep them (Recipe.resume_fixed).
-GUARD_OPTIONS = ("collapse_guard", "guard_probe", "guard_k", "guard_every", "guard_margin", "guard_patience",
+GUARD_OPTIONS = ("collapse_guard", "guard_probe", "guard_probe_data", "guard_k", "guard_every", "guard_margin", "guard_patience",
                  "guard_alpha", "guard_lr_scale", "guard_max_rollbacks", "guard_anchor", "guard_labels")
 
 
@@ -57,6 +58,8 @@ class GuardOptions:
                                     "collapse, keep the best policy) or rollback (reload it, lower the LR)",
                              choices=MODES)
     guard_probe: int = _f(64, "guard: training prompts in the fixed probe (drawn with --seed)")
+    guard_probe_data: str = _f("", "guard: draw the probe from this problem file (same keys as --prompt_data; "
+                                   "labels only read with --guard_labels) instead of the training prompts")
     guard_k: int = _f(8, "guard: answers the untrained model samples per probe prompt for its vote (the anchor)")
     guard_every: int = _f(2, "guard: check the policy's greedy answers on the probe every N steps (and at the end)")
     guard_margin: float = _f(0.10, "guard: a check is bad when agreement fell this far below its best")
@@ -183,7 +186,8 @@ def read_anchor(path: Path, cfg, model_path: str, probe) -> dict[int, str | None
         bad = next((k for k, (a, b) in enumerate(zip(got, mine)) if a != b), min(len(got), len(mine)))
         raise ConfigError(f"guard_anchor: {path}, line {bad + 2}: its probe ({len(got)} prompts) is not this "
                           f"run's ({len(mine)} prompts drawn with --seed {cfg.seed}, --guard_probe "
-                          f"{cfg.guard_probe} from --prompt_data); use the same seeds, seed and probe size")
+                          f"{cfg.guard_probe} from {cfg.guard_probe_data or cfg.prompt_data}); use the same "
+                          f"prompts, seed and probe size")
     return {r["i"]: r.get("anchor") for r in rows[1:]}
 
 
@@ -208,12 +212,34 @@ def prepare(cfg, recipe_cls, data, model_path: str):
     if prompts is None:
         raise ConfigError(f"collapse_guard: recipe '{cfg.recipe}' does not support the collapse guard "
                           f"(only serl does); use --collapse_guard off")
+    if cfg.guard_probe_data:  # prompts the run does not train on, read and length-checked as the seeds are
+        from serl.data.lengths import fit_problems
+        from serl.data.seeds import read_seeds
+
+        rows = read_seeds(cfg.guard_probe_data, cfg.input_key, cfg.label_key or None, split=cfg.prompt_split)
+        prompts = [(r.text, r.label) for r in fit_problems(cfg, rows)]
     probe = select_probe(prompts, cfg.guard_probe, cfg.seed)
     if cfg.guard_labels and not any(lab for _, _, lab in probe):
-        raise ConfigError(f"guard_labels: none of the {len(probe)} probe prompts from {cfg.prompt_data} has a "
+        raise ConfigError(f"guard_labels: none of the {len(probe)} probe prompts from "
+                          f"{cfg.guard_probe_data or cfg.prompt_data} has a "
                           f"'{cfg.label_key}' label")
     anchor = read_anchor(Path(cfg.guard_anchor), cfg, model_path, probe) if cfg.guard_anchor else None
     return probe, anchor
+
+
+@contextmanager
+def untouched_rng(generator):
+    """Probe generate calls leave the run's sampling where it was (the generator's call
+    counter and torch's RNG), so a watching guard does not change what the run samples."""
+    import torch
+
+    calls, rng = getattr(generator, "calls", None), torch.get_rng_state()
+    try:
+        yield
+    finally:
+        torch.set_rng_state(rng)
+        if calls is not None:
+            generator.calls = calls
 
 
 # ---- the runner's hook ---------------------------------------------------------------------------
@@ -284,7 +310,7 @@ class CollapseGuard:
         cfg = self.cfg
         style = "chat_boxed" if cfg.system_prompt else "chat"
         prompts = [build_prompt_ids(text, self.recipe.tok, style, cfg.system_prompt) for _, text, _ in self.probe]
-        with self.untouched_rng():
+        with untouched_rng(self.generator):
             groups = self.generator.generate(prompts, cfg.guard_k, Sampling(
                 cfg.generate_max_len, cfg.temperature, cfg.top_p, seed=cfg.seed * 7919 + 17))
         scores = score_groups([[c.text for c in g] for g in groups], None, self.checker, mode="majority",
@@ -299,24 +325,6 @@ class CollapseGuard:
                               f"{len(self.probe)} probe prompts (see {path}); the guard has nothing to compare")
         return answers
 
-    def untouched_rng(self):
-        """The probe's generate calls leave the run's sampling where it was (the generator's
-        call counter and torch's RNG), so watch mode does not change what the run samples."""
-        from contextlib import contextmanager
-
-        import torch
-
-        @contextmanager
-        def keep():
-            calls, rng = getattr(self.generator, "calls", None), torch.get_rng_state()
-            try:
-                yield
-            finally:
-                torch.set_rng_state(rng)
-                if calls is not None:
-                    self.generator.calls = calls
-        return keep()
-
     def score(self) -> tuple[float, list[int], dict]:
         """The policy's greedy answers on the probe: agreement with the anchor (or accuracy on
         the labels), per-item outcomes, and other probe metrics."""
@@ -329,7 +337,7 @@ class CollapseGuard:
         else:
             golds = {i: a for i, a in self.anchor.items() if a is not None}
         problems = [MathProblem("guard", i, text, golds[i]) for i, text, _ in self.probe if golds.get(i)]
-        with self.untouched_rng():
+        with untouched_rng(self.generator):
             out = evaluate_math(self.generator, self.recipe.tok, problems, k=0, checker=self.checker,
                                 max_new_tokens=cfg.generate_max_len, fallback=cfg.answer_fallback,
                                 prompt_style="chat_boxed" if cfg.system_prompt else "chat",

@@ -264,7 +264,7 @@ def test_prepare_refuses_unsupported_recipes_and_missing_labels():
     from serl.recipes import recipe_class
 
     cfg = cfg_for(collapse_guard="watch", recipe="spin", guard_labels=False, guard_anchor="",
-                  prompt_data="seeds.jsonl", label_key="answer")
+                  prompt_data="seeds.jsonl", label_key="answer", guard_probe_data="")
     with pytest.raises(ConfigError, match="recipe 'spin' does not support"):
         prepare(cfg, recipe_class("spin"), [], "m")
     seeds = [SimpleNamespace(text=f"q{i}", label=None) for i in range(5)]
@@ -276,6 +276,22 @@ def test_prepare_refuses_unsupported_recipes_and_missing_labels():
     assert len(probe) == 3 and anchor is None
     cfg.collapse_guard = "off"
     assert prepare(cfg, recipe_class("serl"), seeds, "m") is None
+
+
+def test_probe_from_its_own_file(tmp_path):
+    """--guard_probe_data: the probe comes from that file, read as the seeds are."""
+    from serl.data.seeds import DataError
+    from serl.guard import prepare
+    from serl.recipes import recipe_class
+
+    f = tmp_path / "probe.jsonl"
+    f.write_text("".join(json.dumps({"problem": f"What is {i} + 1?"}) + "\n" for i in range(6)))
+    cfg, _ = parse_args(["--collapse_guard", "watch", "--guard_probe", "4", "--guard_probe_data", str(f)])
+    probe, _ = prepare(cfg, recipe_class("serl"), [], "m")
+    assert probe == [(i, f"What is {i} + 1?", None) for i, _, _ in probe] and len(probe) == 4
+    cfg.guard_probe_data = str(tmp_path / "missing.jsonl")
+    with pytest.raises(DataError, match="missing.jsonl"):
+        prepare(cfg, recipe_class("serl"), [], "m")
 
 
 @pytest.mark.parametrize("argv,err", [
@@ -299,30 +315,56 @@ def test_other_recipes_refuse_the_flag(capsys):
 # ---- one tiny real run ---------------------------------------------------------------------------
 @pytest.mark.slow
 def test_guarded_run_rolls_back_and_stops(tmp_path, tiny_train_args, serl_train, monkeypatch):
-    """SmolLM2, transformers generator: the anchor is sampled, the greedy probe scored for
+    """SmolLM2, transformers generator: the anchor is sampled and the greedy probe scored for
     real; the agreements that decide are scripted (a collapse), so the rollback and the stop
-    are exercised on the real learner."""
+    run through the runner on the real learner."""
     run = tmp_path / "run"
-    monkeypatch.setenv("SERL_GUARD_SCRIPT", "0.5,0.75,0.25,0.25")
-    args = [*tiny_train_args, "--run_dir", run, "--steps", "4", "--enable_self_evolution", "false",
-            "--collapse_guard", "rollback", "--guard_probe", "4", "--guard_k", "2", "--guard_every", "1",
+    monkeypatch.setenv("SERL_GUARD_SCRIPT", "1,0,0")
+    args = [*tiny_train_args, "--run_dir", run, "--steps", "3", "--enable_self_evolution", "false",
+            "--collapse_guard", "rollback", "--guard_probe", "2", "--guard_k", "2", "--guard_every", "1",
             "--guard_max_rollbacks", "1", "--guard_alpha", "1", "--save_model", "true"]
     r = serl_train(*args)
     assert r.returncode == 0, r.stderr[-3000:]
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     checks = [x for x in rows if "guard/best" in x]
-    # step 0: 0.5 best; 1: 0.75 best; 2: 0.25 fires -> rollback to step 1 (LR x0.5); 3: 0.25 fires -> stop
-    assert [(x["step"], x["guard/action"]) for x in checks] == [(0, 0), (1, 0), (2, 3), (3, 2)]
-    assert checks[-1]["guard/lr_scale"] == 0.5 and checks[-1]["guard/best_step"] == 1
+    # step 0: 1.0, the best; step 1: 0.0 fires -> rollback to step 0 (LR x0.5); step 2: fires -> stop
+    assert [(x["step"], x["guard/action"]) for x in checks] == [(0, 0), (1, 3), (2, 2)]
+    assert checks[-1]["guard/lr_scale"] == 0.5 and checks[-1]["guard/best_step"] == 0
     assert all(x["guard/probe_s"] > 0 and x["guard/probe_n"] >= 1 for x in checks)
     assert any("guard/vote_agreement" in x for x in rows)
-    assert max(x["step"] for x in rows) == 3  # stopped before step 4
+    assert max(x["step"] for x in rows) == 2  # stopped before step 3
     anchor = [json.loads(x) for x in (run / ANCHOR_FILE).read_text().splitlines()]
-    assert anchor[0]["kind"] == "serl-guard-anchor" and len(anchor) == 5
-    assert json.loads((run / BEST_DIR / BEST_META).read_text())["step"] == 1
-    assert (run / "model").is_dir()
-    assert "collapse guard: fired at step 3" in r.stdout + r.stderr
-    # a resume of the stopped run trains no further
-    r2 = serl_train("--resume", run, "--progress", "quiet")
-    assert r2.returncode == 0, r2.stderr[-3000:]
-    assert "the collapse guard stopped this run" in r2.stdout + r2.stderr
+    assert anchor[0]["kind"] == "serl-guard-anchor" and len(anchor) == 3
+    assert json.loads((run / BEST_DIR / BEST_META).read_text())["step"] == 0
+    assert (run / "model").is_dir() and (run / "report" / "guard.png").is_file()
+    assert "collapse guard: fired at step 2" in r.stdout + r.stderr
+
+
+# ---- the learner's side of a rollback: weights-only reload and the LR scale ---------------------
+@pytest.mark.parametrize("lora_rank", [0, 2])
+def test_learner_reloads_the_kept_policy_and_scales_the_lr(tiny_path, tmp_path, lora_rank):
+    import torch
+
+    from serl.engines.base import TrainBatch
+    from serl.engines.torch_learner import LearnerConfig, TorchLearner
+
+    cfg = LearnerConfig(lr=1e-2, warmup_ratio=0.0, min_lr_ratio=1.0, total_steps=10, micro_batch_size=2,
+                        lora_rank=lora_rank, lora_alpha=4.0)
+    ln = TorchLearner(tiny_path, cfg, need_ref=False)
+    prompts, responses = [[3, 4, 5], [6, 7]], [[20, 21], [22, 23, 24]]
+
+    def step():
+        adv = [torch.full((len(r),), s) for r, s in zip(responses, (1.0, -1.0))]
+        return ln.step(TrainBatch(prompts, responses, adv, ln.logprobs(prompts, responses)))
+
+    step()
+    kept = {n: w.clone() for n, w in ln.named_weights()}
+    ln.save(str(tmp_path / "best"), state=False)  # what the guard keeps: no optimizer state
+    step()
+    assert any(not torch.equal(kept[n], w) for n, w in ln.named_weights())
+    assert ln.optimizer.state
+    ln.load_policy(str(tmp_path / "best"))
+    assert all(torch.equal(kept[n], w) for n, w in ln.named_weights())
+    assert not ln.optimizer.state  # Adam's moments start again
+    ln.lr_scale = 0.5
+    assert step()["actor/lr"] == pytest.approx(0.5e-2)  # constant schedule (min_lr_ratio 1) x 0.5
