@@ -368,3 +368,20 @@ def test_learner_reloads_the_kept_policy_and_scales_the_lr(tiny_path, tmp_path, 
     assert not ln.optimizer.state  # Adam's moments start again
     ln.lr_scale = 0.5
     assert step()["actor/lr"] == pytest.approx(0.5e-2)  # constant schedule (min_lr_ratio 1) x 0.5
+
+
+def test_probe_calls_leave_the_runs_sampling_as_it_was():
+    """The generator's call counter and torch's RNG (what seeds the next rollout) are the
+    same after a probe call as before it."""
+    import torch
+
+    from serl.guard import untouched_rng
+
+    gen = SimpleNamespace(calls=7)
+    torch.manual_seed(3)
+    want = torch.rand(3)
+    torch.manual_seed(3)
+    with untouched_rng(gen):
+        gen.calls += 2
+        torch.rand(100)
+    assert gen.calls == 7 and torch.equal(torch.rand(3), want)
