@@ -341,15 +341,15 @@ def test_guarded_run_rolls_back_and_stops(tmp_path, tiny_train_args, serl_train,
 
 
 # ---- the learner's side of a rollback: weights-only reload and the LR scale ---------------------
-@pytest.mark.parametrize("lora_rank", [0, 2])
-def test_learner_reloads_the_kept_policy_and_scales_the_lr(tiny_path, tmp_path, lora_rank):
+@pytest.mark.parametrize("lora_rank,bf16", [(0, False), (2, False), (0, True)])
+def test_learner_reloads_the_kept_policy_and_scales_the_lr(tiny_path, tmp_path, lora_rank, bf16):
     import torch
 
     from serl.engines.base import TrainBatch
     from serl.engines.torch_learner import LearnerConfig, TorchLearner
 
     cfg = LearnerConfig(lr=1e-2, warmup_ratio=0.0, min_lr_ratio=1.0, total_steps=10, micro_batch_size=2,
-                        lora_rank=lora_rank, lora_alpha=4.0)
+                        lora_rank=lora_rank, lora_alpha=4.0, bf16=bf16)
     ln = TorchLearner(tiny_path, cfg, need_ref=False)
     prompts, responses = [[3, 4, 5], [6, 7]], [[20, 21], [22, 23, 24]]
 
