@@ -226,7 +226,7 @@ def test_describe(tmp_path):
 # ---- the probe, anchor files, options -------------------------------------------------------------
 def cfg_for(**kw):
     base = dict(generate_max_len=128, system_prompt="Box it.", temperature=1.0, top_p=1.0, guard_k=8, seed=42,
-                answer_fallback="number", guard_probe=3)
+                answer_fallback="number", guard_probe=3, guard_probe_data="", prompt_data="seeds.jsonl")
     return SimpleNamespace(**{**base, **kw})
 
 
@@ -264,7 +264,7 @@ def test_prepare_refuses_unsupported_recipes_and_missing_labels():
     from serl.recipes import recipe_class
 
     cfg = cfg_for(collapse_guard="watch", recipe="spin", guard_labels=False, guard_anchor="",
-                  prompt_data="seeds.jsonl", label_key="answer", guard_probe_data="")
+                  label_key="answer")
     with pytest.raises(ConfigError, match="recipe 'spin' does not support"):
         prepare(cfg, recipe_class("spin"), [], "m")
     seeds = [SimpleNamespace(text=f"q{i}", label=None) for i in range(5)]
