@@ -17,7 +17,8 @@ The rule (``judge``), on each check's agreement a_t and per-item outcomes:
 Actions: watch (log only), stop (end; the final model is the kept best policy), rollback
 (reload the best policy, scale the learning rate, go on; after ``max_rollbacks`` stop).
 The runner calls ``CollapseGuard`` between steps (``serl.runner``); probe work is not
-counted in ``--max_minutes`` and is logged as ``guard/probe_s``.
+counted in ``--max_minutes`` and is logged as ``guard/probe_s``. The probe and the anchor file are
+``serl.guard_anchor``.
 """
 from __future__ import annotations
 
@@ -25,7 +26,6 @@ import json
 import logging
 import math
 import os
-import random
 import shutil
 import time
 from contextlib import contextmanager
@@ -33,11 +33,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from serl.config import ConfigError, _f
+from serl.guard_anchor import ANCHOR_FILE, anchor_header, read_anchor, select_probe, write_anchor
 
 log = logging.getLogger("serl")
 
 MODES = ("off", "watch", "stop", "rollback")
-ANCHOR_FILE = "guard_anchor.jsonl"
 BEST_DIR = "guard_best"
 BEST_META = "guard_best.json"
 ACTIONS = {"none": 0, "watch": 1, "stop": 2, "rollback": 3}  # guard/action's codes
@@ -150,59 +150,6 @@ def act(st: GuardState, mode: str, step: int, max_rollbacks: int) -> str:
 
 
 # ---- the probe and its anchor ------------------------------------------------------------------
-def select_probe(prompts: list[tuple[str, str | None]], n: int, seed: int) -> list[tuple[int, str, str | None]]:
-    """``n`` of the training prompts (text, label), drawn with ``seed``: (index, text, label)."""
-    idx = sorted(random.Random(seed).sample(range(len(prompts)), min(n, len(prompts))))
-    return [(i, prompts[i][0], prompts[i][1]) for i in idx]
-
-
-def anchor_header(cfg, model_path: str) -> dict:
-    return {"kind": "serl-guard-anchor", "model": str(model_path), "generate_max_len": cfg.generate_max_len,
-            "system_prompt": cfg.system_prompt, "temperature": cfg.temperature, "top_p": cfg.top_p,
-            "k": cfg.guard_k, "seed": cfg.seed, "answer_fallback": cfg.answer_fallback}
-
-
-MUST_MATCH = ("model", "generate_max_len", "system_prompt", "answer_fallback")
-
-
-def read_anchor(path: Path, cfg, model_path: str, probe) -> dict[int, str | None]:
-    """An anchor file's answers by probe index, refused (naming file, line and field) unless it
-    was made for this probe, model and answer limit."""
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-        rows = [json.loads(x) for x in lines if x.strip()]
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ConfigError(f"guard_anchor: cannot read {path}: {e}") from None
-    if not rows or rows[0].get("kind") != "serl-guard-anchor":
-        raise ConfigError(f"guard_anchor: {path}, line 1: not a serl guard anchor file")
-    want = anchor_header(cfg, model_path)
-    for key in MUST_MATCH:
-        if rows[0].get(key) != want[key]:
-            raise ConfigError(f"guard_anchor: {path}, line 1: '{key}' is {rows[0].get(key)!r}, this run's is "
-                              f"{want[key]!r}; an anchor is only comparable under the same {key}")
-    got = [(r.get("i"), r.get("prompt")) for r in rows[1:]]
-    mine = [(i, text) for i, text, _ in probe]
-    if got != mine:
-        bad = next((k for k, (a, b) in enumerate(zip(got, mine)) if a != b), min(len(got), len(mine)))
-        raise ConfigError(f"guard_anchor: {path}, line {bad + 2}: its probe ({len(got)} prompts) is not this "
-                          f"run's ({len(mine)} prompts drawn with --seed {cfg.seed}, --guard_probe "
-                          f"{cfg.guard_probe} from {cfg.guard_probe_data or cfg.prompt_data}); use the same "
-                          f"prompts, seed and probe size")
-    return {r["i"]: r.get("anchor") for r in rows[1:]}
-
-
-def write_anchor(path: Path, header: dict, probe, answers: dict[int, str | None], shares: dict[int, float]) -> None:
-    tmp = Path(path).with_name(Path(path).name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(json.dumps(header) + "\n")
-        for i, text, _ in probe:
-            f.write(json.dumps({"i": i, "prompt": text, "anchor": answers.get(i),
-                                "vote_share": shares.get(i, 0.0)}) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 def prepare(cfg, recipe_cls, data, model_path: str):
     """Checks before anything is written: the recipe supports the guard, the probe has what
     the mode scores against, a given anchor file fits. Returns (probe, anchor or None)."""
@@ -351,6 +298,7 @@ class CollapseGuard:
     def check(self, step: int, final: bool, extra_s: float = 0.0) -> str:
         """One check (every --guard_every steps and at the end); logs guard/*, acts, and
         returns "stop" when the run must end here."""
+        self.last_metrics = {}  # what this step's check logged (none: no check this step)
         if step and not final and step % self.cfg.guard_every:
             return ""
         t0 = time.perf_counter()

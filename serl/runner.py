@@ -179,7 +179,7 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None) -> Path:
             logger.log(step, m)
             last = step == cfg.steps or out_of_time
             stopped = guard is not None and guard.check(step, final=last) == "stop"
-            if guard is not None and guard.st.checks:
+            if guard is not None:
                 m.update(guard.last_metrics)
             last = last or stopped
             if eval_set and (last or (cfg.eval_steps and step % cfg.eval_steps == 0)):

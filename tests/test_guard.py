@@ -175,9 +175,12 @@ def test_rollback_then_stop(tmp_path):
 
 def test_checks_only_every_n_steps_and_at_the_end(tmp_path):
     g = make_guard(tmp_path, "watch", [0.5, 0.5, 0.5], guard_every=3)
+    checked = []
     for step in range(5):
         g.check(step, final=step == 4)
+        checked.append(bool(g.last_metrics))
     assert [s for s, _ in g.logger.rows] == [0, 3, 4]
+    assert checked == [True, False, False, True, True]  # no stale metrics on steps without a check
 
 
 @pytest.mark.parametrize("cut", [1, 3, 4, 5])
