@@ -46,8 +46,9 @@ SCRIPT_ENV = "SERL_GUARD_SCRIPT"  # test hook: comma-separated agreements replac
 
 
 # The options that change what a guarded run does: a resume must keep them (Recipe.resume_fixed).
-GUARD_OPTIONS = ("collapse_guard", "guard_probe", "guard_probe_data", "guard_k", "guard_every", "guard_margin", "guard_patience",
-                 "guard_alpha", "guard_lr_scale", "guard_max_rollbacks", "guard_anchor", "guard_labels")
+GUARD_OPTIONS = ("collapse_guard", "guard_probe", "guard_probe_data", "guard_k", "guard_every", "guard_margin",
+                 "guard_patience", "guard_alpha", "guard_lr_scale", "guard_max_rollbacks", "guard_anchor",
+                 "guard_labels")
 
 
 @dataclass
@@ -150,7 +151,7 @@ def act(st: GuardState, mode: str, step: int, max_rollbacks: int) -> str:
 
 
 # ---- the probe and its anchor ------------------------------------------------------------------
-def prepare(cfg, recipe_cls, data, model_path: str):
+def prepare(cfg, recipe_cls, data, model_path: str, run_dir: Path | None = None):
     """Checks before anything is written: the recipe supports the guard, the probe has what
     the mode scores against, a given anchor file fits. Returns (probe, anchor or None)."""
     if getattr(cfg, "collapse_guard", "off") == "off":
@@ -170,7 +171,9 @@ def prepare(cfg, recipe_cls, data, model_path: str):
         raise ConfigError(f"guard_labels: none of the {len(probe)} probe prompts from "
                           f"{cfg.guard_probe_data or cfg.prompt_data} has a "
                           f"'{cfg.label_key}' label")
-    anchor = read_anchor(Path(cfg.guard_anchor), cfg, model_path, probe) if cfg.guard_anchor else None
+    own = Path(run_dir or ".") / ANCHOR_FILE  # a resume reads the run's own copy
+    given = own if run_dir and own.is_file() else Path(cfg.guard_anchor) if cfg.guard_anchor else None
+    anchor = read_anchor(given, cfg, model_path, probe) if given and not cfg.guard_labels else None
     return probe, anchor
 
 

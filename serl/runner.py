@@ -105,7 +105,7 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None) -> Path:
     from serl.recipes import recipe_class
 
     data, model_path, eval_set, run_dir = prepare(cfg, resume_dir)  # fail fast, before heavy imports
-    probe = collapse_guard.prepare(cfg, recipe_class(cfg.recipe), data, model_path)  # None: no guard
+    probe = collapse_guard.prepare(cfg, recipe_class(cfg.recipe), data, model_path, run_dir)  # None: no guard
     from serl.checkpoint import disk_space_guard, latest_checkpoint, load_trainer_state, save_checkpoint
     from serl.engines.factory import build_engines
     from serl.metrics import MetricsLogger

@@ -388,3 +388,20 @@ def test_probe_calls_leave_the_runs_sampling_as_it_was():
         gen.calls += 2
         torch.rand(100)
     assert gen.calls == 7 and torch.equal(torch.rand(3), want)
+
+
+def test_a_resume_reads_the_runs_own_anchor_copy(tmp_path):
+    """--guard_anchor's file may be gone when the run resumes: its copy in the run directory is read."""
+    from serl.guard import prepare
+    from serl.recipes import recipe_class
+
+    seeds = [SimpleNamespace(text=f"q{i}", label=None) for i in range(5)]
+    cfg = cfg_for(collapse_guard="watch", recipe="serl", guard_labels=False, guard_anchor=str(tmp_path / "gone"),
+                  label_key="answer")
+    probe = select_probe([(s.text, None) for s in seeds], 3, 42)
+    run = tmp_path / "run"
+    run.mkdir()
+    write_anchor(run / ANCHOR_FILE, anchor_header(cfg, "m"), probe, {i: "1" for i, _, _ in probe}, {})
+    assert prepare(cfg, recipe_class("serl"), seeds, "m", run)[1] == {i: "1" for i, _, _ in probe}
+    with pytest.raises(ConfigError, match="cannot read"):
+        prepare(cfg, recipe_class("serl"), seeds, "m", tmp_path / "new_run")
