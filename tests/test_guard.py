@@ -405,3 +405,48 @@ def test_a_resume_reads_the_runs_own_anchor_copy(tmp_path):
     assert prepare(cfg, recipe_class("serl"), seeds, "m", run)[1] == {i: "1" for i, _, _ in probe}
     with pytest.raises(ConfigError, match="cannot read"):
         prepare(cfg, recipe_class("serl"), seeds, "m", tmp_path / "new_run")
+
+
+class ScriptedGenerator:
+    """Answers each probe prompt with a scripted text (sampled: the same text n times)."""
+
+    def __init__(self, tok, answers: dict[str, str]):
+        self.tok, self.answers, self.calls = tok, answers, 0
+
+    def generate(self, prompts, n, sampling):
+        from serl.engines.base import Completion
+
+        self.calls += 1
+        out = []
+        for ids in prompts:
+            text = next(a for q, a in self.answers.items() if q in self.tok.decode(ids))
+            out.append([Completion(text, [1] * (3 if text else 24), list(ids),
+                                   "stop" if text else "length") for _ in range(n)])
+        return out
+
+
+class StringChecker:
+    def equal_many(self, pairs):
+        return [a.strip() == b.strip() for a, b in pairs]
+
+
+@pytest.mark.parametrize("labelled,want_score,want_items", [
+    (False, 0.5, [1, 0]),   # anchor "2" (q0) and "6" (q2); q1's vote had no answer; now "2" and "7"
+    (True, 0.5, [1, 0]),    # labels "#### 2" (q0) and "6" (q2); q1 has none
+])
+def test_anchor_and_probe_score_by_hand(tmp_path, smol_tokenizer, labelled, want_score, want_items):
+    probe = [(0, "Question zero", "#### 2"), (1, "Question one", None), (2, "Question two", "6")]
+    cfg = SimpleNamespace(**{**vars(cfg_for(guard_k=3)), "collapse_guard": "watch", "guard_labels": labelled,
+                             "guard_anchor": "", "guard_margin": 0.1, "guard_patience": 1, "guard_alpha": 0.05})
+    gen = ScriptedGenerator(smol_tokenizer, {"Question zero": "so \\boxed{2}", "Question one": "",
+                                             "Question two": "\\boxed{6}"})
+    engines = SimpleNamespace(generator=gen, learner=FakeLearner(), checker=StringChecker())
+    g = CollapseGuard(cfg, SimpleNamespace(tok=smol_tokenizer), engines, tmp_path, "m", FakeLogger(), (probe, None))
+    if not labelled:
+        g.anchor = g.sample_anchor(tmp_path / ANCHOR_FILE)
+        assert g.anchor == {0: "2", 1: None, 2: "6"}
+        assert gen.calls == 0  # the run's call counter is where it was
+    gen.answers["Question two"] = "\\boxed{7}"
+    score, items, extra = g.score()
+    assert (score, items) == (want_score, want_items)
+    assert extra == {"guard/probe_n": 2, "guard/probe_cut": 0.0}
