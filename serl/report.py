@@ -376,6 +376,26 @@ def plot_games(run: Run, claimed: set[str]):
     return _panels_plot("Games", panels, cols=2 if len(panels) > 2 else 1)
 
 
+def plot_guard(run: Run, claimed: set[str]):
+    """The collapse guard (serl.guard): the deciding probe score with its best, and the
+    label-free signals it logs beside it (which do not decide)."""
+    s = run.series
+    keys = [k for k in s if k.startswith("guard/")]
+    if not keys:
+        return None
+    claimed.update(keys)
+    score = [(k.split("/")[1].replace("_", " "), s[k]) for k in ("guard/agreement", "guard/label_acc", "guard/best")
+             if k in s]
+    side = [(k.split("/")[1].replace("_", " "), s[k]) for k in ("guard/vote_agreement", "guard/too_easy_share",
+                                                                  "guard/entropy", "guard/probe_cut") if k in s]
+    acts = [(k.split("/")[1].replace("_", " "), s[k]) for k in ("guard/fired", "guard/action", "guard/rollbacks")
+            if k in s]
+    return _panels_plot("Collapse guard", [("Probe score (decides)", "share of probe", score, False),
+                                           ("Label-free signals (logged, do not decide)", "value", side, False),
+                                           ("Decisions (action: 1 watch, 2 stop, 3 rollback)", "value", acts, False)],
+                        cols=1)
+
+
 # (file stem, builder); each builder claims the keys it drew so leftovers get a generic plot.
 PLOTS: list[tuple[str, Callable]] = [
     ("reward", plot_reward),
@@ -390,6 +410,7 @@ PLOTS: list[tuple[str, Callable]] = [
     ("response_length", plot_length),
     ("time", plot_time),
     ("eval", plot_eval),
+    ("guard", plot_guard),
 ]
 MAX_PANELS = 12
 

@@ -101,13 +101,15 @@ def eval_split(cfg: TrainConfig) -> str:
 
 def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None) -> Path:
     """Train ``cfg.recipe`` to ``cfg.steps``; ``engines`` (Ray) replaces the local ones."""
-    data, model_path, eval_set, run_dir = prepare(cfg, resume_dir)  # fail fast, before heavy imports
+    from serl import guard as collapse_guard
+    from serl.recipes import recipe_class
 
+    data, model_path, eval_set, run_dir = prepare(cfg, resume_dir)  # fail fast, before heavy imports
+    probe = collapse_guard.prepare(cfg, recipe_class(cfg.recipe), data, model_path, run_dir)  # None: no guard
     from serl.checkpoint import disk_space_guard, latest_checkpoint, load_trainer_state, save_checkpoint
     from serl.engines.factory import build_engines
     from serl.metrics import MetricsLogger
     from serl.progress import print_step_summary, progress_mode
-    from serl.recipes import recipe_class
     from serl.recipes.base import RunContext
 
     mode = progress_mode(cfg.progress)
@@ -122,7 +124,7 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None) -> Path:
     tok = run_tokenizer(model_path)  # prepare()'s length checks loaded it already
     log.info("recipe %s, model %s, run directory %s", cfg.recipe, model_path, run_dir)
     engines = engines or build_engines(cfg, model_path, tok)
-    recipe, logger = None, None
+    recipe, logger, guard = None, None, None
     evals: dict[int, dict] = {}
     history = []
     try:
@@ -138,11 +140,20 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None) -> Path:
         ctx = RunContext(cfg, run_dir, model_path, tok, engines.generator, engines.learner, engines.checker,
                          logger, mode, resume_step=done, resuming=resume_dir is not None)
         recipe = recipe_class(cfg.recipe)(ctx, data)
+        if probe is not None:  # --collapse_guard (serl.guard): checks between steps
+            from serl.guard import CollapseGuard
+
+            guard = CollapseGuard(cfg, recipe, engines, run_dir, model_path, logger, probe)
         if ckpt is not None:
             engines.learner.load(str(ckpt / "policy"))
             engines.generator.load_weights(engines.learner.named_weights())
-            recipe.load_state_dict(load_trainer_state(ckpt))
+            state = load_trainer_state(ckpt)
+            recipe.load_state_dict(state)
+            if guard is not None:
+                guard.load_state_dict(state.get("guard"))
             log.info("resumed from %s: continuing at step %d", ckpt, done + 1)
+        if guard is not None:
+            guard.start(done)
         if eval_set and done == 0:
             evals[0] = _evaluate(recipe, eval_set, logger, 0)
         budget = cfg.max_minutes * 60
@@ -152,6 +163,9 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None) -> Path:
             if budget and used >= budget:  # a resume of a run that had spent its budget
                 log.info("wall-clock budget of %g min was spent by step %d; no more steps", cfg.max_minutes, done)
                 break
+            if guard is not None and guard.st.stopped:  # a resume of a run the guard ended
+                log.info("the collapse guard stopped this run at step %d; no more steps", done)
+                break
             t0 = _now()
             m = recipe.step(step)
             used += _now() - t0
@@ -160,19 +174,32 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None) -> Path:
                 m[BUDGET_KEY] = used / 60
             if skipped_long:  # rows prepare() left out as too long (serl.data.lengths); only when some were
                 m["data/skipped_long"] = skipped_long
+            if guard is not None:
+                m.update(guard.signals(m))
             logger.log(step, m)
             last = step == cfg.steps or out_of_time
+            stopped = guard is not None and guard.check(step, final=last) == "stop"
+            if guard is not None:
+                m.update(guard.last_metrics)
+            last = last or stopped
             if eval_set and (last or (cfg.eval_steps and step % cfg.eval_steps == 0)):
                 evals[step] = _evaluate(recipe, eval_set, logger, step)
                 m.update(evals[step])
             history.append(m)
             print_step_summary(step, m, mode)
             if last or (cfg.save_steps and step % cfg.save_steps == 0):
-                save_checkpoint(run_dir, step, engines.learner, recipe.state_dict(), keep=cfg.max_ckpt_num)
+                state = recipe.state_dict()
+                if guard is not None:
+                    state["guard"] = guard.state_dict()
+                save_checkpoint(run_dir, step, engines.learner, state, keep=cfg.max_ckpt_num)
+            if stopped:
+                break
             if out_of_time:
                 log.info("wall-clock budget of %g min reached after step %d (%.1f min of training steps); "
                          "stopping", cfg.max_minutes, step, used / 60)
                 break
+        if guard is not None and guard.st.stopped:  # the final model is the guard's kept policy
+            log.info("the final model is the collapse guard's kept policy (step %d)", guard.st.best_step)
         if cfg.save_model:  # weights, config, tokenizer (LoRA: the adapter); optimizer state stays in checkpoints
             with disk_space_guard(run_dir / "model", run_dir, "the final model"):
                 engines.learner.save(str(run_dir / "model"), state=False)

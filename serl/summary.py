@@ -180,7 +180,9 @@ def change_lines(run_dir: str | Path) -> list[str]:
         lines.append("evaluation, first -> last (95% intervals):")
         for key, ((s0, a), (s1, b)) in evals:
             lines += _eval_lines(key, s0, a, s1, b, items.get(s0, {}).get(key), items.get(s1, {}).get(key))
-    return lines
+    from serl.guard import describe
+
+    return lines + describe(series)
 
 
 def _eval_lines(key: str, s0: int, a: float, s1: int, b: float, first: dict | None, last: dict | None) -> list[str]:

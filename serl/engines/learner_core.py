@@ -164,6 +164,7 @@ class LearnerCore:
     world: int = 1
     lora = None  # a serl.engines.lora.LoraAdapter when training LoRA
     packed = False  # micro-batches are packed (the scorers took packed attention)
+    lr_scale = 1.0  # multiplies the schedule's LR (the collapse guard lowers it at a rollback)
 
     # ---- hooks ---------------------------------------------------------------------------
     def _net(self, model: str):
@@ -306,7 +307,7 @@ class LearnerCore:
                 sums[-1] += 1
             self._backward(loss, finite)
         self._all_reduce(sums)
-        lr = cfg.lr * lr_multiplier(self.updates, cfg)
+        lr = cfg.lr * lr_multiplier(self.updates, cfg) * self.lr_scale
         applied, grad_norm = self._apply_update(lr, finite=sums[-1].item() == 0)
         s = sums.tolist()
         div = {"tokens": max(totals["num_tokens"], 1.0), "pairs": max(totals["num_pairs"], 1.0), "sum": 1.0}

@@ -230,23 +230,28 @@ class LoraAdapter:
     def load(self, path: str, gather: Gather = _no_gather, weights: bool = True) -> None:
         """Restore the adapter (unless ``weights`` is False: DeepSpeed loads its own) and
         the reference snapshot from ``save``; refuses another base or other settings."""
+        state = self.check(path)
+        if weights:
+            self.load_adapter(path, gather)
+        self.ref_adapter = state["ref_adapter"]
+
+    def load_adapter(self, path: str, gather: Gather = _no_gather) -> None:
+        """The adapter weights of ``save`` alone (also of ``state=False``, which has no
+        ``lora_state.pt``: the reference snapshot stays as it is)."""
         from peft import set_peft_model_state_dict
         from safetensors.torch import load_file
 
-        state = self.check(path)
-        if weights:
-            f = Path(path) / "adapter_model.safetensors"
-            if not f.is_file():
-                raise FileNotFoundError(f"{path}: no adapter_model.safetensors")
-            sd = load_file(str(f))
-            want = self.peft_state_dict(gather)
-            bad = sorted(set(want) ^ set(sd)) or [k for k in want if want[k].shape != sd[k].shape]
-            if bad:
-                raise ValueError(f"{path}: adapter weights do not match this model ({bad[:3]})")
-            params = [p for _, p in self.adapter_params()]
-            with gather(params, modify=True):
-                set_peft_model_state_dict(self.peft, sd, adapter_name=ADAPTER)
-        self.ref_adapter = state["ref_adapter"]
+        f = Path(path) / "adapter_model.safetensors"
+        if not f.is_file():
+            raise FileNotFoundError(f"{path}: no adapter_model.safetensors")
+        sd = load_file(str(f))
+        want = self.peft_state_dict(gather)
+        bad = sorted(set(want) ^ set(sd)) or [k for k in want if want[k].shape != sd[k].shape]
+        if bad:
+            raise ValueError(f"{path}: adapter weights do not match this model ({bad[:3]})")
+        params = [p for _, p in self.adapter_params()]
+        with gather(params, modify=True):
+            set_peft_model_state_dict(self.peft, sd, adapter_name=ADAPTER)
 
     @torch.no_grad()
     def export_merged(self, path: str, tokenizer=None, gather: Gather = _no_gather, write: bool = True) -> None:

@@ -241,6 +241,16 @@ class TorchLearner(LearnerCore):
         self.skipped_total = int(state["skipped_total"])
         torch.set_rng_state(state["rng"])
 
+    def load_policy(self, path: str) -> None:
+        """The weights of a ``save(path, state=False)`` (the collapse guard's kept policy)
+        alone: Adam's moments are reset, since they point where the policy was heading; the
+        schedule position and RNG go on."""
+        if self.lora is not None:
+            self.lora.load_adapter(path)
+        else:
+            self._load_weights(Path(path))
+        self.optimizer.state.clear()
+
     def _load_weights(self, src: Path) -> None:
         from safetensors.torch import load_file
 

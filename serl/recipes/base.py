@@ -111,6 +111,12 @@ class Recipe:
         return {}
 
     @classmethod
+    def guard_prompts(cls, data) -> list[tuple[str, str | None]] | None:
+        """The training prompts (text, label or None) the collapse guard may probe
+        (``serl.guard``); None: this recipe does not support the guard."""
+        return None
+
+    @classmethod
     def run_defining(cls) -> tuple[str, ...]:
         return RUN_DEFINING_COMMON + tuple(cls.resume_fixed)
 

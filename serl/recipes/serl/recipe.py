@@ -24,6 +24,7 @@ from serl.algos import compute_advantages, kl_estimate
 from serl.checkpoint import fault_point
 from serl.data.lengths import fit_problems, prompt_limit
 from serl.data.seeds import DataError, read_seeds
+from serl.guard import GUARD_OPTIONS
 from serl.engines.base import Completion, Sampling, TrainBatch
 from serl.instruct import (DifficultyFilter, InstructConfig, PoolItem, PromptPool, Rollout, SelfInstruct,
                            TextFilters, fill_batch)
@@ -38,7 +39,7 @@ log = logging.getLogger(__name__)
 
 class SerlRecipe(Recipe):
     resume_fixed = ("enable_self_evolution", "reward_difficulty_bounds", "instructions_num_per_iteration",
-                    "overlong_filter")
+                    "overlong_filter") + GUARD_OPTIONS
 
     @classmethod
     def prepare(cls, cfg):
@@ -51,6 +52,10 @@ class SerlRecipe(Recipe):
                 raise DataError(f"{cfg.prompt_data}: row {bad + 1} has no '{cfg.label_key}' label, which "
                                 f"--reward_mode rule needs (auto votes on unlabelled problems)")
         return fit_problems(cfg, seeds)  # longer than --prompt_max_len: skipped, counted, named
+
+    @classmethod
+    def guard_prompts(cls, data):
+        return [(s.text, s.label) for s in data]
 
     @classmethod
     def needs_reference(cls, cfg) -> bool:

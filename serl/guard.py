@@ -1,0 +1,398 @@
+"""The collapse guard: a label-free watch on a self-rewarded run, and what it does when the
+run collapses (docs/guard.md).
+
+Majority-vote training can sharpen a policy onto its own wrong answers: the vote agrees
+with itself more and more while the answers get worse. The guard measures the one thing
+the run cannot move by agreeing with itself: how often the current policy's greedy answer
+matches the *untrained* model's vote on a fixed probe of training prompts (the anchor,
+sampled once at the start). A policy that gets better keeps most anchor answers (where
+the vote was right it was mostly right, by the vote's precondition maj@K > greedy); one
+that collapses leaves them.
+
+The rule (``judge``), on each check's agreement a_t and per-item outcomes:
+  - a new best: a_t > a* (before the guard fired in watch mode); the policy is saved;
+  - a bad check: a_t <= a* - margin, and the one-sided exact McNemar test of the items
+    that agreed at a*'s step but not now, against the reverse, gives p < alpha;
+  - ``patience`` bad checks in a row fire the guard.
+Actions: watch (log only), stop (end; the final model is the kept best policy), rollback
+(reload the best policy, scale the learning rate, go on; after ``max_rollbacks`` stop).
+The runner calls ``CollapseGuard`` between steps (``serl.runner``); probe work is not
+counted in ``--max_minutes`` and is logged as ``guard/probe_s``. The probe and the anchor file are
+``serl.guard_anchor``.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import shutil
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from serl.config import ConfigError, _f
+from serl.guard_anchor import ANCHOR_FILE, anchor_header, read_anchor, select_probe, write_anchor
+
+log = logging.getLogger("serl")
+
+MODES = ("off", "watch", "stop", "rollback")
+BEST_DIR = "guard_best"
+BEST_META = "guard_best.json"
+ACTIONS = {"none": 0, "watch": 1, "stop": 2, "rollback": 3}  # guard/action's codes
+EPS = 1e-9  # agreements are fractions of the probe: compare them without float noise
+SCRIPT_ENV = "SERL_GUARD_SCRIPT"  # test hook: comma-separated agreements replace the measured ones
+
+
+# The options that change what a guarded run does: a resume must keep them (Recipe.resume_fixed).
+GUARD_OPTIONS = ("collapse_guard", "guard_probe", "guard_probe_data", "guard_k", "guard_every", "guard_margin",
+                 "guard_patience", "guard_alpha", "guard_lr_scale", "guard_max_rollbacks", "guard_anchor",
+                 "guard_labels")
+
+
+@dataclass
+class GuardOptions:
+    """Options of the collapse guard (mixed into a recipe's config that supports it)."""
+
+    collapse_guard: str = _f("off", "collapse guard: off, watch (log what it would do), stop (end at a "
+                                    "collapse, keep the best policy) or rollback (reload it, lower the LR)",
+                             choices=MODES)
+    guard_probe: int = _f(64, "guard: training prompts in the fixed probe (drawn with --seed)")
+    guard_probe_data: str = _f("", "guard: draw the probe from this problem file (same keys as --prompt_data; "
+                                   "labels only read with --guard_labels) instead of the training prompts")
+    guard_k: int = _f(8, "guard: answers the untrained model samples per probe prompt for its vote (the anchor)")
+    guard_every: int = _f(2, "guard: check the policy's greedy answers on the probe every N steps (and at the end)")
+    guard_margin: float = _f(0.10, "guard: a check is bad when agreement fell this far below its best")
+    guard_patience: int = _f(1, "guard: bad checks in a row that fire it")
+    guard_alpha: float = _f(0.05, "guard: a bad check also needs one-sided McNemar p below this (1 = no test)")
+    guard_lr_scale: float = _f(0.5, "guard rollback: multiply the learning rate by this at each rollback")
+    guard_max_rollbacks: int = _f(2, "guard rollback: after this many rollbacks the next firing stops the run")
+    guard_anchor: str = _f("", "guard: reuse this anchor file (another run's guard_anchor.jsonl; same probe, "
+                               "model, --generate_max_len and --system_prompt) instead of sampling one")
+    guard_labels: bool = _f(False, "guard: score the probe against the seed labels instead of the anchor "
+                                   "(labelled mode, reported apart from the label-free one)")
+
+    def validate_guard(self) -> None:
+        for name in ("guard_probe", "guard_k", "guard_every", "guard_patience"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name}: must be >= 1, got {getattr(self, name)}")
+        if not 0.0 < self.guard_margin < 1.0:
+            raise ConfigError(f"guard_margin: must lie in (0, 1), got {self.guard_margin}")
+        if not 0.0 < self.guard_alpha <= 1.0:
+            raise ConfigError(f"guard_alpha: must lie in (0, 1], got {self.guard_alpha}")
+        if not 0.0 < self.guard_lr_scale <= 1.0:
+            raise ConfigError(f"guard_lr_scale: must lie in (0, 1], got {self.guard_lr_scale}")
+        if self.guard_max_rollbacks < 0:
+            raise ConfigError(f"guard_max_rollbacks: must be >= 0, got {self.guard_max_rollbacks}")
+        if self.collapse_guard in ("stop", "rollback") and (self.learner != "torch" or self.ray):
+            raise ConfigError(f"collapse_guard: {self.collapse_guard} reloads the kept policy into the learner, "
+                              f"which only the one-process torch learner can (got --learner {self.learner}"
+                              f"{' with --ray' if self.ray else ''}); use watch, or --learner torch")
+
+
+# ---- the rule: pure functions on a state ---------------------------------------------------------
+@dataclass
+class Rule:
+    margin: float = 0.10
+    patience: int = 1
+    alpha: float = 0.05
+
+
+@dataclass
+class GuardState:
+    best: float | None = None      # best agreement so far (a*)
+    best_step: int = -1            # its step (s*); its policy is in RUN_DIR/guard_best
+    best_items: list = field(default_factory=list)  # per-probe-item 0/1 at s*, for McNemar
+    below: int = 0                 # bad checks in a row
+    fired: bool = False
+    fired_step: int = -1           # the first firing
+    rollbacks: int = 0
+    stopped: bool = False          # the guard ended the run (a resume trains no further)
+    lr_scale: float = 1.0
+    checks: int = 0
+
+
+def drop_p(before: list[int], now: list[int]) -> float:
+    """One-sided exact McNemar: P(X >= b) for X ~ Binomial(b + c, 1/2), where b items agreed
+    before but not now and c the reverse; 1.0 when none changed."""
+    b = sum(1 for x, y in zip(before, now) if x and not y)
+    c = sum(1 for x, y in zip(before, now) if y and not x)
+    n = b + c
+    return sum(math.comb(n, k) for k in range(b, n + 1)) / 2 ** n if n else 1.0
+
+
+def judge(st: GuardState, rule: Rule, step: int, score: float, items: list[int], frozen: bool = False) -> str:
+    """Update ``st`` with one check; returns "best", "hold", "bad" or "fire". ``frozen``: the
+    best is kept as it is (watch mode after firing)."""
+    st.checks += 1
+    if st.best is None or (score > st.best + EPS and not frozen):
+        st.best, st.best_step, st.best_items, st.below = score, step, list(items), 0
+        return "best"
+    bad = score <= st.best - rule.margin + EPS and drop_p(st.best_items, items) < rule.alpha
+    st.below = st.below + 1 if bad else 0
+    if bad and st.below >= rule.patience:
+        st.below = 0
+        return "fire"
+    return "bad" if bad else "hold"
+
+
+def act(st: GuardState, mode: str, step: int, max_rollbacks: int) -> str:
+    """What a firing does in ``mode``: "watch", "rollback" or "stop" (recorded in ``st``)."""
+    if not st.fired:
+        st.fired, st.fired_step = True, step
+    if mode == "watch":
+        return "watch"
+    if mode == "rollback" and st.rollbacks < max_rollbacks:
+        st.rollbacks += 1
+        return "rollback"
+    st.stopped = True
+    return "stop"
+
+
+# ---- the probe and its anchor ------------------------------------------------------------------
+def prepare(cfg, recipe_cls, data, model_path: str, run_dir: Path | None = None):
+    """Checks before anything is written: the recipe supports the guard, the probe has what
+    the mode scores against, a given anchor file fits. Returns (probe, anchor or None)."""
+    if getattr(cfg, "collapse_guard", "off") == "off":
+        return None
+    prompts = recipe_cls.guard_prompts(data)
+    if prompts is None:
+        raise ConfigError(f"collapse_guard: recipe '{cfg.recipe}' does not support the collapse guard "
+                          f"(only serl does); use --collapse_guard off")
+    if cfg.guard_probe_data:  # prompts the run does not train on, read and length-checked as the seeds are
+        from serl.data.lengths import fit_problems
+        from serl.data.seeds import read_seeds
+
+        rows = read_seeds(cfg.guard_probe_data, cfg.input_key, cfg.label_key or None, split=cfg.prompt_split)
+        prompts = [(r.text, r.label) for r in fit_problems(cfg, rows)]
+    probe = select_probe(prompts, cfg.guard_probe, cfg.seed)
+    if cfg.guard_labels and not any(lab for _, _, lab in probe):
+        raise ConfigError(f"guard_labels: none of the {len(probe)} probe prompts from "
+                          f"{cfg.guard_probe_data or cfg.prompt_data} has a "
+                          f"'{cfg.label_key}' label")
+    own = Path(run_dir or ".") / ANCHOR_FILE  # a resume reads the run's own copy
+    given = own if run_dir and own.is_file() else Path(cfg.guard_anchor) if cfg.guard_anchor else None
+    anchor = read_anchor(given, cfg, model_path, probe) if given and not cfg.guard_labels else None
+    return probe, anchor
+
+
+@contextmanager
+def untouched_rng(generator):
+    """Probe generate calls leave the run's sampling where it was (the generator's call
+    counter and torch's RNG), so a watching guard does not change what the run samples."""
+    import torch
+
+    calls, rng = getattr(generator, "calls", None), torch.get_rng_state()
+    try:
+        yield
+    finally:
+        torch.set_rng_state(rng)
+        if calls is not None:
+            generator.calls = calls
+
+
+# ---- the runner's hook ---------------------------------------------------------------------------
+class CollapseGuard:
+    """Made by the runner when --collapse_guard is not off; see the module doc."""
+
+    def __init__(self, cfg, recipe, engines, run_dir: Path, model_path: str, logger, prepared):
+        self.cfg, self.recipe, self.run_dir, self.logger = cfg, recipe, Path(run_dir), logger
+        self.generator, self.learner, self.checker = engines.generator, engines.learner, engines.checker
+        self.model_path = model_path
+        self.probe, self.anchor = prepared
+        self.mode = cfg.collapse_guard
+        self.rule = Rule(cfg.guard_margin, cfg.guard_patience, cfg.guard_alpha)
+        self.st = GuardState()
+        self.last_metrics: dict = {}
+        script = os.environ.get(SCRIPT_ENV, "")
+        self.script = [float(x) for x in script.split(",") if x.strip()]
+
+    # ---- state across --resume ------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return asdict(self.st)
+
+    def load_state_dict(self, state: dict | None) -> None:
+        if not state:
+            return
+        self.st = GuardState(**state)
+        self.learner.lr_scale = self.st.lr_scale
+        meta = self.run_dir / BEST_DIR / BEST_META
+        kept = json.loads(meta.read_text())["step"] if meta.is_file() else None
+        if kept != self.st.best_step:  # a best saved after the checkpoint this resume starts from
+            log.warning("collapse guard: %s holds step %s's policy, the checkpoint's best is step %d; it is "
+                        "replaced at the next new best", BEST_DIR, kept, self.st.best_step)
+
+    # ---- secondary signals (logged, never decide) -------------------------------------------
+    @staticmethod
+    def signals(m: dict) -> dict:
+        out = {}
+        for key, name in (("reward/agreement", "vote_agreement"), ("actor/entropy", "entropy"),
+                          ("reward/clusters", "clusters")):
+            if key in m:
+                out[f"guard/{name}"] = m[key]
+        if m.get("batch/rolled_out"):
+            out["guard/too_easy_share"] = m.get("filter/difficulty/too_easy", 0) / m["batch/rolled_out"]
+        return out
+
+    # ---- checks ---------------------------------------------------------------------------
+    def start(self, done: int) -> None:
+        """The anchor (this run's file on a resume, a given one, or sampled now) and, at the
+        start of a run, the untrained policy's check (step 0)."""
+        t0 = time.perf_counter()
+        own = self.run_dir / ANCHOR_FILE
+        if not self.cfg.guard_labels:
+            if own.is_file():
+                self.anchor = read_anchor(own, self.cfg, self.model_path, self.probe)
+            elif self.anchor is not None:  # --guard_anchor: keep a copy, so the run directory says what it used
+                shutil.copyfile(self.cfg.guard_anchor, own)
+            else:
+                self.anchor = self.sample_anchor(own)
+        spent = time.perf_counter() - t0
+        if done == 0:
+            self.check(0, final=False, extra_s=spent)
+
+    def sample_anchor(self, path: Path) -> dict[int, str | None]:
+        from serl.engines.base import Sampling
+        from serl.eval.math_bench import build_prompt_ids
+        from serl.rewards import score_groups
+
+        cfg = self.cfg
+        style = "chat_boxed" if cfg.system_prompt else "chat"
+        prompts = [build_prompt_ids(text, self.recipe.tok, style, cfg.system_prompt) for _, text, _ in self.probe]
+        with untouched_rng(self.generator):
+            groups = self.generator.generate(prompts, cfg.guard_k, Sampling(
+                cfg.generate_max_len, cfg.temperature, cfg.top_p, seed=cfg.seed * 7919 + 17))
+        scores = score_groups([[c.text for c in g] for g in groups], None, self.checker, mode="majority",
+                              fallback=cfg.answer_fallback)
+        answers = {i: s.label for (i, _, _), s in zip(self.probe, scores)}
+        shares = {i: s.agreement for (i, _, _), s in zip(self.probe, scores)}
+        write_anchor(path, anchor_header(cfg, self.model_path), self.probe, answers, shares)
+        n = sum(a is not None for a in answers.values())
+        log.info("collapse guard: anchor of %d probe prompts (%d with a vote) written to %s", len(self.probe), n, path)
+        if n == 0:
+            raise ConfigError(f"collapse_guard: the untrained model's vote gave no answer on any of the "
+                              f"{len(self.probe)} probe prompts (see {path}); the guard has nothing to compare")
+        return answers
+
+    def score(self) -> tuple[float, list[int], dict]:
+        """The policy's greedy answers on the probe: agreement with the anchor (or accuracy on
+        the labels), per-item outcomes, and other probe metrics."""
+        from serl.eval import MathProblem, evaluate_math
+        from serl.rewards import normalize_label
+
+        cfg = self.cfg
+        if cfg.guard_labels:
+            golds = {i: normalize_label(lab) for i, _, lab in self.probe if lab}
+        else:
+            golds = {i: a for i, a in self.anchor.items() if a is not None}
+        problems = [MathProblem("guard", i, text, golds[i]) for i, text, _ in self.probe if golds.get(i)]
+        with untouched_rng(self.generator):
+            out = evaluate_math(self.generator, self.recipe.tok, problems, k=0, checker=self.checker,
+                                max_new_tokens=cfg.generate_max_len, fallback=cfg.answer_fallback,
+                                prompt_style="chat_boxed" if cfg.system_prompt else "chat",
+                                instruction=cfg.system_prompt, prefix="guard", log=None)
+        recs = out["records"]
+        items = [int(r["correct"]) for r in recs]
+        extra = {"guard/probe_n": len(items),
+                 "guard/probe_cut": sum(r["finish_reason"] == "length" for r in recs) / max(1, len(recs))}
+        return sum(items) / max(1, len(items)), items, extra
+
+    def check(self, step: int, final: bool, extra_s: float = 0.0) -> str:
+        """One check (every --guard_every steps and at the end); logs guard/*, acts, and
+        returns "stop" when the run must end here."""
+        self.last_metrics = {}  # what this step's check logged (none: no check this step)
+        if step and not final and step % self.cfg.guard_every:
+            return ""
+        t0 = time.perf_counter()
+        score, items, m = self.score()
+        if self.st.checks < len(self.script):  # test hook: a scripted agreement, as nested items
+            hits = round(self.script[self.st.checks] * len(items))
+            items = [1] * hits + [0] * (len(items) - hits)
+            score = hits / max(1, len(items))
+        frozen = self.mode == "watch" and self.st.fired
+        p = drop_p(self.st.best_items, items) if self.st.best is not None else 1.0
+        verdict = judge(self.st, self.rule, step, score, items, frozen=frozen)
+        action = "none"
+        if verdict == "best":
+            self.save_best(step, score)
+        elif verdict == "fire" and not frozen:
+            action = act(self.st, self.mode, step, self.cfg.guard_max_rollbacks)
+            self.do(action, step, score)
+        key = "guard/label_acc" if self.cfg.guard_labels else "guard/agreement"
+        m.update({key: score, "guard/best": self.st.best, "guard/best_step": self.st.best_step,
+                  "guard/fired": int(self.st.fired), "guard/action": ACTIONS[action],
+                  "guard/rollbacks": self.st.rollbacks, "guard/bad_checks": self.st.below, "guard/drop_p": p,
+                  "guard/lr_scale": self.st.lr_scale, "guard/labelled": int(self.cfg.guard_labels),
+                  "guard/probe_s": time.perf_counter() - t0 + extra_s})
+        self.logger.log(step, m)
+        self.last_metrics = m
+        return "stop" if action == "stop" else ""
+
+    # ---- the kept policy and the actions --------------------------------------------------
+    def save_best(self, step: int, score: float) -> None:
+        """The policy's weights (no optimizer state) to RUN_DIR/guard_best, whole or not at all."""
+        from serl.checkpoint import _fsync_dir, disk_space_guard
+
+        final, new, old = (self.run_dir / BEST_DIR, self.run_dir / f".{BEST_DIR}.new",
+                           self.run_dir / f".{BEST_DIR}.old")
+        shutil.rmtree(new, ignore_errors=True)
+        with disk_space_guard(new, self.run_dir, "the guard's best policy", partial=(new,)):
+            self.learner.save(str(new), state=False)
+            (new / BEST_META).write_text(json.dumps({"step": step, "agreement": score}) + "\n")
+            _fsync_dir(new)
+        shutil.rmtree(old, ignore_errors=True)
+        if final.exists():
+            os.replace(final, old)
+        os.replace(new, final)
+        shutil.rmtree(old, ignore_errors=True)
+        log.info("collapse guard: new best agreement %.3f at step %d, policy kept in %s", score, step, final)
+
+    def restore_best(self) -> None:
+        """The kept policy into the learner (optimizer moments reset) and the generator."""
+        self.learner.load_policy(str(self.run_dir / BEST_DIR))
+        self.generator.load_weights(self.learner.named_weights())
+
+    def do(self, action: str, step: int, score: float) -> None:
+        what = (f"collapse guard fired at step {step}: agreement {score:.3f}, best {self.st.best:.3f} at step "
+                f"{self.st.best_step}")
+        if action == "watch":
+            log.warning("%s (watch mode: no action; %s stays frozen)", what, BEST_DIR)
+        elif action == "rollback":
+            self.st.lr_scale *= self.cfg.guard_lr_scale
+            self.learner.lr_scale = self.st.lr_scale
+            self.restore_best()
+            log.warning("%s: rolled back to step %d's policy (rollback %d of %d), learning rate x%g",
+                        what, self.st.best_step, self.st.rollbacks, self.cfg.guard_max_rollbacks, self.st.lr_scale)
+        else:
+            self.restore_best()
+            log.warning("%s: training stops; the final model is step %d's policy", what, self.st.best_step)
+
+
+# ---- what the summary and the report say ------------------------------------------------------------
+def describe(series: dict) -> list[str]:
+    """Lines on the guard's decisions from a run's metrics (``serl.run_metrics.read_metrics``
+    series); none when the guard was off."""
+    if "guard/best" not in series:
+        return []
+    rows: dict[int, dict] = {}
+    for key in [k for k in series if k.startswith("guard/")]:
+        for step, v in zip(series[key].steps, series[key].values):
+            rows.setdefault(step, {})[key] = v
+    checks = [(s, r) for s, r in sorted(rows.items()) if "guard/best" in r]
+    labelled = bool(checks[-1][1].get("guard/labelled"))
+    key, what = ("guard/label_acc", "labelled probe accuracy") if labelled else ("guard/agreement", "agreement")
+    names = {1: "would stop here (watch mode)", 2: "stopped the run", 3: "rolled back"}
+    lines = []
+    for step, r in checks:
+        if r.get("guard/action"):
+            kept = int(r["guard/best_step"])
+            lines.append(f"collapse guard: fired at step {step} ({what} {r[key]:.2f}, best {r['guard/best']:.2f} "
+                         f"at step {kept}); {names[int(r['guard/action'])]}; kept step {kept}")
+    if not lines:
+        step, r = checks[-1]
+        lines.append(f"collapse guard: did not fire in {len(checks)} checks ({what} {r[key]:.2f} at step {step}, "
+                     f"best {r['guard/best']:.2f} at step {int(r['guard/best_step'])})")
+    spent = sum(r.get("guard/probe_s", 0.0) for _, r in checks)
+    lines.append(f"collapse guard: {spent:.0f} s on probe checks (outside --max_minutes)")
+    return lines
