@@ -38,7 +38,7 @@ from _common import RESULTS, ROOT, append_result
 
 sys.path.insert(0, str(ROOT / "experiments" / "serl_efficacy"))
 
-STAGES = ("step", "instruct", "generate", "reward", "filter", "logprobs", "learner", "sync")
+STAGES = ("step", "instruct", "instruct_engine", "generate", "reward", "filter", "logprobs", "learner", "sync")
 COUNTS = ("instruct/attempts", "instruct/completions", "instruct/gen_tokens", "instruct/candidates",
           "instruct/accepted", "instruct/truncated_completions", "instruct/empty_completions",
           "filter/rounds", "train/sequences", "response/length_mean")
@@ -52,6 +52,7 @@ def parse_args(argv=None):
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--interval", type=float, default=0.5, help="seconds between memory samples")
     ap.add_argument("--run_dir", default=None, help="run directory (default: a fresh temporary one)")
+    ap.add_argument("--samples", default=None, help="write every memory sample here (CSV: seconds, GiB...)")
     ap.add_argument("--out", default=None, help="JSONL to append to (default bench/results.jsonl)")
     return ap.parse_args(argv)
 
@@ -96,6 +97,8 @@ class Sampler(threading.Thread):
         self.peak = {"rss": 0, "pss": 0, "shm": 0, "rss_plus_shm": 0, "pss_plus_shm": 0, "used": 0,
                      "processes": 0}
         self.samples = 0
+        self.rows: list[tuple] = []  # (seconds since start, rss, pss, shm, used) in bytes
+        self.t0 = time.perf_counter()
         self.stop = threading.Event()
 
     def run(self):
@@ -118,6 +121,7 @@ class Sampler(threading.Thread):
                    "used": mem_used(), "processes": len(procs)}
             self.peak = {k: max(v, now[k]) for k, v in self.peak.items()}
             self.samples += 1
+            self.rows.append((round(time.perf_counter() - self.t0, 2), rss, pss, shm, now["used"]))
             self.stop.wait(self.interval)
 
 
@@ -141,12 +145,17 @@ def main(argv=None) -> int:
     wall = time.perf_counter() - t0
     if rc != 0:
         raise SystemExit(f"serl train exited {rc} (run dir {run_dir})")
+    if args.samples:
+        with open(args.samples, "w") as f:
+            f.write("seconds,rss_gib,pss_gib,shm_gib,used_gib\n")
+            for t, *m in sampler.rows:
+                f.write(f"{t}," + ",".join(f"{x / 2 ** 30:.3f}" for x in m) + "\n")
     rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
     rows = [r for r in rows if "time/step" in r]
     gib = 2 ** 30
     print(f"\n{args.label}: {len(rows)} steps, wall {wall:.0f} s (start-up included), "
           f"{sampler.samples} memory samples")
-    print("step  " + "  ".join(f"{s:>9}" for s in STAGES))
+    print("step  " + "  ".join(f"{s[:9]:>9}" for s in STAGES))
     for r in rows:
         print(f"{r['step']:>4}  " + "  ".join(f"{r.get('time/' + s, 0.0):9.1f}" for s in STAGES))
     med = {s: round(statistics.median(r.get("time/" + s, 0.0) for r in rows), 2) for s in STAGES}

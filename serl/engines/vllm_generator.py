@@ -156,14 +156,8 @@ class VLLMGenerator:
             raise RuntimeError("VLLMGenerator.load_weights after close()")
         if self._mirror is None:
             self._mirror = SafetensorsMirror(os.path.join(self._shm, "model.safetensors"))
-        named = list(named_tensors)
-        # Tied embeddings: learners list the shared matrix once, as embed_tokens. vLLM's
-        # reload does not re-tie the LM head to it (the head would stay stale), so the
-        # head is written again under its own name.
-        names = {n for n, _ in named}
-        if "lm_head.weight" not in names and "model.embed_tokens.weight" in names:
-            named.append(("lm_head.weight", dict(named)["model.embed_tokens.weight"]))
-        self._mirror.write(named)  # cast to bf16 straight into the mapped file
+        # one tensor at a time: under LoRA each merged weight is a new tensor
+        self._mirror.write(_with_tied_head(named_tensors))  # cast to bf16 straight into the mapped file
         t1 = time.perf_counter()
         with self._engine_call():
             # reload_weights, with vLLM's harmless RotaryEmbedding warning dropped (vllm_quirks)
@@ -184,6 +178,20 @@ class VLLMGenerator:
         reaper, self._reaper = getattr(self, "_reaper", None), None
         if reaper is not None:
             reaper.close()
+
+
+def _with_tied_head(named: Iterable[tuple[str, torch.Tensor]]):
+    """The tensors, then the LM head if it was not among them. Tied embeddings: learners
+    list the shared matrix once, as embed_tokens. vLLM's reload does not re-tie the LM
+    head to it (the head would stay stale), so it is written again under its own name."""
+    embed, head = None, False
+    for name, t in named:
+        if name == "model.embed_tokens.weight":
+            embed = t
+        head = head or name == "lm_head.weight"
+        yield name, t
+    if embed is not None and not head:
+        yield "lm_head.weight", embed
 
 
 def _children() -> set[int]:
