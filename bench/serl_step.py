@@ -7,7 +7,8 @@ Runs ``serl train`` for ``--steps`` steps with the flags of experiments/serl_eff
 
 - ``rss``: the summed RSS of the trainer and all its descendants (vLLM engine core and
   workers, reaper), shared pages counted once per process that maps them;
-- ``pss``: the same processes' PSS (shared pages split between their users);
+- ``pss``: the same processes' PSS (shared pages split between their users), read on every
+  20th sample only: reading smaps of a 15 GB process every 0.5 s took a fifth of a core;
 - ``shm``: bytes under /dev/shm beyond what was there before the run (pushed weights,
   vLLM's message queues); files in /dev/shm are not in any RSS unless mapped;
 - ``used``: the machine's MemTotal - MemAvailable (everything, other users included).
@@ -39,6 +40,7 @@ from _common import RESULTS, ROOT, append_result
 sys.path.insert(0, str(ROOT / "experiments" / "serl_efficacy"))
 
 STAGES = ("step", "instruct", "instruct_engine", "generate", "reward", "filter", "logprobs", "learner", "sync")
+PSS_EVERY = 20  # PSS on every 20th sample only (RSS, /dev/shm and "used" on every one)
 COUNTS = ("instruct/attempts", "instruct/completions", "instruct/gen_tokens", "instruct/candidates",
           "instruct/accepted", "instruct/truncated_completions", "instruct/empty_completions",
           "filter/rounds", "train/sequences", "response/length_mean")
@@ -110,14 +112,19 @@ class Sampler(threading.Thread):
             except psutil.Error:
                 break
             rss = pss = 0
+            full = self.samples % PSS_EVERY == 0  # smaps is costly to read for a 15 GB process
             for p in procs:
                 try:
-                    m = p.memory_full_info()
-                    rss, pss = rss + m.rss, pss + m.pss
+                    if full:
+                        m = p.memory_full_info()
+                        rss, pss = rss + m.rss, pss + m.pss
+                    else:
+                        rss += p.memory_info().rss
                 except psutil.Error:
                     pass
             shm = max(0, shm_bytes() - self.shm0)
-            now = {"rss": rss, "pss": pss, "shm": shm, "rss_plus_shm": rss + shm, "pss_plus_shm": pss + shm,
+            now = {"rss": rss, "pss": pss, "shm": shm, "rss_plus_shm": rss + shm,
+                   "pss_plus_shm": pss + shm if full else 0,
                    "used": mem_used(), "processes": len(procs)}
             self.peak = {k: max(v, now[k]) for k, v in self.peak.items()}
             self.samples += 1
@@ -143,14 +150,15 @@ def main(argv=None) -> int:
     sampler.stop.set()
     sampler.join()
     wall = time.perf_counter() - t0
-    if rc != 0:
-        raise SystemExit(f"serl train exited {rc} (run dir {run_dir})")
+    if rc != 0:  # the steps done and the memory seen so far are still worth reporting
+        print(f"serl train exited {rc} (run dir {run_dir}; -9: killed, e.g. by the OOM killer)")
     if args.samples:
         with open(args.samples, "w") as f:
             f.write("seconds,rss_gib,pss_gib,shm_gib,used_gib\n")
             for t, *m in sampler.rows:
                 f.write(f"{t}," + ",".join(f"{x / 2 ** 30:.3f}" for x in m) + "\n")
-    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    mfile = run_dir / "metrics.jsonl"
+    rows = [json.loads(x) for x in mfile.read_text().splitlines() if x.strip()] if mfile.exists() else []
     rows = [r for r in rows if "time/step" in r]
     gib = 2 ** 30
     print(f"\n{args.label}: {len(rows)} steps, wall {wall:.0f} s (start-up included), "
@@ -158,7 +166,7 @@ def main(argv=None) -> int:
     print("step  " + "  ".join(f"{s[:9]:>9}" for s in STAGES))
     for r in rows:
         print(f"{r['step']:>4}  " + "  ".join(f"{r.get('time/' + s, 0.0):9.1f}" for s in STAGES))
-    med = {s: round(statistics.median(r.get("time/" + s, 0.0) for r in rows), 2) for s in STAGES}
+    med = {s: round(statistics.median([r.get("time/" + s, 0.0) for r in rows] or [0.0]), 2) for s in STAGES}
     print("med   " + "  ".join(f"{med[s]:9.1f}" for s in STAGES))
     counts = {c: [r.get(c) for r in rows] for c in COUNTS}
     for c, v in counts.items():
@@ -166,7 +174,7 @@ def main(argv=None) -> int:
     peak = {k: (round(v / gib, 2) if k != "processes" else v) for k, v in sampler.peak.items()}
     print("peak memory (GiB): " + ", ".join(f"{k} {v}" for k, v in peak.items())
           + f" (used is machine-wide; it was {sampler.used0 / gib:.2f} GiB before the run)")
-    append_result({"bench": "serl_step", "label": args.label, "model": args.model, "flags": args.flags,
+    append_result({"bench": "serl_step", "label": args.label, "exit_code": rc, "model": args.model, "flags": args.flags,
                    "command": shlex.join(cmd[1:]), "steps": len(rows), "wall_s": round(wall, 1),
                    "median_s": med, "per_step_s": [{s: round(r.get("time/" + s, 0.0), 2) for s in STAGES}
                                                    for r in rows],
@@ -176,7 +184,7 @@ def main(argv=None) -> int:
         import shutil
 
         shutil.rmtree(tmp, ignore_errors=True)
-    return 0
+    return 1 if rc else 0
 
 
 if __name__ == "__main__":
