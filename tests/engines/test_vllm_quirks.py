@@ -78,7 +78,8 @@ def _generator_watching(procs):
     from serl.engines.vllm_generator import VLLMGenerator, _processes
 
     g = VLLMGenerator.__new__(VLLMGenerator)  # no engine: only the error mapping is exercised
-    g._engine, g._oom_kills, g.on_cpu = _processes({p.pid for p in procs}), 0, True
+    # the machine's own OOM-kill count so far: no kill during the test reads as "Likely cause"
+    g._engine, g._oom_kills, g.on_cpu = _processes({p.pid for p in procs}), oom_kills(), True
     return g
 
 
