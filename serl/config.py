@@ -141,6 +141,8 @@ class TrainConfig:
     vllm_tensor_parallel_size: int = _f(1, "GPUs per vLLM engine (tensor parallel)")
     vllm_gpu_memory_utilization: float = _f(0.85, "share of GPU memory a vLLM engine may take")
     vllm_enable_sleep: bool = _f(False, "free vLLM GPU memory between rollouts (GPU only)")
+    vllm_kv_cache_gib: float = _f(2.0, "CPU only: GiB a vLLM engine reserves for its KV cache (fractions "
+                                  "allowed; it must hold one prompt_max_len + generate_max_len sequence)")
     colocate_all_models: bool = _f(False, "Ray: learner, reference and engines share the same GPUs")
 
     def __post_init__(self) -> None:
@@ -176,6 +178,8 @@ class TrainConfig:
             raise ConfigError("colocate_all_models: needs --ray (it places Ray actors on shared GPUs)")
         if self.vllm_enable_sleep and self.generator == "hf":
             raise ConfigError("vllm_enable_sleep: needs the vllm generator, but --generator is hf")
+        if not self.vllm_kv_cache_gib > 0:
+            raise ConfigError(f"vllm_kv_cache_gib: must be > 0, got {self.vllm_kv_cache_gib}")
         if self.param_offload and self.zero_stage != 3:
             raise ConfigError(f"param_offload: needs --zero_stage 3, got {self.zero_stage}")
         if self.max_minutes < 0:

@@ -48,7 +48,7 @@ class LearnerConfig:
     micro_batch_size: int = 4  # sequences per forward/backward pass
     max_grad_norm: float = 1.0  # clip the global gradient norm to this (<= 0: no clipping)
     bf16: bool = False  # bf16 compute; master weights and Adam stay fp32
-    bf16_weights: bool = True  # with bf16: keep the weights in bf16 beside an fp32 master copy (TorchLearner without LoRA), instead of autocast casting fp32 weights every pass
+    bf16_weights: bool = True  # with bf16: keep the weights in bf16 beside an fp32 master copy (TorchLearner without LoRA; with LoRA, the adapted layers' frozen weights in bf16), instead of autocast casting fp32 weights every pass
     pack: bool = True  # pack each micro-batch's sequences into one row (no padding); falls back to padding, with a warning, for models without pluggable attention
     fused_logprobs: bool = True  # log-softmax/gather over the vocabulary a block of rows at a time (False: full-size fp32 tensors)
     grad_checkpointing: bool = False  # recompute activations in backward to save memory

@@ -125,6 +125,16 @@ class LoraAdapter:
                 snap[n] = p.detach().to("cpu", copy=True)
         self.ref_adapter = snap
 
+    def cast_base(self, dtype: torch.dtype) -> None:
+        """Store the frozen weights of the adapted layers in ``dtype``. Under autocast every
+        pass casts them to it anyway (frozen weights are not in autocast's cast cache), so
+        the numbers are the same and the casts, and half their memory, are saved."""
+        with torch.no_grad():
+            for layer in self._layers.values():
+                for p in layer.base_layer.parameters():
+                    if p.is_floating_point() and not p.requires_grad:
+                        p.data = p.data.to(dtype)
+
     @contextmanager
     def as_reference(self, gather: Gather = _no_gather):
         """Inside: the model computes the reference (adapter off, or the snapshot in)."""

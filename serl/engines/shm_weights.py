@@ -28,11 +28,30 @@ class SafetensorsMirror:
         self._map: torch.Tensor | None = None
 
     def write(self, named: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Write these tensors (cast to ``dtype``); re-lay the file if names or shapes changed."""
-        items = [(n, t.detach()) for n, t in named]
-        layout = [(n, tuple(t.shape)) for n, t in items]
-        if layout != self._layout:
-            self._lay_out(layout)
+        """Write these tensors (cast to ``dtype``); re-lay the file if names or shapes changed.
+
+        While they match the current layout, each tensor is copied as it arrives and not
+        kept: a LoRA learner's merged weights are new tensors, and holding them all until
+        the end would cost a second model's worth of memory (1.4 GB for a 0.5B model)."""
+        it = iter(named)
+        done: list[str] = []
+        with torch.no_grad():
+            for name, t in it:
+                i = len(done)
+                if self._layout is None or i >= len(self._layout) or self._layout[i] != (name, tuple(t.shape)):
+                    # another layout: what was written already is read back from its slots
+                    # (the cast is exact the second time), then everything is laid out anew
+                    rest = [(n, self._slots[n]) for n in done] + [(name, t.detach())]
+                    rest += [(n, x.detach()) for n, x in it]
+                    self._relay(rest)
+                    return
+                self._slots[name].copy_(t)
+                done.append(name)
+        if self._layout is None or len(done) != len(self._layout):  # fewer tensors than before
+            self._relay([(n, self._slots[n]) for n in done])
+
+    def _relay(self, items: list[tuple[str, torch.Tensor]]) -> None:
+        self._lay_out([(n, tuple(t.shape)) for n, t in items])
         with torch.no_grad():
             for name, t in items:
                 self._slots[name].copy_(t)

@@ -80,8 +80,11 @@ class TorchLearner(LearnerCore):
             from serl.engines.lora import LoraAdapter
 
             self.lora = LoraAdapter(self.policy, cfg, model_path)  # freezes all but the adapter
-        # bf16 weights (fp32 masters in the optimizer) unless LoRA, whose base stays fp32 under autocast
+        # bf16 weights (fp32 masters in the optimizer) unless LoRA; under LoRA the adapted layers'
+        # frozen weights are stored in bf16 (what autocast computes with), the rest stays fp32
         self.bf16_weights = cfg.bf16 and cfg.bf16_weights and self.lora is None
+        if self.lora is not None and cfg.bf16 and cfg.bf16_weights:
+            self.lora.cast_base(torch.bfloat16)
         self.master = None
         if self.bf16_weights and trainable:
             self.master = MasterWeights(self.policy)

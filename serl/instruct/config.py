@@ -27,6 +27,11 @@ class InstructConfig:
     """Completions sampled per few-shot prompt."""
     max_attempts: int = 8
     """Most ``generate`` calls one ``propose`` makes before giving up short (and logging it)."""
+    one_call: bool = False
+    """Size each call to what is still needed instead of ``prompts_per_call``: 1.25 times as
+    many prompts as the run's accepted problems per prompt so far say will do (one per problem
+    before any history), within the ``prompts_per_call * max_attempts`` prompts the fixed calls could
+    have sent. A round then usually takes one engine call instead of several in a row."""
     min_words: int = 4
     """Candidates with fewer words are rejected."""
     max_words: int = 150

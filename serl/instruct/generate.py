@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import random
 import time
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ from serl.instruct.pool import PoolItem, PromptPool
 from serl.instruct.template import build_prompt_ids, load_template, parse_items
 
 log = logging.getLogger(__name__)
+ONE_CALL_MARGIN = 1.25  # prompts sent per prompt the yield so far says are needed (one_call)
 
 
 @dataclass
@@ -40,6 +42,25 @@ class SelfInstruct:
                                  top_p=cfg.top_p, presence_penalty=cfg.presence_penalty)
         self.last_candidates: list[Candidate] = []
         self.shots_dropped = self.prompts_too_long = 0  # few-shot prompts cut to fit (counters)
+        # prompts sent and problems accepted over the run: the yield that sizes one_call's calls
+        self.prompts_sent = self.problems_accepted = 0
+
+    def state_dict(self) -> dict:
+        return {"prompts_sent": self.prompts_sent, "problems_accepted": self.problems_accepted}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.prompts_sent = int(state.get("prompts_sent", 0))
+        self.problems_accepted = int(state.get("problems_accepted", 0))
+
+    def call_size(self, need: int, budget: int) -> int:
+        """Few-shot prompts for the next call when ``need`` problems are still missing and
+        ``budget`` prompts are left to this ``propose``."""
+        if not self.cfg.one_call:
+            return self.cfg.prompts_per_call
+        per_prompt = self.problems_accepted / self.prompts_sent if self.problems_accepted else 1.0
+        # a quarter more than the mean says: a call that falls short costs a second call of
+        # nearly the same time (its length is set by the longest completion, not the batch)
+        return max(1, min(budget, math.ceil(ONE_CALL_MARGIN * need / per_prompt)))
 
     def make_prompt(self, rng: random.Random) -> tuple[list[int] | None, list[PoolItem]]:
         """(prompt ids, examples). Over ``max_prompt_tokens``, the longest example is left
@@ -66,15 +87,21 @@ class SelfInstruct:
         added: list[PoolItem] = []
         cands: list[Candidate] = []
         attempts = completions = empty = tokens = truncated = 0
+        engine_s = 0.0  # inside generator calls; the rest of time/instruct is prompts, parsing, filters
         dropped, too_long = self.shots_dropped, self.prompts_too_long
-        while len(added) < n and attempts < self.cfg.max_attempts:
+        budget = self.cfg.prompts_per_call * self.cfg.max_attempts
+        while len(added) < n and attempts < self.cfg.max_attempts and budget > 0:
             attempts += 1
-            batch = [(p, s) for p, s in (self.make_prompt(rng) for _ in range(self.cfg.prompts_per_call))
-                     if p is not None]
+            size = self.call_size(n - len(added), budget)
+            budget -= size
+            batch = [(p, s) for p, s in (self.make_prompt(rng) for _ in range(size)) if p is not None]
+            self.prompts_sent += len(batch)
             if not batch:
                 continue
+            t_call = time.perf_counter()
             groups = self.generator.generate([p for p, _ in batch], self.cfg.samples_per_prompt,
                                              self.sampling)
+            engine_s += time.perf_counter() - t_call
             for (_, shots), group in zip(batch, groups):
                 parents = [s.id for s in shots]
                 for comp in group:
@@ -93,6 +120,7 @@ class SelfInstruct:
                             item = self.pool.add_generated([norm], step, [parents])[0]
                             c.item_id = item.id
                             added.append(item)
+                            self.problems_accepted += 1
                             # index it now: later candidates of this batch must differ from it
                             self.filters.sync(self.pool.known_texts())
                         cands.append(c)
@@ -111,6 +139,7 @@ class SelfInstruct:
             "instruct/candidates": float(checked), "instruct/attempts": float(attempts),
             "instruct/completions": float(completions), "instruct/empty_completions": float(empty),
             "instruct/truncated_completions": float(truncated), "instruct/gen_tokens": float(tokens),
+            "time/instruct_engine": engine_s,
             "instruct/accept_rate": len(added) / checked if checked else 0.0,
             "time/instruct": elapsed,
         })

@@ -270,3 +270,21 @@ def test_gradient_checkpointing_gives_the_same_update(tiny_path):
         assert m1[key] == pytest.approx(m0[key], rel=1e-5, abs=1e-7), key
     for k in w0:
         torch.testing.assert_close(w1[k], w0[k], rtol=0, atol=1e-6)
+
+
+def test_bf16_base_gives_autocasts_numbers(tiny_path):
+    # autocast over fp32 base weights vs the adapted layers' frozen weights stored in bf16:
+    # the matmuls see the same bf16 numbers, so log-probs, updates and merges agree
+    cast = TorchLearner(tiny_path, _cfg(bf16=True), need_ref=True)
+    auto = TorchLearner(tiny_path, _cfg(bf16=True, bf16_weights=False), need_ref=True)
+    base = {n: p for n, p in cast.policy.named_parameters() if "base_layer" in n}
+    assert base and all(p.dtype == torch.bfloat16 for p in base.values())
+    assert all(p.dtype == torch.float32 for _, p in cast.lora.adapter_params())
+    assert all(p.dtype == torch.float32 for n, p in auto.policy.named_parameters())
+    for ln in (cast, auto):
+        ln.step(_batch(ln))
+    for model in ("policy", "ref"):
+        a, b = cast.logprobs(PROMPTS, RESPONSES, model=model), auto.logprobs(PROMPTS, RESPONSES, model=model)
+        assert all(torch.allclose(x, y, atol=1e-5) for x, y in zip(a, b)), model
+    for (n1, w1), (n2, w2) in zip(cast.named_weights(), auto.named_weights()):
+        assert n1 == n2 and torch.allclose(w1.float(), w2.float(), atol=1e-2), n1

@@ -43,3 +43,42 @@ def test_same_tensor_twice_and_a_new_layout(tmp_path):
 def test_rejects_integer_dtype(tmp_path):
     with pytest.raises(ValueError, match="dtype"):
         SafetensorsMirror(str(tmp_path / "x.safetensors"), dtype=torch.int64)
+
+
+class _Once:
+    """An iterable that can be read once and records how many tensors it has handed out."""
+
+    def __init__(self, items):
+        self.items, self.given = list(items), 0
+
+    def __iter__(self):
+        for item in self.items:
+            self.given += 1
+            yield item
+
+
+def test_streams_into_the_layout_and_relays_midway(tmp_path):
+    path = str(tmp_path / "model.safetensors")
+    m = SafetensorsMirror(path)
+    m.write(_weights(0).items())
+    w1 = list(_weights(1).items())
+    seen = []
+
+    def stream():  # each tensor is in the file before the next one is asked for
+        for i, (k, v) in enumerate(w1):
+            if i:
+                seen.append(torch.equal(load_file(path)[w1[i - 1][0]], w1[i - 1][1].bfloat16()))
+            yield k, v
+    m.write(stream())
+    assert seen == [True, True]
+    # a new name after two matching tensors: the first two are kept, the file laid out anew
+    w2 = _weights(2)
+    src = _Once([("a.weight", w2["a.weight"]), ("b.bias", w2["b.bias"]), ("d", torch.ones(4)),
+                 ("c", w2["c"])])
+    m.write(src)
+    got = load_file(path)
+    assert list(got) == ["a.weight", "b.bias", "d", "c"] and src.given == 4
+    assert torch.equal(got["a.weight"], w2["a.weight"].bfloat16()) and torch.equal(got["b.bias"], w2["b.bias"].bfloat16())
+    assert torch.equal(got["d"], torch.ones(4, dtype=torch.bfloat16)) and torch.equal(got["c"], w2["c"].bfloat16())
+    m.write([("a.weight", w2["a.weight"])])  # fewer tensors: the file holds only those
+    assert list(load_file(path)) == ["a.weight"]

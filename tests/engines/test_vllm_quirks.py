@@ -49,11 +49,11 @@ def test_the_filter_is_on_only_during_the_push(caplog):
 
 @pytest.mark.parametrize("dead, before, after, on_cpu, says, not_says", [
     (["VLLM::Worker pid 7"], 3, 4, True,
-     ["(VLLM::Worker pid 7)", "Cause: memory", "from 3 to 4", "VLLM_CPU_KVCACHE_SPACE", "--generator hf"],
+     ["(VLLM::Worker pid 7)", "Cause: memory", "from 3 to 4", "--vllm_kv_cache_gib", "--generator hf"],
      ["Likely", "--vllm_gpu_memory_utilization"]),
     (["VLLM::Worker pid 7"], 3, 3, True, ["Likely cause: memory", "vLLM's log above"], ["oom_kill count"]),
     ([], None, None, False, ["the vLLM engine process died.", "Likely cause: memory",
-                             "--vllm_gpu_memory_utilization", "--generator hf"], ["VLLM_CPU_KVCACHE_SPACE"]),
+                             "--vllm_gpu_memory_utilization", "--generator hf"], ["--vllm_kv_cache_gib"]),
 ])
 def test_death_message(dead, before, after, on_cpu, says, not_says):
     msg = death_message(dead, before, after, on_cpu)
@@ -78,7 +78,8 @@ def _generator_watching(procs):
     from serl.engines.vllm_generator import VLLMGenerator, _processes
 
     g = VLLMGenerator.__new__(VLLMGenerator)  # no engine: only the error mapping is exercised
-    g._engine, g._oom_kills, g.on_cpu = _processes({p.pid for p in procs}), 0, True
+    # the machine's own OOM-kill count so far: no kill during the test reads as "Likely cause"
+    g._engine, g._oom_kills, g.on_cpu = _processes({p.pid for p in procs}), oom_kills(), True
     return g
 
 

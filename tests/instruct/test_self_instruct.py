@@ -90,3 +90,61 @@ def test_novelty_compares_with_seeds_and_earlier_steps(tmp_path):
     gen.texts = [" what is the least  common multiple of 8 and 12?\n"]  # case, spaces
     si.propose(1, step=2, rng=random.Random(1))
     assert [c.filter for c in si.last_candidates] == ["duplicate"]
+
+
+DISTINCT = ["A baker sells 14 loaves each morning. How many loaves are sold in a week?",
+            "Tom reads 12 pages daily; the novel has 180 pages. After how many days is he done?",
+            "Three friends split a bill of 57 dollars equally. What does each person pay?",
+            "A rectangle measures 9 cm by 4 cm. Find its perimeter in centimetres.",
+            "Maria saved 35 coins, then spent 17 of them on stickers. How many coins remain?",
+            "Eight buses carry 42 pupils apiece to the museum. Count every pupil on board.",
+            "Water fills a tank at 6 litres per minute. How long until 90 litres are in it?",
+            "Jake owns twice as many marbles as Lee, who owns 23. How many marbles does Jake own?"]
+
+
+def _texts(k):  # k completions of one distinct problem each
+    return [" " + DISTINCT[i] + "\n" for i in range(k)]
+
+
+def test_one_call_sends_the_same_prompts_in_one_call(tmp_path):
+    # fixed calls: 2 prompts a call, one problem each, 4 wanted -> 2 calls of 2
+    _, fixed, si = _make(tmp_path / "a", _texts(8))
+    items, m = si.propose(4, step=1, rng=random.Random(7))
+    assert fixed.calls == 2 and len(items) == 4 and m["instruct/attempts"] == 2
+    # one_call, no history: ceil(1.25 * 4 / 1) = 5 prompts in one call; the first four are
+    # the prompts the fixed calls sent (same rng, same pool), the fifth gives a surplus problem
+    _, gen, si1 = _make(tmp_path / "b", _texts(8), one_call=True)
+    items1, m1 = si1.propose(4, step=1, rng=random.Random(7))
+    assert gen.calls == 1 and len(gen.prompts) == 5 and m1["instruct/attempts"] == 1
+    assert gen.prompts[:4] == fixed.prompts
+    assert [it.text for it in items1] == [it.text for it in items]
+    assert [c.filter for c in si1.last_candidates] == [None] * 4 + ["surplus"]
+    assert (si1.prompts_sent, si1.problems_accepted) == (5, 4)
+
+
+@pytest.mark.parametrize("sent, accepted, need, budget, size", [
+    (0, 0, 8, 16, 10),     # no history: one prompt per problem, and a quarter more
+    (10, 20, 8, 16, 5),    # two problems per prompt: ceil(1.25 * 8 / 2)
+    (40, 10, 8, 16, 16),   # a quarter of a problem per prompt: 40 wanted, capped by the budget
+    (10, 0, 3, 16, 4),     # nothing accepted yet: the prior of one per prompt
+    (8, 8, 1, 16, 2),
+])
+def test_one_call_size(tmp_path, sent, accepted, need, budget, size):
+    _, _, si = _make(tmp_path, [], one_call=True)
+    si.prompts_sent, si.problems_accepted = sent, accepted
+    assert si.call_size(need, budget) == size
+
+
+def test_one_call_falls_back_to_more_calls_and_keeps_the_budget(tmp_path):
+    # every completion empty: calls go on until max_attempts or the prompt budget (2 x 3 = 6)
+    _, gen, si = _make(tmp_path, [], one_call=True, max_attempts=3)
+    items, m = si.propose(4, step=1, rng=random.Random(0))
+    assert items == [] and len(gen.prompts) == 6 and gen.calls == 1 + 1  # 5 prompts, then the last 1
+
+
+def test_yield_counters_survive_a_state_round_trip(tmp_path):
+    _, _, si = _make(tmp_path / "a", _texts(6), one_call=True)
+    si.propose(3, step=1, rng=random.Random(0))
+    _, _, other = _make(tmp_path / "b", [], one_call=True)
+    other.load_state_dict(si.state_dict())
+    assert (other.prompts_sent, other.problems_accepted) == (si.prompts_sent, si.problems_accepted) == (4, 3)

@@ -20,6 +20,9 @@ class SerlOptions:
     reward_difficulty_bounds: list = _f([0.2, 0.8], "keep prompts whose agreement lies in [low, high]")
     instruction_max_len: int = _f(256, "max new tokens of one few-shot generation (several problems)")
     instruction_max_attempts: int = _f(4, "generate calls per round before self-instruction gives up short")
+    instruction_one_call: bool = _f(False, "size each self-instruction call to the problems still needed (from "
+                                           "the run's accepted problems per prompt), so a round usually takes "
+                                           "one engine call; at most batch_size x max_attempts prompts a round")
     instruction_temperature: float = _f(0.8, "sampling temperature for problem generation")
     instruction_top_p: float = _f(0.95, "nucleus sampling for problem generation")
     rouge_threshold: float = _f(0.7, "reject a new problem whose ROUGE-L F1 with a known one exceeds this")

@@ -88,6 +88,7 @@ class SerlRecipe(Recipe):
         icfg = InstructConfig(
             n_shots=cfg.few_shot_generation, prompts_per_call=cfg.few_shot_generation_batch_size,
             max_new_tokens=cfg.instruction_max_len, max_attempts=cfg.instruction_max_attempts,
+            one_call=cfg.instruction_one_call,
             temperature=cfg.instruction_temperature, top_p=cfg.instruction_top_p,
             rouge_threshold=cfg.rouge_threshold,
             # a few-shot prompt and its reply must fit the engine's context (prompt_max_len +
@@ -168,6 +169,7 @@ class SerlRecipe(Recipe):
             "seed_order": [i.id for i in self.seed_order],
             "difficulty": dict(vars(self.difficulty)),
             "carry": [r.state() for r in self.carry],
+            "instruct": self.instruct.state_dict(),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -180,6 +182,7 @@ class SerlRecipe(Recipe):
         self.seed_order = [self.pool.get(i) for i in state["seed_order"]]
         vars(self.difficulty).update(state["difficulty"])
         self.carry = [Rollout.from_state(r, self.pool) for r in state.get("carry", [])]
+        self.instruct.load_state_dict(state.get("instruct", {}))
 
     # ---- stages ---------------------------------------------------------------------
     def next_prompts(self, step: int, metrics: dict) -> list[PoolItem]:

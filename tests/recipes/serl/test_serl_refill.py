@@ -266,3 +266,36 @@ def test_held_out_problems_are_asked_with_the_runs_instruction(tmp_path):
     m = recipe.evaluate([MathProblem("heldout", 0, "What is 1 + 1?", "2")])
     assert [text_of(p) for p in gen.prompts] == ["<user>What is 1 + 1?\nBox it."]
     assert m["eval/heldout/pass@1"] == 1.0
+
+
+class CountingGenerator(FakeGenerator):
+    """Also counts the generate calls that carry few-shot prompts, and their sizes."""
+
+    def __init__(self):
+        super().__init__()
+        self.fewshot_calls: list[int] = []
+
+    def generate(self, prompts, n, sampling):
+        few = sum(not text_of(p).startswith("<user>") for p in prompts)
+        if few:
+            self.fewshot_calls.append(few)
+        return super().generate(prompts, n, sampling)
+
+
+@pytest.mark.parametrize("one_call, calls", [("false", [1] * 8), ("true", [5, 7])])
+def test_one_call_makes_one_engine_call_a_round_and_resumes_its_yield(tmp_path, one_call, calls):
+    # batch size 1 (fixed calls of 1 prompt, one problem each): 4 problems a round take 4 calls
+    # (the prompt budget is 1 x 8 attempts);
+    # sized: step 1 sends ceil(1.25 * 4 / 1) = 5 (the 5th problem is surplus: 4 of 5 accepted),
+    # step 2 ceil(1.25 * 4 / 0.8) = 7
+    gen = CountingGenerator()
+    recipe, _, _ = make(tmp_path, "--few_shot_generation_batch_size", "1", "--instruction_one_call", one_call,
+                        "--max_refill_rounds", "1", "--instruction_max_attempts", "8", gen=gen)
+    recipe.step(1)
+    recipe.step(2)
+    assert gen.fewshot_calls == calls
+    state = recipe.state_dict()["instruct"]
+    assert state == {"prompts_sent": sum(calls), "problems_accepted": 8}
+    resumed, _, _ = make(tmp_path, "--instruction_one_call", one_call, run="b")
+    resumed.load_state_dict(recipe.state_dict())
+    assert resumed.instruct.state_dict() == state
