@@ -76,8 +76,8 @@ SMOKE = dict(minutes=0.5, curve_points=2, heldout=16, k=2, batch=2, n=2, max_len
 # (Schulman et al., "LoRA Without Regret", Thinking Machines, 2025: the best LoRA rate is
 # about 10x FullFT's across their sweeps); nothing was tuned.
 TASK_FULL = dict(FULL, minutes=60.0, curve_points=5, heldout=200, max_len=TASK_MAX_LEN, lr=5e-5, seeds=200,
-                 transfer=300)
-TASK_SMOKE = dict(SMOKE, seeds=32, transfer=16)
+                 transfer=300, guard_probe=64)
+TASK_SMOKE = dict(SMOKE, seeds=32, transfer=16, guard_probe=8)
 STEP_CAP = 100000  # --steps; the budget ends the run long before
 
 
@@ -244,7 +244,7 @@ def arm_flags(args, arm: str, out: Path) -> list[str]:
     mode, sharing one anchor (the first guarded arm computes it; same model, probe and seed)."""
     flags = list(ARMS[arm][1])
     if args.task != "arith" and arm in ("a", "b"):
-        flags += GUARD_FLAGS
+        flags += [*GUARD_FLAGS, "--guard_probe", str(args.guard_probe)]
         if (out / ANCHOR).exists():
             flags += ["--guard_anchor", str(out / ANCHOR)]
     return flags
@@ -255,18 +255,37 @@ def share_anchor(run_dir: Path, out: Path) -> None:
         shutil.copyfile(run_dir / ANCHOR, out / ANCHOR)
 
 
-def guard_pick(run_dir: Path, dest: Path):
-    """(policy, step) the collapse guard kept when it fired in watch mode: what ``stop`` mode
-    would have ended the run with; None when it never fired (``stop`` = the arm's own end)."""
-    from serl.guard import fired_at, kept_policy
+def guard_fired(run_dir: Path) -> int | None:
+    """The step at which the guard (watch mode) fired, from metrics.jsonl; None if never."""
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    return next((r["step"] for r in rows if r.get("guard/fired")), None)
 
-    if fired_at(run_dir) is None:
+
+def guard_pick(run_dir: Path, dest: Path, base: str):
+    """(policy, step) the collapse guard kept when it fired in watch mode: what ``stop`` mode
+    would have ended the run with; None when it never fired (``stop`` = the arm's own end).
+    Under LoRA the kept adapter is folded into the base here, for the engine to serve."""
+    from serl.guard import BEST_DIR, BEST_META
+
+    if guard_fired(run_dir) is None:
         return None
     if not dest.exists():
-        src, step = kept_policy(run_dir)
+        src = run_dir / BEST_DIR
+        step = json.loads((src / BEST_META).read_text())["step"]
         tmp = dest.with_name(dest.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
-        shutil.copytree(src, tmp)
+        if (src / "adapter_config.json").exists():
+            import torch
+            from peft import PeftModel
+            from transformers import AutoModelForCausalLM
+
+            from serl.models import load_tokenizer
+
+            lm = AutoModelForCausalLM.from_pretrained(base, torch_dtype=torch.bfloat16)
+            PeftModel.from_pretrained(lm, str(src)).merge_and_unload().save_pretrained(tmp)
+            load_tokenizer(base).save_pretrained(tmp)
+        else:
+            shutil.copytree(src, tmp)
         (tmp / "STEP").write_text(f"{step}\n")
         tmp.rename(dest)
     return dest, int((dest / "STEP").read_text())
@@ -375,7 +394,7 @@ def main(argv=None) -> int:
                         timings=timings)
         if tev is not None:
             tev.evaluate(f"{arm}_{args.curve_points}_svamp", str(dest), step=step, k=0, timings=timings)
-            kept = guard_pick(run_dir, out / "policies" / f"{arm}_guard")
+            kept = guard_pick(run_dir, out / "policies" / f"{arm}_guard", base)
             if kept is not None:  # what --collapse_guard stop would have ended with
                 ev.evaluate(f"{arm}_guard", str(kept[0]), step=kept[1], k=0, timings=timings)
                 tev.evaluate(f"{arm}_guard_svamp", str(kept[0]), step=kept[1], k=0, timings=timings)
