@@ -31,8 +31,12 @@ def fin_acc(r: dict) -> str:
 
 
 def fin_delta(base: dict, other: dict) -> tuple[str, float]:
+    """Change in accuracy among finished answers (paired bootstrap of the ratio); '-' when an
+    arm finished nothing."""
     fa, oa = finished(base)
     fb, ob = finished(other)
+    if not sum(fa) or not sum(fb):
+        return "- (an arm finished nothing)", float("nan")
     d, lo, hi = paired_ratio_bootstrap(oa, fa, ob, fb)
     return f"{100 * d:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]", lo
 

@@ -49,9 +49,14 @@ QUICKSTART = ROOT / "configs/quickstart.yaml"  # its prompt and length settings 
 # (16% at 320, 31% at 256); "Answer briefly, ..." was no shorter (230 against 250 tokens).
 TASK_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 TASK_MAX_LEN = 384
-# every arm of a GSM8K task (issue 31, part 1); --save_merged: each segment ends with the
-# adapter folded into full weights (model_merged/), which the evaluation serves
-TASK_FLAGS = ["--lora_rank", "32", "--lora_alpha", "64", "--save_merged", "true"]
+# every arm of a GSM8K task (issue 31, part 1; bench/README.md, "One SeRL step of Qwen"):
+# LoRA (the KL reference is the base with the adapter off), a 0.5 GiB KV cache, one engine
+# call per self-instruction round, micro-batches of 4 (the update's activations at 384
+# tokens); --save_merged: each segment ends with the adapter folded into full weights
+# (model_merged/), which the evaluation serves
+TASK_FLAGS = ["--lora_rank", "32", "--lora_alpha", "64", "--save_merged", "true", "--vllm_kv_cache_gib", "0.5",
+              "--instruction_one_call", "true", "--micro_train_batch_size", "4",
+              "--save_steps", "1"]  # a LoRA checkpoint is small; an interrupted run loses one step at most
 GUARD_FLAGS = ["--collapse_guard", "watch"]  # arms a and b of a GSM8K task (issue 31, part 3)
 
 ARMS = {
@@ -104,8 +109,7 @@ def task_length_flags() -> list[str]:
 def train_flags(args) -> list[str]:
     """The flags every training arm shares (the arm adds its own)."""
     task = args.task != "arith"
-    return [*(task_length_flags() if task else length_flags()), *(TASK_FLAGS if task else []),
-            "--model", args.model, "--prompt_data", str(args.seeds_path), "--seed", "42", "--generator", args.generator,
+    return [*(task_length_flags() if task else length_flags()), "--model", args.model, "--prompt_data", str(args.seeds_path), "--seed", "42", "--generator", args.generator,
             "--progress", "plain", "--save_model", "false", "--steps", str(STEP_CAP),
             "--save_steps", "5", "--max_ckpt_num", "2",
             "--rollout_batch_size", str(args.batch), "--n_samples_per_prompt", str(args.n),
@@ -116,7 +120,8 @@ def train_flags(args) -> list[str]:
             "--max_refill_rounds", str(args.refill), "--reward_difficulty_bounds", "0.2", "0.8",
             "--advantage_estimator", "reinforce", "--init_kl_coef", "1e-4",
             "--actor_learning_rate", str(args.lr), "--lr_warmup_ratio", "0", "--min_lr_ratio", "1.0",
-            "--micro_train_batch_size", "8", "--bf16", "true", *shlex.split(args.train_flags)]
+            "--micro_train_batch_size", "8", "--bf16", "true", *(TASK_FLAGS if task else []),
+            *shlex.split(args.train_flags)]
 
 
 def machine() -> dict:
