@@ -62,7 +62,8 @@ def parse_args(argv=None):
 def command(args, run_dir: Path) -> list[str]:
     import run as efficacy  # experiments/serl_efficacy/run.py
 
-    ns = argparse.Namespace(**efficacy.FULL, model=args.model, generator="vllm", train_flags=args.flags)
+    ns = argparse.Namespace(**efficacy.FULL, model=args.model, generator="vllm", train_flags=args.flags,
+                            task="arith", seeds_path=efficacy.SEEDS)
     flags = efficacy.train_flags(ns) + efficacy.ARMS["a"][1]
     return [sys.executable, "-m", "serl.cli", "train", *flags, "--steps", str(args.steps),
             "--run_dir", str(run_dir), "--progress", "plain"]
