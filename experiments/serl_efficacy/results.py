@@ -180,13 +180,22 @@ def plot(out: Path, base: dict, curve: dict, arms: list[str]) -> None:
         ax.plot([r["step"] for r in rs], [sum(r["tokens"]) / len(r["tokens"]) for r in rs], marker="o",
                 label=f"arm {a}")
     ax.set(title="held-out mean greedy response length", xlabel="step", ylabel="tokens")
-    for ax, key, title in ((axes[4], "reward/mean", "training reward (a, b: vote agreement; c: correct)"),
-                           (axes[5], "response/truncated_frac", "training responses cut at the limit")):
+    train_panels(out, arms, ((axes[4], "reward/mean", "training reward (a, b: vote agreement; c: correct)"),
+                             (axes[5], "response/truncated_frac", "training responses cut at the limit")))
+    finish(fig, axes, out)
+
+
+def train_panels(out: Path, arms: list[str], panels) -> None:
+    """One training metric per (axis, key, title), a line per arm, from its metrics.jsonl."""
+    for ax, key, title in panels:
         for a in arms:
             pts = [(r["step"], r[key]) for r in train_rows(out / f"arm_{a}") if key in r]
             if pts:
                 ax.plot(*zip(*pts), marker=".", label=f"arm {a}")
         ax.set(title=title, xlabel="step")
+
+
+def finish(fig, axes, out: Path) -> None:
     for ax in axes:
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)

@@ -12,7 +12,7 @@ import json
 import time
 from pathlib import Path
 
-from results import delta, load, pct, rate, share_of_gain, train_rows
+from results import delta, finish, load, pct, rate, share_of_gain, train_panels, train_rows
 from serl.eval.stats import mcnemar_p, paired_bootstrap, paired_ratio_bootstrap, wilson
 
 TARGET_PTS, TARGET_SHARE, TARGET_SVAMP_LO = 5.0, 0.8, -2.0
@@ -194,14 +194,20 @@ def plot(out: Path, base: dict, arms: list[str], points: int) -> None:
                     ax.axvline(r["step"], ls="--", lw=0.8)
                     break
     ax.set(title="guard: greedy agreement with the untrained vote (probe)", xlabel="step")
-    for ax, key, title in ((axes[4], "reward/mean", "training reward"),
-                           (axes[5], "filter/difficulty/too_easy", "groups dropped as too easy")):
-        for a in arms:
-            pts = [(r["step"], r[key]) for r in train_rows(out / f"arm_{a}") if key in r]
-            if pts:
-                ax.plot(*zip(*pts), marker=".", label=f"arm {a}")
-        ax.set(title=title, xlabel="step")
-    for ax in axes:
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=8)
-    fig.savefig(out / "curves.png", dpi=110)
+    train_panels(out, arms, ((axes[4], "reward/mean", "training reward"),
+                             (axes[5], "filter/difficulty/too_easy", "groups dropped as too easy")))
+    finish(fig, axes, out)
+
+
+if __name__ == "__main__":  # rebuild results.md and curves.png, e.g. from items/ (export_items.py)
+    import argparse
+
+    from run import ARMS
+
+    ap = argparse.ArgumentParser(description="results.md and curves.png of a GSM8K task from an --out directory "
+                                             "or its export under items/")
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--arms", default="a,b,c", help="the training arms that were run")
+    ap.add_argument("--points", type=int, default=5, help="curve points per arm")
+    a = ap.parse_args()
+    print(report(a.out, a.arms.split(","), a.points, ARMS))
