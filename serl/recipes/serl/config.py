@@ -6,6 +6,7 @@ from typing import ClassVar
 
 from serl.config import ConfigError, TrainConfig, _f
 from serl.guard import GuardOptions
+from serl.rewards.remote_options import RemoteRewardOptions
 
 
 @dataclass
@@ -31,13 +32,14 @@ class SerlOptions:
 
 
 @dataclass
-class Config(SerlOptions, GuardOptions, TrainConfig):
+class Config(SerlOptions, RemoteRewardOptions, GuardOptions, TrainConfig):
     """SeRL: self-instruction, majority-vote reward, difficulty filter, Reinforce++/GRPO/RLOO."""
 
     RECIPE: ClassVar[str] = "serl"
 
     def validate_recipe(self) -> None:
         self.validate_guard()
+        self.validate_remote_reward()
         lo_hi = self.reward_difficulty_bounds
         if len(lo_hi) != 2 or not 0.0 <= float(lo_hi[0]) <= float(lo_hi[1]) <= 1.0:
             raise ConfigError(f"reward_difficulty_bounds: need two numbers 0 <= low <= high <= 1, got {lo_hi}")
