@@ -42,6 +42,9 @@ def main(argv: list[str] | None = None) -> int:
                         datefmt="%H:%M:%S")
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
+        from serl.compat import rewrite
+
+        argv = rewrite(argv)  # the seeds' own names (SeRL/OpenRLHF, spiral-rl, verl): docs/compat.md
         value, rest = _split_resume(argv)
         if value is not None:
             run_dir = Path(value)
