@@ -92,7 +92,8 @@ class SerlRecipe(Recipe):
             max_new_tokens=cfg.instruction_max_len, max_attempts=cfg.instruction_max_attempts,
             one_call=cfg.instruction_one_call,
             temperature=cfg.instruction_temperature, top_p=cfg.instruction_top_p,
-            rouge_threshold=cfg.rouge_threshold,
+            rouge_threshold=cfg.rouge_threshold, **({"template": cfg.few_shot_generation_prompt}
+                                                    if cfg.few_shot_generation_prompt else {}),
             # a few-shot prompt and its reply must fit the engine's context (prompt_max_len +
             # generate_max_len, within the model's); its examples are seeds that fit already
             max_prompt_tokens=max(1, self.prompt_max_len + cfg.generate_max_len - cfg.instruction_max_len))
