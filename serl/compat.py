@@ -88,9 +88,9 @@ def _recipe(argv: list[str]) -> str:
 
 
 def _values(argv: list[str], i: int) -> tuple[list[str], int]:
-    """The words after argv[i] up to the next flag (a flag's nargs='+' values)."""
+    """The words after argv[i] up to the next flag or key=value override (nargs='+' values)."""
     j = i + 1
-    while j < len(argv) and not argv[j].startswith("--"):
+    while j < len(argv) and not argv[j].startswith("--") and not _OVERRIDE.match(argv[j]):
         j += 1
     return argv[i + 1:j], j
 
