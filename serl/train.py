@@ -15,6 +15,7 @@ from pathlib import Path
 
 from serl.config import ConfigError, TrainConfig, parse_args
 from serl.engines.vllm_quirks import EngineDied
+from serl.rewards.remote import RemoteRewardError
 from serl.runner import USER_ERRORS, load_eval_sets, prepare, resume_config, run  # noqa: F401 (API)
 
 
@@ -41,6 +42,9 @@ def main(argv: list[str] | None = None) -> int:
                         datefmt="%H:%M:%S")
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
+        from serl.compat import rewrite
+
+        argv = rewrite(argv)  # the seeds' own names (SeRL/OpenRLHF, spiral-rl, verl): docs/compat.md
         value, rest = _split_resume(argv)
         if value is not None:
             run_dir = Path(value)
@@ -53,6 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     except USER_ERRORS as e:
         print(f"serl train: error: {e}", file=sys.stderr)
         return 2
+    except RemoteRewardError as e:  # a reward that did not arrive: the step was not trained
+        print(f"serl train: error: {e}", file=sys.stderr)
+        return 1
     except EngineDied as e:
         if os.environ.get("SERL_DEBUG"):
             raise

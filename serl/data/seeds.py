@@ -62,6 +62,32 @@ def gsm8k_to_boxed(text: str) -> str:
     return f"{body}\n{boxed}" if body else boxed
 
 
+def chat_prompt_text(value, where: str, key: str):
+    """verl's layout: a prompt column holding chat messages ``[{"role", "content"}, ...]`` is
+    read as its last user message (the chat template is applied later, as for plain text;
+    a system message in the row is not used: ``--system_prompt`` sets the instruction)."""
+    if not isinstance(value, (list, tuple)):
+        return value
+    users = [m.get("content") for m in value if isinstance(m, dict) and m.get("role") == "user"]
+    if not users or not isinstance(users[-1], str):
+        raise DataError(f"{where}: key '{key}' is a list but holds no chat message with role 'user' "
+                        f"and text content")
+    return users[-1]
+
+
+def _nested(row: dict, key: str):
+    """``row[key]``, or for a dotted key absent as such (verl's ``reward_model.ground_truth``)
+    the value down the nested mappings; None when missing."""
+    if key in row:
+        return row[key]
+    value = row
+    for part in key.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return None
+        value = value[part]
+    return value
+
+
 def _row_to_problem(row, where: str, input_key: str, label_key: str | None,
                     output_key: str | None = None) -> Problem:
     if not isinstance(row, dict):
@@ -70,12 +96,13 @@ def _row_to_problem(row, where: str, input_key: str, label_key: str | None,
     if input_key not in row:
         raise DataError(f"{where}: missing key '{input_key}' (keys present: {keys}); "
                         f"set --input_key")
-    text = row[input_key]
+    text = chat_prompt_text(row[input_key], where, input_key)
     if not isinstance(text, str) or not text.strip():
         raise DataError(f"{where}: key '{input_key}' must be a non-empty string")
     label = None
-    if label_key and row.get(label_key) is not None:
-        label = str(row[label_key])
+    raw = _nested(row, label_key) if label_key else None
+    if raw is not None:
+        label = str(raw)
         final = gsm8k_final_answer(label)
         label = final if final else label
     solution = None

@@ -21,15 +21,22 @@ GAMES: dict[str, type[Game]] = {
 }
 
 
+# TextArena's environment ids, as spiral-rl's --env_ids names them, for the games serl has
+TEXTARENA_IDS = {"TicTacToe-v0": "tictactoe", "KuhnPoker-v1": "kuhn_poker",
+                 "SimpleNegotiation-v1": "simple_negotiation", "LiarsDice-v0": "liars_dice"}
+
+
 def check_game_names(names: str | list[str]) -> list[str]:
-    """The game names of a comma-separated string or a list, each checked against ``GAMES``."""
+    """The game names of a comma-separated string or a list, each checked against ``GAMES``;
+    TextArena's ids (``TicTacToe-v0``, ...) are read as serl's names."""
     items = [n.strip() for n in names.split(",")] if isinstance(names, str) else [str(n).strip() for n in names]
-    items = [n for n in items if n]
+    items = [TEXTARENA_IDS.get(n, n) for n in items if n]
     if not items:
         raise ValueError(f"no game given; known games: {', '.join(GAMES)}")
     for n in items:
         if n not in GAMES:
-            raise ValueError(f"unknown game {n!r}; known games: {', '.join(GAMES)}")
+            raise ValueError(f"unknown game {n!r}; known games: {', '.join(GAMES)} (TextArena ids: "
+                             f"{', '.join(TEXTARENA_IDS)})")
     return items
 
 

@@ -6,6 +6,7 @@ from typing import ClassVar
 
 from serl.config import ConfigError, TrainConfig, _f
 from serl.guard import GuardOptions
+from serl.rewards.remote_options import RemoteRewardOptions
 
 
 @dataclass
@@ -16,6 +17,8 @@ class SerlOptions:
                                                 "schedule spans ceil(N / rollout_batch_size) steps (0 = "
                                                 "--steps); what a step generates is set by rollout_batch_size")
     few_shot_generation: int = _f(8, "examples per few-shot instruction prompt")
+    few_shot_generation_prompt: str = _f("", "few-shot instruction template: a file (or a name in prompts/) with "
+                                             "{examples} and {next} ('' = serl's own, prompts/self_instruct_fewshot.txt)")
     few_shot_generation_batch_size: int = _f(8, "few-shot prompts per generate call")
     reward_difficulty_bounds: list = _f([0.2, 0.8], "keep prompts whose agreement lies in [low, high]")
     instruction_max_len: int = _f(256, "max new tokens of one few-shot generation (several problems)")
@@ -31,16 +34,24 @@ class SerlOptions:
 
 
 @dataclass
-class Config(SerlOptions, GuardOptions, TrainConfig):
+class Config(SerlOptions, RemoteRewardOptions, GuardOptions, TrainConfig):
     """SeRL: self-instruction, majority-vote reward, difficulty filter, Reinforce++/GRPO/RLOO."""
 
     RECIPE: ClassVar[str] = "serl"
 
     def validate_recipe(self) -> None:
         self.validate_guard()
+        self.validate_remote_reward()
         lo_hi = self.reward_difficulty_bounds
         if len(lo_hi) != 2 or not 0.0 <= float(lo_hi[0]) <= float(lo_hi[1]) <= 1.0:
             raise ConfigError(f"reward_difficulty_bounds: need two numbers 0 <= low <= high <= 1, got {lo_hi}")
+        if self.few_shot_generation_prompt:
+            from serl.instruct.template import TemplateError, load_template
+
+            try:
+                load_template(self.few_shot_generation_prompt)
+            except TemplateError as e:
+                raise ConfigError(f"few_shot_generation_prompt: {e}") from None
         if self.max_refill_rounds < 1:
             raise ConfigError(f"max_refill_rounds: must be >= 1, got {self.max_refill_rounds}")
         if self.instructions_num_per_iteration < 0:

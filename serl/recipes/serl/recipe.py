@@ -32,7 +32,8 @@ from serl.instruct.filters import PromptLengthFilter
 from serl.instruct.pool import POOL_FILE
 from serl.progress import stage
 from serl.recipes.base import Recipe, RunContext, masked_overlong, truncated
-from serl.rewards import GroupScore, checker_counts, score_groups
+from serl.rewards import GroupScore, checker_counts
+from serl.rewards.remote import load_source, score_for
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,7 @@ class SerlRecipe(Recipe):
     @classmethod
     def prepare(cls, cfg):
         """The seed problems (the only input SeRL reads); the rule reward needs every label."""
+        load_source(cfg)  # --remote_rm_url's file is loaded once, before anything is written
         seeds = read_seeds(cfg.prompt_data, cfg.input_key, cfg.label_key or None, limit=cfg.max_samples or None,
                            output_key=cfg.output_key or None, split=cfg.prompt_split)
         if cfg.reward_mode == "rule":
@@ -90,7 +92,8 @@ class SerlRecipe(Recipe):
             max_new_tokens=cfg.instruction_max_len, max_attempts=cfg.instruction_max_attempts,
             one_call=cfg.instruction_one_call,
             temperature=cfg.instruction_temperature, top_p=cfg.instruction_top_p,
-            rouge_threshold=cfg.rouge_threshold,
+            rouge_threshold=cfg.rouge_threshold, **({"template": cfg.few_shot_generation_prompt}
+                                                    if cfg.few_shot_generation_prompt else {}),
             # a few-shot prompt and its reply must fit the engine's context (prompt_max_len +
             # generate_max_len, within the model's); its examples are seeds that fit already
             max_prompt_tokens=max(1, self.prompt_max_len + cfg.generate_max_len - cfg.instruction_max_len))
@@ -236,10 +239,9 @@ class SerlRecipe(Recipe):
     def reward(self, items, groups, metrics: dict) -> list[GroupScore]:
         if not items:
             return []
-        labels = [i.label for i in items] if self.cfg.reward_mode != "majority" else None
+        labels = [i.label for i in items]
         with self.timed("reward"), stage("reward", len(groups), "groups", self.progress) as st:
-            scores = score_groups([[c.text for c in g] for g in groups], labels, self.checker,
-                                  mode=self.cfg.reward_mode, fallback=self.cfg.answer_fallback)
+            scores = score_for(self.cfg, self.checker, self.tok, groups, labels)  # built-in or --remote_rm_url
             st.update(len(scores))
         n = sum(len(s.rewards) for s in scores)
         _accumulate(metrics, {

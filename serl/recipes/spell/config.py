@@ -43,6 +43,10 @@ class SpellOptions:
                                              "reaches this (SPELL: 0.1)")
     verifier_band: list = option([0.51, 0.99], "train the verifier where the majority's share lies "
                                                "in [low, high]")
+    questioner_reward: str = option("gaussian", "questioner's reward from the responder's mean score r (0 when "
+                                                "r is 0 or 1): gaussian (SPELL, peak at 0.5), azr (Absolute Zero: "
+                                                "1 - r) or rzero (R-Zero: 1 - 2|r - 0.5|)",
+                                    choices=("gaussian", "azr", "rzero"))
     memory_capacity: int = option(3, "history entries kept per cluster (SPELL: 3)")
     novelty_threshold: float = option(0.7, "drop a question whose ROUGE-L F1 with an earlier one on "
                                            "its cluster exceeds this")

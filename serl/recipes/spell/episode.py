@@ -52,16 +52,29 @@ def is_bad_ground(no_doc_score: float, threshold: float = GROUNDING_THRESHOLD) -
     return no_doc_score >= threshold
 
 
-def difficulty_reward(mean_score: float, sigma: float = QUESTIONER_SIGMA) -> float:
-    """0 when every response is right or every one wrong, else a Gaussian bump at 0.5."""
+# --questioner_reward: how the responder's mean score r becomes the questioner's reward
+QUESTIONER_MAPPINGS = ("gaussian", "azr", "rzero")
+
+
+def difficulty_reward(mean_score: float, sigma: float = QUESTIONER_SIGMA, mapping: str = "gaussian") -> float:
+    """0 when every response is right or every one wrong, else by ``mapping``: ``gaussian``
+    (SPELL: a bump at 0.5 of width ``sigma``), ``azr`` (Absolute Zero's learnability, 1 - r)
+    or ``rzero`` (R-Zero's uncertainty, 1 - 2|r - 0.5|)."""
     if not 0.0 <= mean_score <= 1.0:
         raise ValueError(f"mean responder score must lie in [0, 1], got {mean_score}")
     if mean_score in (0.0, 1.0):
         return 0.0
+    if mapping == "azr":
+        return 1.0 - mean_score
+    if mapping == "rzero":
+        return 1.0 - 2.0 * abs(mean_score - 0.5)
+    if mapping != "gaussian":
+        raise ValueError(f"unknown questioner reward mapping {mapping!r}; expected one of {QUESTIONER_MAPPINGS}")
     return math.exp(-((mean_score - 0.5) ** 2) / (2 * sigma ** 2))
 
 
-def questioner_reward(status: str, mean_score: float | None = None, sigma: float = QUESTIONER_SIGMA) -> float:
+def questioner_reward(status: str, mean_score: float | None = None, sigma: float = QUESTIONER_SIGMA,
+                      mapping: str = "gaussian") -> float:
     """-1 bad format, -0.5 bad_ground, else :func:`difficulty_reward` of the mean score."""
     if status in ("bad_format", "bad_ground"):
         return -1.0 if status == "bad_format" else -0.5
@@ -69,7 +82,7 @@ def questioner_reward(status: str, mean_score: float | None = None, sigma: float
         raise ValueError(f"unknown questioner status {status!r}; expected one of {TRAINED_STATUSES}")
     if mean_score is None:
         raise ValueError("a questioner with status 'ok' needs the responder's mean score")
-    return difficulty_reward(mean_score, sigma)
+    return difficulty_reward(mean_score, sigma, mapping)
 
 
 @dataclass
@@ -97,7 +110,7 @@ class Question:
         return self.status == "ok" and 0.0 < self.mean_score < 1.0
 
 
-def settle(q: Question) -> None:
+def settle(q: Question, mapping: str = "gaussian") -> None:
     """Judgments -> majorities -> responder rewards -> questioner reward (in place)."""
     q.majorities, q.rewards = [], []
     for rule, judges in zip(q.rule, q.judges):
@@ -105,7 +118,7 @@ def settle(q: Question) -> None:
         q.majorities.append(maj)
         q.rewards.append(responder_reward(rule, maj) if maj is not None else rule)
     if q.status == "ok":
-        q.reward = questioner_reward("ok", q.mean_score)
+        q.reward = questioner_reward("ok", q.mean_score, mapping=mapping)
     elif q.status in ("bad_format", "bad_ground"):
         q.reward = questioner_reward(q.status)
     else:

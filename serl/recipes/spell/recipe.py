@@ -101,7 +101,7 @@ class SpellRecipe(Recipe):
                 self.respond(qs)
                 self.verify(qs)
                 for q in qs:
-                    episode.settle(q)
+                    episode.settle(q, self.cfg.questioner_reward)
                     if q.status == "ok":
                         self.memory.add(q.cluster.id, q.evidence, q.qa["question"], q.qa["answer"], q.mean_score)
                     groups.add(q, self.band, cfg.rollout_batch_size)

@@ -20,6 +20,7 @@ from typing import ClassVar
 
 from serl.algos.losses import DPO_LOSS_TYPES
 from serl.config import ConfigError, TrainConfig, option
+from serl.rewards.remote_options import RemoteRewardOptions
 
 SPIN_MODES = ("spin", "online")
 
@@ -44,7 +45,7 @@ class SpinOptions:
 
 
 @dataclass
-class Config(SpinOptions, TrainConfig):
+class Config(SpinOptions, RemoteRewardOptions, TrainConfig):
     """SPIN: self-play fine-tuning on human answers, and online DPO on rewarded own answers."""
 
     RECIPE: ClassVar[str] = "spin"
@@ -73,6 +74,10 @@ class Config(SpinOptions, TrainConfig):
 
     def validate_recipe(self) -> None:
         every = self.ref_every()
+        self.validate_remote_reward()
+        if self.remote_rm_url and self.spin_mode == "spin":
+            raise ConfigError("remote_rm_url: spin mode pairs human answers with the model's and takes no "
+                              "reward; use --spin_mode online")
         if not self.beta > 0:
             raise ConfigError(f"beta: must be > 0, got {self.beta}")
         if not 0.0 <= self.label_smoothing < 0.5:

@@ -30,7 +30,7 @@ from serl.progress import stage
 from serl.recipes.base import Recipe
 from serl.recipes.spin.config import mixed_count
 from serl.algos.pairs import best_worst_pairs
-from serl.rewards import score_groups
+from serl.rewards.remote import load_source, score_for
 
 
 def end_of_turn_id(tok) -> int:
@@ -69,6 +69,7 @@ class SpinRecipe(Recipe):
     def prepare(cls, cfg) -> list[Problem]:
         """The problems, with labels where given and, in spin mode, the human answers."""
         spin = cfg.spin_mode == "spin"  # online mode trains on its own answers only
+        load_source(cfg)  # --remote_rm_url's file is loaded once, before anything is written
         problems = read_seeds(cfg.prompt_data, cfg.input_key, cfg.label_key or None,
                               limit=cfg.max_samples or None, output_key=cfg.output_key if spin else None,
                               split=cfg.prompt_split)
@@ -173,9 +174,8 @@ class SpinRecipe(Recipe):
         picked = self.next_problems(cfg.rollout_batch_size)
         groups = self.generate(picked, metrics)
         texts = [[c.text for c in g] for g in groups]
-        labels = [p.label for p in picked] if cfg.reward_mode != "majority" else None
-        with self.timed("reward"):
-            scores = score_groups(texts, labels, self.checker, mode=cfg.reward_mode, fallback=cfg.answer_fallback)
+        with self.timed("reward"):  # built-in (--reward_mode) or --remote_rm_url
+            scores = score_for(cfg, self.checker, self.tok, groups, [p.label for p in picked])
         rewards = [[None if a is None else r for r, a in zip(s.rewards, s.answers)] for s in scores]
         pairs, counts = best_worst_pairs(rewards, texts)
         flat = [r for s in scores for r in s.rewards]

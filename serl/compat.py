@@ -1,0 +1,193 @@
+"""The names users of the four seeds type, rewritten to serl's before the parser sees them.
+
+``rewrite(argv)`` turns a command line written for SeRL/OpenRLHF, spiral-rl or verl's SPIN
+recipe into serl's flags; the parser then checks everything as usual. What is mapped and
+how is in ``docs/compat.md`` (one table per seed). The rules:
+
+* ``--flag`` names of another project with a serl meaning become serl's flag
+  (``--eval_dataset`` -> ``--eval_data``); a value serl cannot honour is refused with the
+  reason (``--max_epochs 2``).
+* ``key=value`` and dotted ``section.key=value`` words (spiral-rl's and verl's
+  overrides) become ``--key value``; a dotted key is looked up in ``VERL_KEYS``, and one
+  with no serl meaning is refused by name, never dropped.
+* ``--config FILE`` whose YAML has nested sections (verl's ``algorithm:``, ``trainer:``,
+  ...) is read here and handed on as flags, each nested key mapped as above; a flat YAML
+  file is left to the parser, unchanged.
+
+Errors are ``ConfigError`` (exit 2), naming the word or the file and key at fault.
+"""
+from __future__ import annotations
+
+import re
+
+from serl.config import ConfigError
+
+# a flag of another project -> (serl flag, recipes it applies to; None = every recipe)
+FLAGS = {
+    "eval_dataset": ("eval_data", None),          # OpenRLHF: held-out prompts
+    "model_name": ("model", None),                # spiral-rl / oat
+    "learning_rate": ("actor_learning_rate", None),
+    "env_ids": ("games", ("spiral",)),            # spiral-rl: TextArena ids, space-separated
+    "env_id": ("games", ("spiral",)),
+    "num_ppo_epochs": ("ppo_epochs", ("spiral",)),
+    "generate_max_length": ("generate_max_len", None),
+}
+
+# verl's dotted keys with a serl meaning -> (serl flag, how the value changes)
+VERL_KEYS = {
+    "algorithm.dpo_beta": ("beta", None),
+    "algorithm.dpo_loss_type": ("dpo_loss", None),
+    "trainer.ref_update_freq": ("ref_update", "steps"),
+    "trainer.total_training_steps": ("steps", None),
+    "trainer.save_freq": ("save_steps", None),
+    "trainer.test_freq": ("eval_steps", None),
+    "trainer.default_local_dir": ("run_dir", None),
+    "trainer.project_name": ("wandb_project", None),
+    "trainer.experiment_name": ("wandb_run_name", None),
+    "data.train_files": ("prompt_data", None),
+    "data.val_files": ("eval_data", None),
+    "data.prompt_key": ("input_key", None),
+    "data.train_batch_size": ("rollout_batch_size", None),
+    "data.max_prompt_length": ("prompt_max_len", None),
+    "data.max_response_length": ("generate_max_len", None),
+    "actor_rollout_ref.model.path": ("model", None),
+    "actor_rollout_ref.actor.optim.lr": ("actor_learning_rate", None),
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": ("micro_train_batch_size", None),
+    "actor_rollout_ref.rollout.n": ("n_samples_per_prompt", None),
+    "actor_rollout_ref.rollout.temperature": ("temperature", None),
+    "actor_rollout_ref.rollout.top_p": ("top_p", None),
+    "actor_rollout_ref.model.enable_gradient_checkpointing": ("gradient_checkpointing", None),
+}
+
+_OVERRIDE = re.compile(r"^([A-Za-z_][\w\-]*(?:\.[A-Za-z_][\w\-]*)*)=(.*)$", re.S)
+
+
+def _verl(key: str, value: str, where: str) -> list[str]:
+    if key not in VERL_KEYS:
+        raise ConfigError(f"{where}: '{key}' has no serl meaning and is refused (not dropped); the verl keys "
+                          f"serl maps are listed in docs/compat.md")
+    flag, how = VERL_KEYS[key]
+    if how == "steps":  # verl: refresh the reference every N steps
+        if not value.strip().lstrip("+").isdigit() or int(value) < 1:
+            raise ConfigError(f"{where}: '{key}' must be a whole number >= 1 (the reference becomes the "
+                              f"policy every N steps), got {value!r}")
+        value = f"steps:{int(value)}"
+    return [f"--{flag}", value]
+
+
+def _recipe(argv: list[str]) -> str:
+    for i, a in enumerate(argv):
+        if a == "--recipe" and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith("--recipe="):
+            return a.split("=", 1)[1]
+        m = _OVERRIDE.match(a)
+        if m and m.group(1) == "recipe":
+            return m.group(2)
+    return ""
+
+
+def _values(argv: list[str], i: int) -> tuple[list[str], int]:
+    """The words after argv[i] up to the next flag or key=value override (nargs='+' values)."""
+    j = i + 1
+    while j < len(argv) and not argv[j].startswith("--") and not _OVERRIDE.match(argv[j]):
+        j += 1
+    return argv[i + 1:j], j
+
+
+def rewrite(argv: list[str]) -> list[str]:
+    """``argv`` in serl's names (see the module doc)."""
+    argv = _expand_yaml(list(argv))
+    recipe = _recipe(argv)
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        name, eq, inline = a[2:].partition("=") if a.startswith("--") else ("", "", "")
+        m = _OVERRIDE.match(a) if not a.startswith("-") else None
+        if m and (i == 0 or not argv[i - 1].startswith("--") or "=" in argv[i - 1]):
+            key, value = m.group(1), m.group(2)
+            if "." in key:
+                out += _verl(key, value, f"override {a!r}")
+            else:
+                argv[i:i + 1] = [f"--{key}", value]  # then read as that flag
+                continue
+            i += 1
+            continue
+        if name == "max_epochs":
+            vals, j = ([inline], i + 1) if eq else _values(argv, i)
+            if vals != ["1"]:
+                raise ConfigError(f"--max_epochs: serl trains each rollout once per step, as SeRL's scripts do "
+                                  f"(--max_epochs 1); got {' '.join(vals) or 'no value'}. For more passes over "
+                                  f"a rollout use --train_batch_size (mini-batches) or more --steps")
+            i = j
+            continue
+        if name == "fsp_enabled":  # spiral-rl: fictitious self-play against past checkpoints
+            vals, j = ([inline], i + 1) if eq else _values(argv, i)
+            on = (vals or ["true"])[0].lower() in ("1", "true", "yes", "on")
+            if vals and vals[0].lower() not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+                raise ConfigError(f"--fsp_enabled: expected true or false, got {vals[0]!r}")
+            out += ["--opponent", "population"] if on else []
+            i = j
+            continue
+        if name == "beta" and recipe == "spiral":  # spiral-rl's --beta is the KL coefficient
+            out.append(f"--init_kl_coef={inline}" if eq else "--init_kl_coef")
+            i += 1
+            continue
+        if name in FLAGS and (FLAGS[name][1] is None or recipe in FLAGS[name][1]):
+            target = FLAGS[name][0]
+            if target == "games" and not eq:  # --env_ids A B C -> --games A,B,C
+                vals, j = _values(argv, i)
+                out += [f"--{target}", ",".join(vals)] if vals else [f"--{target}"]
+                i = j
+                continue
+            out.append(f"--{target}={inline}" if eq else f"--{target}")
+            i += 1
+            continue
+        out.append(a)
+        i += 1
+    return out
+
+
+def _expand_yaml(argv: list[str]) -> list[str]:
+    """``--config FILE`` with nested sections -> the file's options as flags (before the
+    command line's own, which still override them)."""
+    for i, a in enumerate(argv):
+        path = argv[i + 1] if a == "--config" and i + 1 < len(argv) else (
+            a.split("=", 1)[1] if a.startswith("--config=") else None)
+        if path is None:
+            continue
+        from serl.config import _read_yaml
+
+        p, data = _read_yaml(path)
+        if not any(isinstance(v, dict) for v in data.values()):
+            return argv  # a flat file: the parser reads it as always
+        flags: list[str] = []
+        for key, value in _flatten(data):
+            where = f"{p}: option '{key}'"
+            if value is None:
+                continue  # verl's null: the default
+            if isinstance(value, list):
+                if "." in key:
+                    raise ConfigError(f"{where}: a list has no serl meaning here")
+                flags += [f"--{key}", *map(_word, value)]
+            elif "." in key:
+                flags += _verl(key, _word(value), where)
+            else:
+                flags += [f"--{key}", _word(value)]
+        end = i + (1 if a.startswith("--config=") else 2)
+        return flags + argv[:i] + argv[end:]
+    return argv
+
+
+def _flatten(data: dict, prefix: str = ""):
+    for k, v in data.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            yield from _flatten(v, key + ".")
+        else:
+            yield key, v
+
+
+def _word(v) -> str:
+    return str(v).lower() if isinstance(v, bool) else str(v)

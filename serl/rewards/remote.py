@@ -1,0 +1,318 @@
+"""``--remote_rm_url``: rewards from an OpenRLHF-protocol endpoint or a user's reward file.
+
+Two kinds of source, one interface (``RewardSource.rewards(queries, prompts, labels)``):
+
+* ``http://HOST:PORT/PATH`` (or https): one POST per batch of JSON
+  ``{"query": [prompt + response, ...], "prompts": [...], "labels": [label | null, ...]}``;
+  the reply must hold ``"rewards"``, one finite number per sample, and may hold
+  ``"extra_logs"`` (``serl serve-reward`` sends ``agreement``, ``n_clusters``, ``tie`` and
+  ``no_answer``). This is the request OpenRLHF's ``remote_rm_utils`` sends
+  (github.com/OpenRLHF/OpenRLHF, ``openrlhf/utils/remote_rm_utils.py``).
+* ``path/to/file.py``: a Python file with OpenRLHF's
+  ``reward_func(queries, prompts, labels)``, loaded once, in this process. It may return
+  a dict with ``"rewards"`` (a list or a tensor), or the rewards themselves.
+
+A batch never splits a prompt's group, so a majority vote on the far side sees whole
+groups. Each request has a deadline (``--remote_rm_timeout``, the whole reply included);
+a failed try (no connection, a timeout, a 5xx, a reply that is not the protocol) is
+retried ``--remote_rm_retries`` times with doubling back-off, and then the step fails
+with ``RemoteRewardError``, naming the URL (without any credentials or query string):
+no step trains on a reward that did not arrive, and no checkpoint is written for it.
+A 4xx is not retried (the request itself is wrong). An exception in a reward file is
+reported with the file and line where it was raised. Model output is sent as text and
+never evaluated here.
+"""
+from __future__ import annotations
+
+import http.client
+import importlib.util
+import json
+import math
+import time
+import traceback
+import urllib.parse
+from dataclasses import dataclass
+from pathlib import Path
+
+MAX_REPLY_BYTES = 64 * 2**20
+MAX_BACKOFF_S = 30.0
+
+
+class RemoteRewardError(RuntimeError):
+    """A reward that did not arrive (endpoint down, bad reply) or a reward file that failed."""
+
+
+def is_url(spec: str) -> bool:
+    return spec.lower().startswith(("http://", "https://"))
+
+
+def shown_url(url: str) -> str:
+    """``url`` as it may appear in messages: scheme, host, port and path only."""
+    u = urllib.parse.urlsplit(url)
+    host = u.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    port = f":{u.port}" if u.port else ""
+    return f"{u.scheme}://{host}{port}{u.path}"
+
+
+def check_spec(spec: str) -> str | None:
+    """Why ``spec`` cannot be a ``--remote_rm_url`` (None when it can). Never echoes secrets."""
+    if is_url(spec):
+        u = urllib.parse.urlsplit(spec)
+        if u.username is not None or u.password is not None:
+            return "a URL with user:password@ is refused (it would be saved in config.yaml); serve the " \
+                   "reward without credentials on a trusted network, or use a reward file"
+        try:
+            u.port
+        except ValueError:
+            return f"bad port in {shown_url(spec.split('@')[-1])!r}"
+        return None if u.hostname else "the URL has no host"
+    if not spec.endswith(".py"):
+        return f"expected an http(s):// URL or a .py file with reward_func, got {spec!r}"
+    if not Path(spec).is_file():
+        return f"reward file not found: {spec}"
+    return None
+
+
+@dataclass
+class Reply:
+    rewards: list[float]
+    logs: dict[str, list]
+
+
+def _rewards_of(value, n: int, where: str) -> list[float]:
+    if hasattr(value, "tolist"):  # a tensor or an array
+        value = value.tolist()
+    if not isinstance(value, (list, tuple)) or len(value) != n:
+        got = f"{len(value)} entries" if isinstance(value, (list, tuple)) else type(value).__name__
+        raise RemoteRewardError(f"{where}: expected 'rewards' with {n} numbers, got {got}")
+    out = []
+    for i, v in enumerate(value):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise RemoteRewardError(f"{where}: rewards[{i}] is not a finite number ({str(v)[:40]!r})")
+        out.append(float(v))
+    return out
+
+
+def _logs_of(value, n: int) -> dict[str, list]:
+    logs = {}
+    for k, v in (value or {}).items() if isinstance(value, dict) else ():
+        v = v.tolist() if hasattr(v, "tolist") else v
+        if isinstance(v, list) and len(v) == n:
+            logs[str(k)] = v
+    return logs
+
+
+class HttpReward:
+    """OpenRLHF's remote reward protocol over HTTP, with deadlines and bounded retries."""
+
+    def __init__(self, url: str, timeout: float = 60.0, retries: int = 3, backoff: float = 0.5):
+        self.url, self.shown = url, shown_url(url)
+        u = urllib.parse.urlsplit(url)
+        self.https, self.host, self.port = u.scheme.lower() == "https", u.hostname, u.port
+        self.path = (u.path or "/") + (f"?{u.query}" if u.query else "")
+        self.timeout, self.retries, self.backoff = float(timeout), int(retries), float(backoff)
+        self.requests = 0
+
+    def rewards(self, queries, prompts, labels) -> Reply:
+        body = json.dumps({"query": list(queries), "prompts": list(prompts), "labels": list(labels)}).encode()
+        last, t0 = "", time.monotonic()
+        for attempt in range(self.retries + 1):
+            if attempt:
+                time.sleep(min(self.backoff * 2 ** (attempt - 1), MAX_BACKOFF_S))
+            try:
+                status, data = self._post(body)
+            except (OSError, http.client.HTTPException) as e:  # refused, reset, timed out, ...
+                last = f"{type(e).__name__}: {e}"
+                continue
+            self.requests += 1
+            if 400 <= status < 500:
+                raise RemoteRewardError(f"remote reward {self.shown} refused the request with HTTP {status}"
+                                        f"{_error_text(data)}; not retried")
+            if status != 200:
+                last = f"HTTP {status}{_error_text(data)}"
+                continue
+            try:
+                reply = json.loads(data)
+                if not isinstance(reply, dict) or "rewards" not in reply:
+                    raise ValueError("no 'rewards' in the reply")
+                return Reply(_rewards_of(reply["rewards"], len(queries), f"remote reward {self.shown}"),
+                             _logs_of(reply.get("extra_logs"), len(queries)))
+            except (ValueError, RecursionError) as e:
+                last = f"reply is not the reward protocol ({str(e)[:200]})"
+        raise RemoteRewardError(
+            f"remote reward {self.shown}: no rewards after {self.retries + 1} tries over "
+            f"{time.monotonic() - t0:.1f} s (last: {last}); the step was not trained. Check that the "
+            f"server is up (e.g. `serl serve-reward --port PORT`), then --resume the run")
+
+    def _post(self, body: bytes) -> tuple[int, bytes]:
+        """One POST; the whole exchange must finish within ``timeout`` seconds."""
+        deadline = time.monotonic() + self.timeout
+        cls = http.client.HTTPSConnection if self.https else http.client.HTTPConnection
+        conn = cls(self.host, self.port, timeout=self.timeout)
+        try:
+            conn.request("POST", self.path, body, {"Content-Type": "application/json"})
+            sock = conn.sock  # the response keeps it when the server closes the connection
+            resp = conn.getresponse()
+            chunks, size = [], 0
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"reply not complete within {self.timeout:g} s")
+                sock.settimeout(left)
+                chunk = resp.read1(65536) if hasattr(resp, "read1") else resp.read(65536)
+                if not chunk:
+                    break
+                size += len(chunk)
+                if size > MAX_REPLY_BYTES:
+                    raise http.client.HTTPException(f"reply larger than {MAX_REPLY_BYTES >> 20} MiB")
+                chunks.append(chunk)
+            return resp.status, b"".join(chunks)
+        finally:
+            conn.close()
+
+
+def _error_text(data: bytes) -> str:
+    try:
+        msg = json.loads(data).get("error")
+    except (ValueError, AttributeError, RecursionError):
+        return ""
+    return f" ({str(msg)[:200]})" if msg else ""
+
+
+class FileReward:
+    """A reward file with OpenRLHF's ``reward_func(queries, prompts, labels)``, loaded once."""
+
+    def __init__(self, path: str):
+        self.path = Path(path).resolve()
+        name = f"serl_user_reward_{abs(hash(str(self.path)))}"
+        spec = importlib.util.spec_from_file_location(name, self.path)
+        if spec is None or spec.loader is None:
+            raise RemoteRewardError(f"{path}: cannot be loaded as a Python file")
+        module = importlib.util.module_from_spec(spec)
+        try:
+            spec.loader.exec_module(module)
+        except SyntaxError as e:
+            raise RemoteRewardError(f"{e.filename or path}:{e.lineno}: syntax error in the reward file "
+                                    f"({e.msg})") from None
+        except Exception as e:
+            raise RemoteRewardError(f"{self._where(e)}: loading the reward file raised "
+                                    f"{type(e).__name__}: {str(e)[:300]}") from None
+        self.func = getattr(module, "reward_func", None)
+        if not callable(self.func):
+            raise RemoteRewardError(f"{path}: defines no reward_func(queries, prompts, labels)")
+        self.shown = str(path)
+
+    def _where(self, e: BaseException) -> str:
+        """``file:line`` of the deepest frame in the reward file (else the deepest frame)."""
+        frames = traceback.extract_tb(e.__traceback__)
+        mine = [f for f in frames if Path(f.filename).resolve() == self.path]
+        f = (mine or frames or [None])[-1]
+        return f"{f.filename}:{f.lineno}" if f is not None else str(self.path)
+
+    def rewards(self, queries, prompts, labels) -> Reply:
+        try:
+            out = self.func(list(queries), list(prompts), list(labels))
+        except Exception as e:
+            raise RemoteRewardError(f"{self._where(e)}: reward_func raised {type(e).__name__}: "
+                                    f"{str(e)[:300]}") from None
+        where = f"{self.shown}: reward_func"
+        if isinstance(out, dict):
+            if "rewards" not in out:
+                raise RemoteRewardError(f"{where} returned a dict without 'rewards'")
+            return Reply(_rewards_of(out["rewards"], len(queries), where), _logs_of(out.get("extra_logs"), len(queries)))
+        return Reply(_rewards_of(out, len(queries), where), {})
+
+
+_SOURCES: dict[tuple, object] = {}
+
+
+def source_for(cfg):
+    """The reward source of ``cfg.remote_rm_url`` (one per process: a file is loaded once)."""
+    key = (cfg.remote_rm_url, cfg.remote_rm_timeout, cfg.remote_rm_retries)
+    if key not in _SOURCES:
+        spec = cfg.remote_rm_url
+        _SOURCES[key] = (HttpReward(spec, cfg.remote_rm_timeout, cfg.remote_rm_retries) if is_url(spec)
+                         else FileReward(spec))
+    return _SOURCES[key]
+
+
+def load_source(cfg) -> None:
+    """Load ``--remote_rm_url``'s reward file now (a recipe's ``prepare``): a broken file is a
+    ConfigError (exit 2) before anything is written. A URL is not contacted here."""
+    if getattr(cfg, "remote_rm_url", "") and not is_url(cfg.remote_rm_url):
+        from serl.config import ConfigError
+
+        try:
+            source_for(cfg)
+        except RemoteRewardError as e:
+            raise ConfigError(f"remote_rm_url: {e}") from None
+
+
+def batches(sizes: list[int], limit: int) -> list[range]:
+    """Consecutive runs of groups whose samples add up to at most ``limit`` (0 = one batch);
+    a group larger than ``limit`` goes alone. Groups are never split."""
+    if not limit:
+        return [range(len(sizes))] if sizes else []
+    out, start, total = [], 0, 0
+    for i, n in enumerate(sizes):
+        if total and total + n > limit:
+            out.append(range(start, i))
+            start, total = i, 0
+        total += n
+    if start < len(sizes):
+        out.append(range(start, len(sizes)))
+    return out
+
+
+def score_remote(source, prompts: list[str], responses: list[list[str]], labels: list, fallback: str = "number",
+                 batch_size: int = 0) -> list:
+    """``GroupScore`` per group from ``source``. ``prompts``: one text per group (the chat
+    prompt as the model saw it); the query of a sample is prompt + response.
+
+    A group's ``agreement`` (what SeRL's difficulty filter reads) is its mean reward: for
+    a majority vote that is the majority's share, for a rule reward the accuracy, as the
+    built-in reward has it."""
+    from serl.rewards.extract import extract_answer
+    from serl.rewards.vote import GroupScore
+
+    out = []
+    for part in batches([len(g) for g in responses], batch_size):
+        q, p, lab = [], [], []
+        for gi in part:
+            for r in responses[gi]:
+                q.append(prompts[gi] + r)
+                p.append(prompts[gi])
+                lab.append(labels[gi])
+        reply = source.rewards(q, p, lab)
+        k = 0
+        for gi in part:
+            n = len(responses[gi])
+            rew, logs = reply.rewards[k:k + n], {key: v[k:k + n] for key, v in reply.logs.items()}
+            no_ans = [bool(x) for x in logs.get("no_answer", [0] * n)]
+            answers = [None if no_ans[j] else (extract_answer(r, fallback) or r)
+                       for j, r in enumerate(responses[gi])]
+            clusters = logs.get("n_clusters", [0] * n)
+            out.append(GroupScore(rewards=rew, answers=answers, label=None,
+                                  agreement=sum(rew) / n if n else 0.0,
+                                  n_clusters=int(clusters[0]) if n else 0, n_no_answer=sum(no_ans),
+                                  tie=bool(logs.get("tie", [0])[0]) if n else False, source="remote"))
+            k += n
+    return out
+
+
+def score_for(cfg, checker, tokenizer, groups, labels):
+    """The rewards of a recipe's rollout ``groups`` (lists of ``Completion``): the built-in
+    reward (``--reward_mode``), or ``--remote_rm_url``'s. ``labels``: per group, or None."""
+    from serl.rewards.vote import score_groups
+
+    texts = [[c.text for c in g] for g in groups]
+    url = getattr(cfg, "remote_rm_url", "")
+    if not url:
+        labels = labels if cfg.reward_mode != "majority" else None
+        return score_groups(texts, labels, checker, mode=cfg.reward_mode, fallback=cfg.answer_fallback)
+    prompts = [tokenizer.decode(g[0].prompt_ids, skip_special_tokens=False) if g else "" for g in groups]
+    return score_remote(source_for(cfg), prompts, texts, list(labels or [None] * len(groups)),
+                        cfg.answer_fallback, cfg.remote_rm_batch_size)
+

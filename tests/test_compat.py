@@ -1,0 +1,81 @@
+"""serl.compat: the seeds' own names (SeRL/OpenRLHF, spiral-rl, verl) reach serl's options."""
+import pytest
+
+from serl.compat import rewrite
+from serl.config import ConfigError, parse_args
+from serl.data.seeds import DataError, read_seeds
+from serl.games import check_game_names
+from serl.recipes.spell.episode import difficulty_reward
+
+
+def cfg_of(*argv):
+    return parse_args(rewrite(list(argv)))[0]
+
+
+def test_openrlhf_flags():
+    cfg = cfg_of("--max_epochs", "1", "--eval_dataset", "dataset/arith_heldout.jsonl", "--save_path", "runs/x",
+                 "--ckpt_path", "runs/x/ckpt")
+    assert cfg.eval_data == "dataset/arith_heldout.jsonl" and cfg.run_dir == "runs/x"
+    with pytest.raises(ConfigError, match="--max_epochs: serl trains each rollout once .* got 2"):
+        rewrite(["--max_epochs", "2"])
+    cfg = cfg_of("--few_shot_generation_prompt", "prompts/self_instruct_fewshot.txt")
+    assert cfg.few_shot_generation_prompt.endswith("self_instruct_fewshot.txt")
+    with pytest.raises(ConfigError, match="few_shot_generation_prompt: template not found"):
+        cfg_of("--few_shot_generation_prompt", "no/such/template.txt")
+
+
+def test_spiral_names_and_textarena_ids():
+    cfg = cfg_of("--recipe", "spiral", "--env_ids", "TicTacToe-v0", "KuhnPoker-v1", "--model_name", "smollm2",
+                 "--learning_rate", "2e-6", "--num_ppo_epochs", "3", "--fsp_enabled", "--beta", "0")
+    assert cfg.game_list() == ["tictactoe", "kuhn_poker"] and cfg.opponent == "population"
+    assert cfg.actor_learning_rate == 2e-6 and cfg.ppo_epochs == 3 and cfg.init_kl_coef == 0
+    cfg = cfg_of("--recipe", "spiral", "env_ids=SimpleNegotiation-v1,LiarsDice-v0", "fsp_enabled=false")
+    assert cfg.game_list() == ["simple_negotiation", "liars_dice"] and cfg.opponent == "self"
+    assert cfg_of("--recipe", "spiral", "--games", "TicTacToe-v0,KuhnPoker-v1").game_list() == ["tictactoe",
+                                                                                               "kuhn_poker"]
+    with pytest.raises(ValueError, match="TextArena ids: TicTacToe-v0"):
+        check_game_names("Chess-v0")
+
+
+def test_verl_dotted_overrides_and_nested_yaml(tmp_path):
+    cfg = cfg_of("recipe=spin", "spin_mode=online", "algorithm.dpo_beta=0.2", "trainer.ref_update_freq=2",
+                 "trainer.save_freq=2", "actor_rollout_ref.actor.optim.lr=3e-7",
+                 "data.train_files=dataset/arith_spin_train.jsonl", "actor_rollout_ref.rollout.n=4")
+    assert (cfg.beta, cfg.ref_update, cfg.save_steps, cfg.actor_learning_rate) == (0.2, "steps:2", 2, 3e-7)
+    assert cfg.prompt_data == "dataset/arith_spin_train.jsonl" and cfg.n_samples_per_prompt == 4
+    with pytest.raises(ConfigError, match="'algorithm.kl_ctrl.kl_coef' has no serl meaning and is refused"):
+        rewrite(["recipe=spin", "algorithm.kl_ctrl.kl_coef=0.001"])
+    with pytest.raises(ConfigError, match="trainer.ref_update_freq' must be a whole number >= 1"):
+        rewrite(["trainer.ref_update_freq=-1"])
+    y = tmp_path / "spin.yaml"
+    y.write_text("recipe: spin\nsteps: 2\nalgorithm:\n  dpo_beta: 0.3\ntrainer:\n  ref_update_freq: 1\n"
+                 "actor_rollout_ref:\n  actor:\n    optim:\n      lr: 1.0e-6\n")
+    cfg = cfg_of("--config", str(y), "--steps", "5")  # the command line still overrides the file
+    assert (cfg.recipe, cfg.beta, cfg.ref_update, cfg.actor_learning_rate, cfg.steps) == ("spin", 0.3, "steps:1",
+                                                                                          1e-6, 5)
+    y.write_text("recipe: spin\nalgorithm:\n  gamma: 1.0\n")
+    with pytest.raises(ConfigError, match=r"spin.yaml: option 'algorithm.gamma'.*has no serl meaning"):
+        rewrite(["--config", str(y)])
+
+
+def test_verl_parquet_prompt_as_chat_messages(tmp_path):
+    pa, pq = pytest.importorskip("pyarrow"), pytest.importorskip("pyarrow.parquet")
+    rows = [{"data_source": "openai/gsm8k",
+             "prompt": [{"role": "user", "content": "Natalia sold 48 clips. How many? Let's think step by step."}],
+             "reward_model": {"ground_truth": "72", "style": "rule"}}]
+    p = tmp_path / "train.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), p)
+    (prob,) = read_seeds(p, "prompt", "reward_model.ground_truth")
+    assert prob.text.startswith("Natalia sold 48 clips") and prob.label == "72"
+    pq.write_table(pa.Table.from_pylist([{"prompt": [{"role": "system", "content": "hi"}]}]), p)
+    with pytest.raises(DataError, match="holds no chat message with role 'user'"):
+        read_seeds(p, "prompt", None)
+
+
+def test_questioner_reward_mappings():
+    # r = 0.25: gaussian exp(-(0.25)^2 / (2/36)) = exp(-1.125); azr 0.75; rzero 1 - 0.5 = 0.5
+    assert difficulty_reward(0.25) == pytest.approx(0.32465, abs=1e-5)
+    assert difficulty_reward(0.25, mapping="azr") == 0.75
+    assert difficulty_reward(0.25, mapping="rzero") == 0.5
+    assert difficulty_reward(1.0, mapping="azr") == 0.0 and difficulty_reward(0.0, mapping="rzero") == 0.0
+    assert cfg_of("--recipe", "spell", "--questioner_reward", "azr").questioner_reward == "azr"

@@ -1,0 +1,143 @@
+"""Each seed's first command, as its users type it (paths and sizes adapted), through parsing
+and one tiny real step on SmolLM2; and --remote_rm_url against a real `serl serve-reward`."""
+import json
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = ["--generator", "hf", "--progress", "quiet", "--save_model", "false"]
+# SeRL's README block (OpenRLHF names), sizes cut down, the label-free vote without self-instruction
+SERL = ["--pretrain", "smollm2", "--prompt_data", ROOT / "dataset/arith_seed.jsonl", "--input_key", "problem",
+        "--label_key", "answer", "--max_epochs", "1", "--micro_train_batch_size", "2", "--train_batch_size", "4",
+        "--micro_rollout_batch_size", "4", "--rollout_batch_size", "2", "--n_samples_per_prompt", "2",
+        "--generate_max_len", "16", "--actor_learning_rate", "5e-7", "--init_kl_coef", "1e-4",
+        "--advantage_estimator", "reinforce", "--enable_self_evolution", "false",
+        "--reward_difficulty_bounds", "0", "1", "--use_wandb", "false", "--max_refill_rounds", "1", *SMALL]
+
+
+def rows(run_dir):
+    return [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def rewards_of(row):
+    return {k: v for k, v in row.items() if k.startswith("reward/")}
+
+
+@pytest.fixture(scope="module")
+def serve_reward():
+    proc = subprocess.Popen([sys.executable, "-m", "serl.cli", "serve-reward", "--port", "0", "--workers", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    line = proc.stdout.readline()
+    try:
+        assert "POST http://127.0.0.1:" in line, proc.stderr.read()[-2000:]
+        yield line.split("POST ", 1)[1].split()[0]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_serl_with_serve_reward_gives_the_built_in_vote_s_rewards(serl_train, serve_reward, tmp_path):
+    remote, local = tmp_path / "remote", tmp_path / "local"
+    r = serl_train(*SERL, "--steps", 1, "--save_path", remote, "--ckpt_path", remote / "ckpt",
+                   "--remote_rm_url", serve_reward)
+    assert r.returncode == 0, r.stderr[-3000:]
+    r = serl_train(*SERL, "--steps", 1, "--save_path", local)
+    assert r.returncode == 0, r.stderr[-3000:]
+    (a,), (b,) = rows(remote), rows(local)  # same seed, same samples: the same rewards
+    assert rewards_of(a) == rewards_of(b) and "reward/mean" in a and a["reward/groups"] == 2
+
+
+def test_serl_with_a_reward_file(serl_train, tmp_path):
+    r = serl_train(*SERL, "--steps", 1, "--save_path", tmp_path / "run", "--reward_mode", "rule",
+                   "--remote_rm_url", ROOT / "reward_utils/math_rule_reward.py")
+    assert r.returncode == 0, r.stderr[-3000:]
+    (row,) = rows(tmp_path / "run")
+    assert 0.0 <= row["reward/mean"] <= 1.0 and row["reward/groups"] == 2
+
+
+class _OnceThenDown(BaseHTTPRequestHandler):
+    served = 0
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).served += 1
+        ok = type(self).served == 1
+        data = json.dumps({"rewards": [1.0] * len(body["query"])} if ok else {"error": "down"}).encode()
+        self.send_response(200 if ok else 503)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *a):
+        pass
+
+
+def test_a_reward_server_that_goes_down_stops_the_run_with_the_last_checkpoint_intact(serl_train, tmp_path):
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _OnceThenDown)
+    threading.Thread(target=srv.serve_forever, args=(0.05,), daemon=True).start()
+    url = f"http://127.0.0.1:{srv.server_address[1]}/get_reward"
+    try:
+        run = tmp_path / "run"
+        r = serl_train(*SERL, "--steps", 2, "--save_steps", 1, "--save_path", run, "--remote_rm_url", url,
+                       "--remote_rm_retries", 1, "--remote_rm_timeout", 10)
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert r.returncode == 1 and f"remote reward {url}: no rewards after 2 tries" in r.stderr, r.stderr[-3000:]
+    assert [x["step"] for x in rows(run)] == [1]  # step 2 logged nothing, trained nothing
+    ckpts = sorted(p.name for p in (run / "checkpoints").iterdir())
+    assert ckpts == ["step_1"] or all("_1" in c for c in ckpts), ckpts
+
+
+def test_spiral_readme_command(serl_train, tmp_path):
+    # spiral-rl's README: python train_spiral.py --env_ids KuhnPoker-v1 ... --pretrain ... --learning_rate
+    # 0.000001 --num_ppo_epochs 2 --gamma 1 --beta 0 --temperature 1.0 --top_p 1
+    r = serl_train("--recipe", "spiral", "--env_ids", "TicTacToe-v0", "KuhnPoker-v1", "--pretrain", "smollm2",
+                   "--learning_rate", "0.000001", "--num_ppo_epochs", "1", "--gamma", "1", "--beta", "0",
+                   "--temperature", "1.0", "--top_p", "1", "--games_per_step", "2", "--max_turns", "2",
+                   "--generate_max_len", "8", "--steps", "1", "--run_dir", tmp_path / "run", "--device", "cpu", *SMALL)
+    assert r.returncode == 0, r.stderr[-3000:]
+    (row,) = rows(tmp_path / "run")
+    assert any(k.startswith("game/tictactoe") for k in row) and any(k.startswith("game/kuhn_poker") for k in row)
+
+
+def test_verl_spin_command_with_a_verl_parquet(serl_train, tmp_path):
+    pa, pq = pytest.importorskip("pyarrow"), pytest.importorskip("pyarrow.parquet")
+    src = [json.loads(x) for x in (ROOT / "dataset/arith_spin_train.jsonl").read_text().splitlines()[:8]]
+    table = [{"data_source": "arith", "prompt": [{"role": "user", "content": s["problem"]}],
+              "reward_model": {"style": "rule", "ground_truth": s["answer"]}} for s in src]
+    data = tmp_path / "train.parquet"
+    pq.write_table(pa.Table.from_pylist(table), data)
+    # verl's recipe/spin README: python3 -m recipe.spin.main_spin data.train_files=... algorithm.dpo_beta=0.1 ...
+    r = serl_train("--recipe", "spin", "--spin_mode", "online", f"data.train_files={data}", "data.prompt_key=prompt",
+                   "--label_key", "reward_model.ground_truth", "--reward_mode", "rule",
+                   "actor_rollout_ref.model.path=smollm2", "actor_rollout_ref.actor.optim.lr=1e-6",
+                   "algorithm.dpo_beta=0.2", "trainer.ref_update_freq=1", "data.train_batch_size=2",
+                   "actor_rollout_ref.rollout.n=2", "data.max_response_length=12", "trainer.total_training_steps=1",
+                   f"trainer.default_local_dir={tmp_path / 'run'}", *SMALL)
+    assert r.returncode == 0, r.stderr[-3000:]
+    cfg = (tmp_path / "run" / "config.yaml").read_text()
+    assert "beta: 0.2" in cfg and "ref_update: steps:1" in cfg
+    (row,) = rows(tmp_path / "run")
+    assert row["pairs/groups"] == 2
+
+
+def test_spell_with_a_parquet_corpus_and_the_azr_mapping(serl_train, tmp_path):
+    pa, pq = pytest.importorskip("pyarrow"), pytest.importorskip("pyarrow.parquet")
+    docs = [json.loads(x) for x in (ROOT / "dataset/docs_train.jsonl").read_text().splitlines()[:6]]
+    corpus = tmp_path / "train.parquet"
+    pq.write_table(pa.Table.from_pylist([{"text": d["text"]} for d in docs]), corpus)
+    r = serl_train("--recipe", "spell", "--corpus", corpus, "--corpus_cluster_key", "", "--questioner_reward", "azr",
+                   "--rollout_batch_size", "2", "--n_samples_per_prompt", "2", "--verifier_samples", "2",
+                   "--grounding_samples", "1", "--max_refill_rounds", "1", "--cluster_size", "2",
+                   "--paragraphs_per_prompt", "1", "--questioner_max_len", "32", "--generate_max_len", "32",
+                   "--verifier_max_len", "16", "--prompt_max_len", "512", "--heldout_eval", "false",
+                   "--steps", "1", "--run_dir", tmp_path / "run", *SMALL)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert len(rows(tmp_path / "run")) == 1
