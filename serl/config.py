@@ -15,9 +15,7 @@ import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
-
-class ConfigError(ValueError):
-    """A bad option; the message names the field (and file, when it came from YAML)."""
+from serl.errors import ConfigError  # noqa: F401  (its old home; raised by every caller of this module)
 
 
 def _f(default, doc: str, aliases: tuple[str, ...] = (), choices: tuple | None = None, **kw):

@@ -71,7 +71,7 @@ class Recipe:
     def eval_set(cls, cfg) -> Any:
         """What ``evaluate`` is given, read before anything is written; empty: no evaluation.
         Default: the math problems of --eval_data and --eval_benchmarks."""
-        from serl.runner import load_eval_sets
+        from serl.eval.sets import load_eval_sets
 
         problems = load_eval_sets(cfg)
         if problems:  # asked as in training: the same budget refuses one that is too long
