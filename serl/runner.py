@@ -59,13 +59,17 @@ def prepare(cfg: TrainConfig, run_dir: Path | None = None):
     return data, model_path, recipe.eval_set(cfg), run_dir or new_run_dir(cfg)
 
 
-def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None) -> Path:
-    """Train ``cfg.recipe`` to ``cfg.steps``; ``engines`` (Ray) replaces the local ones."""
+def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None, prepared=None, plan=None) -> Path:
+    """Train ``cfg.recipe`` to ``cfg.steps``; ``engines`` (Ray) replaces the local ones, and
+    ``prepared`` / ``plan`` what the Ray driver already read and decided."""
     from serl import guard as collapse_guard
+    from serl.plan import plan_run
     from serl.recipes import recipe_class
 
-    data, model_path, eval_set, run_dir = prepare(cfg, resume_dir)  # fail fast, before heavy imports
-    probe = collapse_guard.prepare(cfg, recipe_class(cfg.recipe), data, model_path, run_dir)  # None: no guard
+    data, model_path, eval_set, run_dir = prepared or prepare(cfg, resume_dir)  # fail fast, before heavy imports
+    plan = plan or plan_run(cfg)
+    recipe_cls = recipe_class(cfg.recipe)
+    probe = collapse_guard.prepare(cfg, recipe_cls, data, model_path, run_dir)  # None: no guard
     from serl.checkpoint import disk_space_guard, latest_checkpoint, load_trainer_state, save_checkpoint
     from serl.engines.factory import build_engines
     from serl.metrics import MetricsLogger
@@ -83,7 +87,7 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None) -> Path:
     done = int(ckpt.name.split("_")[1]) if ckpt else 0
     tok = run_tokenizer(model_path)  # prepare()'s length checks loaded it already
     log.info("recipe %s, model %s, run directory %s", cfg.recipe, model_path, run_dir)
-    engines = engines or build_engines(cfg, model_path, tok)
+    engines = engines or build_engines(cfg, plan, model_path, tok)
     recipe, logger, guard = None, None, None
     evals: dict[int, dict] = {}
     history = []
@@ -98,8 +102,8 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None) -> Path:
         if resume_dir:
             logger.truncate_after(done)
         ctx = RunContext(cfg, run_dir, model_path, tok, engines.generator, engines.learner, engines.checker,
-                         logger, mode, resume_step=done, resuming=resume_dir is not None)
-        recipe = recipe_class(cfg.recipe)(ctx, data)
+                         logger, mode, resume_step=done, resuming=resume_dir is not None, plan=plan)
+        recipe = recipe_cls(ctx, data)
         if probe is not None:  # --collapse_guard (serl.guard): checks between steps
             from serl.guard import CollapseGuard
 

@@ -35,6 +35,7 @@ class Config(SerlOptions, GuardOptions, TrainConfig):
     """SeRL: self-instruction, majority-vote reward, difficulty filter, Reinforce++/GRPO/RLOO."""
 
     RECIPE: ClassVar[str] = "serl"
+    KL_MODES: ClassVar[tuple[str, ...]] = ("none", "reward", "loss")  # the reward KL: make_batch
 
     def validate_recipe(self) -> None:
         self.validate_guard()

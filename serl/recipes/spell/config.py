@@ -62,6 +62,9 @@ class Config(SpellOptions, TrainConfig):
     """SPELL: one policy as questioner, responder and verifier over document clusters."""
 
     RECIPE: ClassVar[str] = "spell"
+    # its data is the corpus, its evaluation and rewards its own (the checker: cover-EM)
+    SECTIONS: ClassVar[tuple[str, ...]] = ("run", "rollout", "checker", "generation", "advantage", "kl", "learner",
+                                           "lora", "ray")
     # common options with SPELL's defaults
     rollout_batch_size: int = option(8, "questions (one per sampled cluster) trained per step")
     n_samples_per_prompt: int = option(8, "responder samples per question (SPELL: 8)")
