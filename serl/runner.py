@@ -73,10 +73,12 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None, prepared
     from serl.checkpoint import disk_space_guard, latest_checkpoint, load_trainer_state, save_checkpoint
     from serl.engines.factory import build_engines
     from serl.metrics import MetricsLogger
+    from serl.panels import of_recipe
     from serl.progress import print_step_summary, progress_mode
     from serl.recipes.base import RunContext
 
     mode = progress_mode(cfg.progress)
+    step_line = of_recipe(cfg.recipe).line  # the recipe's metrics on the line after each step (serl.panels)
     if mode != "bar":  # transformers' per-load bars are noise in plain logs
         from transformers.utils import logging as hf_logging
 
@@ -150,7 +152,7 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None, prepared
                 evals[step] = _evaluate(recipe, eval_set, logger, step)
                 m.update(evals[step])
             history.append(m)
-            print_step_summary(step, m, mode)
+            print_step_summary(step, m, mode, line=step_line)
             if last or (cfg.save_steps and step % cfg.save_steps == 0):
                 state = recipe.state_dict()
                 if guard is not None:

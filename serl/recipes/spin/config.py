@@ -20,6 +20,7 @@ from typing import ClassVar
 
 from serl.algos.losses import DPO_LOSS_TYPES
 from serl.config import ConfigError, TrainConfig, option
+from serl.panels import Report
 
 SPIN_MODES = ("spin", "online")
 
@@ -51,6 +52,9 @@ class Config(SpinOptions, TrainConfig):
     # no advantages and no KL term: DPO's beta is the pull to the reference
     SECTIONS: ClassVar[tuple[str, ...]] = ("run", "seed_data", "math_eval", "rollout", "math_reward", "checker",
                                            "generation", "learner", "lora", "ray")
+    REPORT: ClassVar[Report] = Report(
+        plots=("reward", "dpo"), main=("dpo/accuracy", "dpo/margin", "spin/real_logp", "pairs/tied", "reward/mean"),
+        line=(("dpo/accuracy", "acc"), ("dpo/margin", "margin"), ("loss/policy", "loss")))
     # common options whose default differs for this recipe
     prompt_data: str = option("dataset/arith_spin_train.jsonl", "problems with human answers: a JSONL or Parquet "
                               "file, or a Hugging Face dataset (save_to_disk folder, data files, or hub id)",

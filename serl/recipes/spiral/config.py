@@ -12,6 +12,7 @@ from typing import ClassVar
 from serl.config import ConfigError, TrainConfig, option
 from serl.games import check_game_names
 from serl.games.actions import PARSERS
+from serl.panels import Report
 
 OPPONENT_MODES = ("self", "random", "population")  # plus "fixed:PATH"
 
@@ -61,6 +62,9 @@ class Config(SpiralOptions, TrainConfig):
     RECIPE: ClassVar[str] = "spiral"
     # games need no seed data, no math reward or evaluation; RAE replaces the advantage options
     SECTIONS: ClassVar[tuple[str, ...]] = ("run", "generation", "kl", "learner", "lora", "ray")
+    REPORT: ClassVar[Report] = Report(
+        plots=("games", "reward"), main=("spiral/invalid_rate",),
+        line=(("spiral/invalid_rate", "invalid"), ("response/truncated_frac", "trunc"), ("loss/policy", "loss")))
     # common options whose default differs for SPIRAL
     init_kl_coef: float = option(0.0, "KL coefficient (SPIRAL uses none; > 0 needs --use_kl_loss)")
     actor_learning_rate: float = option(1e-6, "AdamW learning rate", aliases=("lr",))
