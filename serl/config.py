@@ -8,16 +8,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
-import re
 import sys
-import typing
 from dataclasses import dataclass, field
-from pathlib import Path
+from typing import ClassVar
 
-
-class ConfigError(ValueError):
-    """A bad option; the message names the field (and file, when it came from YAML)."""
+# the YAML side lives in config_file; its names stay importable from here
+from serl.config_file import (_coerce, _read_yaml, _read_yaml_text, _recipe_of, _type_of,  # noqa: F401
+                              _wandb_flag, dump, load_yaml)
+from serl.errors import ConfigError  # noqa: F401  (its old home; raised by every caller of this module)
 
 
 def _f(default, doc: str, aliases: tuple[str, ...] = (), choices: tuple | None = None, **kw):
@@ -33,6 +31,11 @@ option = _f  # for recipes: ``name: int = option(3, "one-line doc shown by --hel
 @dataclass
 class TrainConfig:
     """Options every recipe shares; a recipe adds its own section (serl/recipes/NAME/config.py)."""
+
+    # the sections of common options a recipe honours (serl.sections; None: all), and the
+    # KL settings it can train with (serl.plan: a KL in the reward is the recipe's own code)
+    SECTIONS: ClassVar[tuple[str, ...] | None] = None
+    KL_MODES: ClassVar[tuple[str, ...]] = ("none", "loss")
 
     recipe: str = _f("serl", "training recipe (serl/recipes/NAME); `serl train --recipe NAME --help` "
                              "lists its own options")
@@ -61,12 +64,12 @@ class TrainConfig:
     eval_steps: int = _f(0, "evaluate every N steps as well as before and after (0 = before and after only)")
     eval_k: int = _f(0, "also sample K answers per problem for maj@K and pass@K (0 = greedy only)")
     # --- loop size
-    steps: int = _f(3, "training steps (one step = grow pool, rollout, reward, filter, update, sync)")
+    steps: int = _f(3, "training steps (what one step does is the recipe's: rollout, reward, update, sync)")
     max_minutes: float = _f(0.0, "wall-clock budget of the training steps in minutes (loading, evaluation and "
                                  "checkpoints not counted; kept across --resume): the run stops after the "
                                  "step that reaches it, with a checkpoint; 0 = no limit")
-    rollout_batch_size: int = _f(4, "prompts trained on per step (after the difficulty filter)")
-    n_samples_per_prompt: int = _f(4, "responses sampled per prompt (the majority-vote group)")
+    rollout_batch_size: int = _f(4, "prompts (problems, questions) trained on per step")
+    n_samples_per_prompt: int = _f(4, "responses sampled per prompt (one group)")
     # --- reward
     reward_mode: str = _f("majority", "majority vote (no labels), rule (labels) or auto (label if any)",
                           choices=("majority", "rule", "auto"))
@@ -165,7 +168,10 @@ class TrainConfig:
             est = canonical_estimator(self.advantage_estimator)
         except ValueError as e:
             raise ConfigError(f"advantage_estimator: {e}") from None
-        if est in ("group_norm", "dr_grpo") and self.init_kl_coef > 0 and not self.use_kl_loss:
+        from serl.plan import kl_mode
+
+        kl = kl_mode(self)  # refuses a KL setting the recipe cannot train with
+        if est in ("group_norm", "dr_grpo") and kl == "reward":
             raise ConfigError(f"advantage_estimator: {est} keeps the KL out of the reward; "
                               f"add --use_kl_loss (as GRPO does) or set --init_kl_coef 0")
         from serl.algos.kl import check_kl_clip
@@ -225,116 +231,6 @@ class TrainConfig:
         return dataclasses.asdict(self)
 
 
-def _type_of(cls, f: dataclasses.Field):
-    hints = typing.get_type_hints(cls)
-    return hints[f.name]
-
-
-def _coerce(value, typ, where: str):
-    try:
-        if typ is bool:
-            if isinstance(value, bool):
-                return value
-            if str(value).lower() in ("1", "true", "yes", "on"):
-                return True
-            if str(value).lower() in ("0", "false", "no", "off"):
-                return False
-            raise ValueError(value)
-        if typ is list:
-            return [float(v) for v in (value if isinstance(value, list) else [value])]
-        if typ is int and isinstance(value, float) and not value.is_integer():
-            raise ValueError(value)
-        return typ(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{where}: expected {typ.__name__}, got {value!r}") from None
-
-
-def _read_yaml(path: str) -> tuple[Path, dict]:
-    p, data, _ = _read_yaml_text(path)
-    return p, data
-
-
-def _read_yaml_text(path: str) -> tuple[Path, dict, str]:
-    """(path, mapping, raw text); errors name the file and, for bad YAML, the line."""
-    import yaml
-
-    from serl.shipped import locate
-
-    p = locate(path)  # configs/quickstart.yaml works from any directory
-    if not p.is_file():
-        raise ConfigError(f"config file not found: {p}")
-    from serl.data.jsonl import read_utf8
-
-    try:
-        text = read_utf8(p, ConfigError)
-    except OSError as e:
-        raise ConfigError(f"{p}: cannot read ({e.strerror or e})") from None
-    try:
-        data = yaml.safe_load(text) or {}
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"{p}:{mark.line + 1}" if mark is not None else str(p)
-        what = getattr(e, "problem", None) or str(e).splitlines()[0]
-        ctx, cmark = getattr(e, "context", None), getattr(e, "context_mark", None)
-        if ctx and cmark is not None:
-            what += f", {ctx} that begins on line {cmark.line + 1}"
-        raise ConfigError(f"{where}: not valid YAML ({what})") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{p}: expected a mapping of option: value")
-    return p, data, text
-
-
-def _owner_of(name: str, cls) -> str | None:
-    """The recipe whose own section has option ``name`` (None if no other recipe has it)."""
-    from serl.recipes import config_class, recipe_names
-
-    own = {f.name for f in dataclasses.fields(cls)}
-    for r in recipe_names():
-        other = config_class(r)
-        names = {f.name for f in dataclasses.fields(other)}
-        names |= {a for f in dataclasses.fields(other) for a in f.metadata.get("aliases", ())}
-        if name in names and name not in own:
-            return r
-    return None
-
-
-def load_yaml(path: str, cls=None) -> dict:
-    """Options from a YAML file, for ``cls`` (default: the class of the file's ``recipe``)."""
-    p, data = _read_yaml(path)
-    if cls is None:
-        from serl.recipes import config_class
-
-        cls = config_class(_recipe_of(data.get("recipe"), f"{p}: option 'recipe'"))
-    names = {f.name: f for f in dataclasses.fields(cls)}
-    alias = {a: f.name for f in names.values() for a in f.metadata.get("aliases", ())}
-    out = {}
-    for k, v in data.items():
-        key = alias.get(k, k)
-        if key not in names:
-            owner = _owner_of(k, cls)
-            if owner:
-                raise ConfigError(f"{p}: option '{k}' belongs to recipe '{owner}', "
-                                  f"not to recipe '{getattr(cls, 'RECIPE', 'serl')}'")
-            raise ConfigError(f"{p}: unknown option '{k}'")
-        if key == "use_wandb" and isinstance(v, str):  # a key in the YAML: never echoed back
-            try:
-                out[key] = _wandb_flag(v)
-            except argparse.ArgumentTypeError as e:
-                raise ConfigError(f"{p}: option '{k}' {e}") from None
-            continue
-        out[key] = _coerce(v, _type_of(cls, names[key]), f"{p}: option '{k}'")
-    return out
-
-
-def _recipe_of(value, where: str) -> str:
-    from serl.recipes import recipe_names
-
-    name = "serl" if value in (None, "") else str(value)
-    if name not in recipe_names():
-        raise ConfigError(f"{where}: unknown recipe {name!r}; known: {', '.join(recipe_names())}")
-    return name
-
-
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # exit 2 with one line, as argparse does, but name the field
         self.print_usage(sys.stderr)
@@ -349,43 +245,39 @@ class _ForeignOption(argparse.Action):
                      f"'{parser.recipe}' (add --recipe {self.default})")
 
 
+class _UnusedOption(argparse.Action):
+    """A common flag of a section this recipe does not honour (serl.sections): refused."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from serl.sections import refusal
+
+        parser.error(f"{option_string} {refusal(parser.recipe, self.default)}")
+
+
 def build_parser(cls=None, prog: str = "serl train") -> argparse.ArgumentParser:
-    """The parser for ``cls`` (a recipe's config class; default: SeRL's): common options
-    first, then the recipe's own, each with its one-line doc."""
+    """The parser for ``cls`` (a recipe's config class; default: SeRL's): the common options
+    of the sections the recipe honours, then the recipe's own, each with its one-line doc."""
     from serl.recipes import config_class, recipe_names
+    from serl.sections import SECTION_OF, SECTIONS, declared
 
     cls = cls or config_class("serl")
     recipe = getattr(cls, "RECIPE", "serl")
-    ap = _Parser(prog=prog, description=(TrainConfig.__doc__ or "").strip() or None)
+    ap = _Parser(prog=prog, description=(cls.__doc__ or TrainConfig.__doc__ or "").strip() or None)
     ap.recipe = recipe
     ap.add_argument("--config", help="YAML file of options (flags given here override it)")
     ap.add_argument("--resume", default="", help="continue the run in this run directory")
-    common = {f.name for f in dataclasses.fields(TrainConfig)}
-    groups = {True: ap.add_argument_group("common options"),
-              False: ap.add_argument_group(f"options of the '{recipe}' recipe")}
+    honoured = declared(cls)
+    groups = {s: ap.add_argument_group(f"common options: {SECTIONS[s][0]}") for s in honoured}
+    own = ap.add_argument_group(f"options of the '{recipe}' recipe")
     for f in dataclasses.fields(cls):
-        g = groups[f.name in common]
-        typ = _type_of(cls, f)
+        sec = SECTION_OF.get(f.name)
         names = [f"--{f.name}"] + [f"--{a}" for a in f.metadata.get("aliases", ())]
-        doc = f.metadata.get("help", "")
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        if f.name == "recipe":
-            g.add_argument(*names, dest=f.name, default=None, choices=recipe_names(),
-                           help=doc + f" (default {default!r})")
-        elif f.name == "use_wandb":  # true/false, or OpenRLHF's --use_wandb KEY
-            g.add_argument(*names, dest=f.name, nargs="?", const=True, default=None, type=_wandb_flag,
-                           help=doc + f" (default {default})")
-            g.add_argument(f"--no_{f.name}", dest=f.name, action="store_false", help=argparse.SUPPRESS)
-        elif typ is bool:
-            g.add_argument(*names, dest=f.name, nargs="?", const=True, default=None,
-                           type=lambda s, n=f.name: _coerce(s, bool, f"--{n}"), help=doc + f" (default {default})")
-            g.add_argument(f"--no_{f.name}", dest=f.name, action="store_false", help=argparse.SUPPRESS)
-        elif typ is list:
-            g.add_argument(*names, dest=f.name, nargs="+", type=float, default=None,
-                           help=doc + f" (default {default})")
-        else:
-            g.add_argument(*names, dest=f.name, type=typ, default=None,
-                           choices=f.metadata.get("choices"), help=doc + f" (default {default!r})")
+        if sec is not None and sec not in honoured:
+            for n in (*names, f"--no_{f.name}"):
+                ap.add_argument(n, action=_UnusedOption, nargs="*", default=sec, dest=f"_unused_{n[2:]}",
+                                help=argparse.SUPPRESS)
+            continue
+        _add(groups[sec] if sec else own, cls, f, names)
     for other in recipe_names():
         for f in dataclasses.fields(config_class(other)):
             for n in (f.name, *f.metadata.get("aliases", ()), f"no_{f.name}"):
@@ -393,6 +285,32 @@ def build_parser(cls=None, prog: str = "serl train") -> argparse.ArgumentParser:
                     ap.add_argument(f"--{n}", action=_ForeignOption, nargs="*", default=other,
                                     dest=f"_foreign_{n}", help=argparse.SUPPRESS)
     return ap
+
+
+def _add(g, cls, f: dataclasses.Field, names: list[str]) -> None:
+    """One option's flags (and its ``--no_`` form for booleans) in argument group ``g``."""
+    from serl.recipes import recipe_names
+
+    typ = _type_of(cls, f)
+    doc = f.metadata.get("help", "")
+    default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+    if f.name == "recipe":
+        g.add_argument(*names, dest=f.name, default=None, choices=recipe_names(),
+                       help=doc + f" (default {default!r})")
+    elif f.name == "use_wandb":  # true/false, or OpenRLHF's --use_wandb KEY
+        g.add_argument(*names, dest=f.name, nargs="?", const=True, default=None, type=_wandb_flag,
+                       help=doc + f" (default {default})")
+        g.add_argument(f"--no_{f.name}", dest=f.name, action="store_false", help=argparse.SUPPRESS)
+    elif typ is bool:
+        g.add_argument(*names, dest=f.name, nargs="?", const=True, default=None,
+                       type=lambda s, n=f.name: _coerce(s, bool, f"--{n}"), help=doc + f" (default {default})")
+        g.add_argument(f"--no_{f.name}", dest=f.name, action="store_false", help=argparse.SUPPRESS)
+    elif typ is list:
+        g.add_argument(*names, dest=f.name, nargs="+", type=float, default=None,
+                       help=doc + f" (default {default})")
+    else:
+        g.add_argument(*names, dest=f.name, type=typ, default=None,
+                       choices=f.metadata.get("choices"), help=doc + f" (default {default!r})")
 
 
 def _flag_value(argv: list[str], flag: str) -> str | None:
@@ -417,26 +335,13 @@ def recipe_from_args(argv: list[str]) -> str:
     return "serl"
 
 
-def _wandb_flag(value: str) -> bool:
-    """``--use_wandb`` as OpenRLHF takes it: true/false, or the W&B API key itself. A key is
-    handed to W&B through ``WANDB_API_KEY`` in this process and kept nowhere else: not in
-    the config, a log, the run directory or an error message."""
-    low = value.strip().lower()
-    if low in ("true", "1", "yes", "on"):
-        return True
-    if low in ("false", "0", "no", "off"):
-        return False
-    if not re.fullmatch(r"[A-Za-z0-9_\-]{20,}", value.strip()):  # W&B keys: 40+ such characters
-        raise argparse.ArgumentTypeError("expects true, false or a W&B API key (the value is not shown)")
-    os.environ["WANDB_API_KEY"] = value.strip()
-    return True
-
-
-def parse_args(argv: list[str] | None = None, cls=None) -> tuple[TrainConfig, argparse.Namespace]:
+def parse_args(argv: list[str] | None = None, cls=None, saved: bool = False
+               ) -> tuple[TrainConfig, argparse.Namespace]:
     """Defaults < YAML (--config) < command-line flags, for the recipe they name.
 
     Returns the recipe's config (common options plus its own). Raises ConfigError on
-    bad values; unknown flags and other recipes' flags exit 2 (argparse).
+    bad values; unknown flags, other recipes' flags and flags of sections the recipe does
+    not honour exit 2 (argparse). ``saved``: --config is the run's own config.yaml (resume).
     """
     from serl.recipes import config_class
 
@@ -445,9 +350,9 @@ def parse_args(argv: list[str] | None = None, cls=None) -> tuple[TrainConfig, ar
         cls = config_class(recipe_from_args(argv))
     ap = build_parser(cls)
     ns = ap.parse_args(argv)
-    values = load_yaml(ns.config, cls) if ns.config else {}
+    values = load_yaml(ns.config, cls, saved=saved) if ns.config else {}
     for f in dataclasses.fields(cls):
-        v = getattr(ns, f.name)
+        v = getattr(ns, f.name, None)  # None: not given, or an option this recipe does not use
         if v is not None:
             values[f.name] = v
     values["recipe"] = getattr(cls, "RECIPE", "serl")
@@ -461,28 +366,6 @@ def config_from_dict(values: dict) -> TrainConfig:
     from serl.recipes import config_class
 
     return config_class(values.get("recipe") or "serl")(**values)
-
-
-def dump(cfg, path: Path) -> None:
-    """Write ``cfg`` as YAML, atomically: a crash leaves the old file or the new one, whole."""
-    import yaml
-
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)  # the rename itself survives a power cut
-    finally:
-        os.close(fd)
 
 
 if __name__ == "__main__":  # pragma: no cover

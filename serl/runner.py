@@ -19,11 +19,11 @@ import numpy as np
 from serl.checkpoint import DiskFullError
 from serl.config import ConfigError, TrainConfig, dump
 from serl.data.lengths import run_tokenizer
-from serl.data.seeds import DataError, read_seeds
+from serl.data.seeds import DataError
 from serl.engines.vllm_quirks import EngineDied
+from serl.eval.sets import eval_split, load_eval_sets  # noqa: F401 (their old home)
 from serl.models import ModelError, resolve_model
 from serl.resume import resume_config  # noqa: F401 (serl.train's API)
-from serl.shipped import locate
 
 log = logging.getLogger("serl")
 
@@ -59,60 +59,26 @@ def prepare(cfg: TrainConfig, run_dir: Path | None = None):
     return data, model_path, recipe.eval_set(cfg), run_dir or new_run_dir(cfg)
 
 
-def load_eval_sets(cfg: TrainConfig) -> list:
-    """Held-out labelled problems (--eval_data) and benchmark files, as eval problems."""
-    from serl.eval.data import DataError as EvalDataError, MathProblem, load_math_benchmark
-
-    problems = []
-    if cfg.eval_data:
-        split = eval_split(cfg)
-        try:
-            rows = read_seeds(cfg.eval_data, cfg.input_key, cfg.label_key or None,
-                              limit=cfg.eval_samples or None, split=split)
-        except DataError as e:  # the data readers name --prompt_split; here it is --eval_split
-            raise DataError(str(e).replace("--prompt_split", "--eval_split")) from e
-        unlabelled = [i for i, r in enumerate(rows) if r.label is None]
-        if unlabelled:
-            raise DataError(f"{cfg.eval_data}: row {unlabelled[0] + 1} has no '{cfg.label_key}' "
-                            f"(held-out problems need labels)")
-        problems += [MathProblem(benchmark="heldout", idx=i, question=r.text, gold=r.label, where=r.where)
-                     for i, r in enumerate(rows)]
-    names = [n.strip() for n in cfg.eval_benchmarks.split(",") if n.strip()]
-    if names and not cfg.eval_data_dir:
-        raise ConfigError("eval_benchmarks: needs --eval_data_dir")
-    try:
-        for name in names:
-            problems += load_math_benchmark(cfg.eval_data_dir, name, cfg.eval_limit or None)
-    except EvalDataError as e:
-        raise DataError(str(e)) from e
-    return problems
-
-
-def eval_split(cfg: TrainConfig) -> str:
-    """--eval_split, or by default: a single file or a saved single Dataset has one split
-    ('train', read whole); dataset folders with splits and hub ids give their 'test' split."""
-    if cfg.eval_split:
-        return cfg.eval_split
-    p = locate(cfg.eval_data)
-    one = p.is_file() or (p.is_dir() and (p / "state.json").is_file()
-                          and not (p / "dataset_dict.json").is_file())
-    return "train" if one else "test"
-
-
-def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None) -> Path:
-    """Train ``cfg.recipe`` to ``cfg.steps``; ``engines`` (Ray) replaces the local ones."""
+def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None, prepared=None, plan=None) -> Path:
+    """Train ``cfg.recipe`` to ``cfg.steps``; ``engines`` (Ray) replaces the local ones, and
+    ``prepared`` / ``plan`` what the Ray driver already read and decided."""
     from serl import guard as collapse_guard
+    from serl.plan import plan_run
     from serl.recipes import recipe_class
 
-    data, model_path, eval_set, run_dir = prepare(cfg, resume_dir)  # fail fast, before heavy imports
-    probe = collapse_guard.prepare(cfg, recipe_class(cfg.recipe), data, model_path, run_dir)  # None: no guard
+    data, model_path, eval_set, run_dir = prepared or prepare(cfg, resume_dir)  # fail fast, before heavy imports
+    plan = plan or plan_run(cfg)
+    recipe_cls = recipe_class(cfg.recipe)
+    probe = collapse_guard.prepare(cfg, recipe_cls, data, model_path, run_dir)  # None: no guard
     from serl.checkpoint import disk_space_guard, latest_checkpoint, load_trainer_state, save_checkpoint
     from serl.engines.factory import build_engines
     from serl.metrics import MetricsLogger
+    from serl.panels import of_recipe
     from serl.progress import print_step_summary, progress_mode
     from serl.recipes.base import RunContext
 
     mode = progress_mode(cfg.progress)
+    step_line = of_recipe(cfg.recipe).line  # the recipe's metrics on the line after each step (serl.panels)
     if mode != "bar":  # transformers' per-load bars are noise in plain logs
         from transformers.utils import logging as hf_logging
 
@@ -123,7 +89,7 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None) -> Path:
     done = int(ckpt.name.split("_")[1]) if ckpt else 0
     tok = run_tokenizer(model_path)  # prepare()'s length checks loaded it already
     log.info("recipe %s, model %s, run directory %s", cfg.recipe, model_path, run_dir)
-    engines = engines or build_engines(cfg, model_path, tok)
+    engines = engines or build_engines(cfg, plan, model_path, tok)
     recipe, logger, guard = None, None, None
     evals: dict[int, dict] = {}
     history = []
@@ -138,8 +104,8 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None) -> Path:
         if resume_dir:
             logger.truncate_after(done)
         ctx = RunContext(cfg, run_dir, model_path, tok, engines.generator, engines.learner, engines.checker,
-                         logger, mode, resume_step=done, resuming=resume_dir is not None)
-        recipe = recipe_class(cfg.recipe)(ctx, data)
+                         logger, mode, resume_step=done, resuming=resume_dir is not None, plan=plan)
+        recipe = recipe_cls(ctx, data)
         if probe is not None:  # --collapse_guard (serl.guard): checks between steps
             from serl.guard import CollapseGuard
 
@@ -186,7 +152,7 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None) -> Path:
                 evals[step] = _evaluate(recipe, eval_set, logger, step)
                 m.update(evals[step])
             history.append(m)
-            print_step_summary(step, m, mode)
+            print_step_summary(step, m, mode, line=step_line)
             if last or (cfg.save_steps and step % cfg.save_steps == 0):
                 state = recipe.state_dict()
                 if guard is not None:

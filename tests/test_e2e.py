@@ -10,6 +10,7 @@ pytestmark = pytest.mark.slow
 def test_two_steps_of_the_loop(tmp_path, smol_path, smol_tokenizer, monkeypatch):
     from serl.config import parse_args
     from serl.engines.factory import build_engines
+    from serl.plan import plan_run
     from serl.metrics import MetricsLogger
     from serl.models import load_causal_lm
     from serl.recipes.base import RunContext
@@ -28,7 +29,7 @@ def test_two_steps_of_the_loop(tmp_path, smol_path, smol_tokenizer, monkeypatch)
         "--micro_train_batch_size", "4", "--progress", "quiet"])
     seeds, model_path, _, run_dir = prepare(cfg)
     run_dir.mkdir(parents=True)
-    engines = build_engines(cfg, model_path, smol_tokenizer)
+    engines = build_engines(cfg, plan_run(cfg), model_path, smol_tokenizer)
     gen, learner = engines.generator, engines.learner
     logger = MetricsLogger(run_dir)
     ctx = RunContext(cfg, run_dir, model_path, smol_tokenizer, gen, learner, engines.checker, logger, "quiet")

@@ -332,14 +332,14 @@ def test_config_is_written_atomically(tmp_path, monkeypatch):
     """A write that fails (disk full at fsync) leaves the old config.yaml whole, no temp file."""
     import errno
 
-    import serl.config
+    import serl.config_file
 
     text = _saved(tmp_path)
 
     def full(fd):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(serl.config.os, "fsync", full)
+    monkeypatch.setattr(serl.config_file.os, "fsync", full)
     with pytest.raises(OSError, match="No space"):
         dump(config_class("serl")(steps=9), tmp_path / "config.yaml")
     assert (tmp_path / "config.yaml").read_text() == text

@@ -6,8 +6,8 @@ sums that add up over micro-batches (and ranks). ``Objective.metrics`` says what
 is divided by at the end: ``tokens``, ``pairs`` or nothing (``sum``).
 
 - ``ppo_clip``: the clipped surrogate (Reinforce++, GRPO, RLOO, Dr.GRPO) with an optional
-  KL-to-reference loss term (GRPO's ``use_kl_loss``), each token's estimate capped at
-  ``kl_clip`` (``actor/kl_capped``: the share of tokens at the cap).
+  KL-to-reference loss term (GRPO's ``use_kl_loss``: ``kl_loss_coef`` > 0), each token's
+  estimate capped at ``kl_clip`` (``actor/kl_capped``: the share of tokens at the cap).
 - ``pg``: the plain policy gradient −A·log π (no ratio, no clipping).
 - ``dpo``: DPO on (chosen, rejected) pairs of sequences (``sigmoid``, ``hinge``, ``ipo``;
   label smoothing), with policy and reference log-probs summed over response tokens, for
@@ -48,7 +48,7 @@ class Objective:
     units: str = "sequences"  # what micro-batches must keep whole: "sequences" or "pairs"
 
     def needs_ref(self, cfg) -> bool:
-        return self.name == "dpo" or (self.name == "ppo_clip" and cfg.use_kl_loss)
+        return self.name == "dpo" or (self.name == "ppo_clip" and cfg.kl_loss_coef > 0)
 
 
 OBJECTIVES: dict[str, Objective] = {}
@@ -76,7 +76,7 @@ def ppo_clip(inp: ObjectiveInput, cfg) -> tuple[Tensor, dict[str, float]]:
                             cfg.loss_agg, num_tokens=inp.num_tokens, num_seqs=inp.num_seqs,
                             const=cfg.loss_agg_const)
     sums = {"loss/policy": loss.item(), "loss/kl": 0.0}
-    if cfg.use_kl_loss:
+    if cfg.kl_loss_coef > 0:
         kl = kl_estimate(inp.logp, inp.ref_logp, cfg.kl_estimator, cfg.kl_clip)
         kl_term = aggregate(kl, inp.mask, cfg.loss_agg, inp.num_tokens, inp.num_seqs, cfg.loss_agg_const)
         sums["loss/kl"] = kl_term.item()

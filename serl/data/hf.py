@@ -22,7 +22,7 @@ import os
 import re
 from pathlib import Path
 
-from serl.data.seeds import DataError
+from serl.errors import DataError
 
 HUB_TIMEOUT_S = 10.0
 # Local files read by a datasets packaged builder (JSONL/Parquet files have their own readers).

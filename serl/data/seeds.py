@@ -21,11 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from serl.data.jsonl import jsonl_objects
+from serl.errors import DataError  # noqa: F401  (its old home)
 from serl.shipped import locate
-
-
-class DataError(ValueError):
-    """Bad seed or benchmark data; the message names file, line and key."""
 
 
 @dataclass

@@ -48,16 +48,17 @@ class ResourcePlan:
         return out
 
 
-def plan_resources(cfg, cluster: dict) -> ResourcePlan:
-    """A plan from the run's flags and ``ray.cluster_resources()``; ConfigError if it cannot fit."""
+def plan_resources(cfg, cluster: dict, run_plan=None) -> ResourcePlan:
+    """A plan from the run's flags and ``ray.cluster_resources()``; ConfigError if it cannot fit.
+    Reference workers: as many as the run's plan (``serl.plan``) puts there (none under LoRA,
+    where the learner's base with the adapter off is the reference)."""
+    if run_plan is None:
+        from serl.plan import plan_run
+
+        run_plan = plan_run(cfg)
     use_gpu = cluster.get("GPU", 0) > 0
     ranks = cfg.actor_num_nodes * cfg.actor_num_gpus_per_node
-    # under LoRA the learner's own base (adapter off) is the reference: no reference workers
-    from serl.engines.factory import needs_reference
-
-    # the recipe's rule, read where the learner reads it; under LoRA the reference is the
-    # learner's own base model with the adapter off, so no worker holds one
-    refs = cfg.ref_num_nodes * cfg.ref_num_gpus_per_node if needs_reference(cfg) and not cfg.lora_rank else 0
+    refs = run_plan.ref_workers
     rewards = cfg.reward_num_nodes * cfg.reward_num_gpus_per_node
     for name, v in (("actor_num_nodes * actor_num_gpus_per_node", ranks),
                     ("vllm_num_engines", cfg.vllm_num_engines),

@@ -66,13 +66,14 @@ def _env(plan: ResourcePlan) -> dict:
     return {"env_vars": env}
 
 
-def launch(cfg: TrainConfig, model_path: str) -> Parts:
-    """Reserve the resources, start every actor and build the engines in them."""
+def launch(cfg: TrainConfig, model_path: str, run_plan) -> Parts:
+    """Reserve the resources, start every actor and build the engines in them, as the run's
+    plan (``serl.plan.RunPlan``) says."""
     import ray
 
     from serl.distributed import workers as W
 
-    plan = place(plan_resources(cfg, ray.cluster_resources()))
+    plan = place(plan_resources(cfg, ray.cluster_resources(), run_plan))
     renv, conf = _env(plan), cfg.to_dict()
     share = 1 + (plan.ref_workers > 0) + (plan.engines > 0)  # actors per colocated bundle
     remote = lambda cls, role, i: ray.remote(cls).options(  # noqa: E731
@@ -85,11 +86,10 @@ def launch(cfg: TrainConfig, model_path: str) -> Parts:
     engines = [remote(W.GeneratorWorker, "engines", i).remote() for i in range(plan.engines)]
     rewards = [remote(W.RewardWorker, "reward", i).remote() for i in range(plan.reward_workers)]
     # all setups at once: the learner ranks meet in the process-group rendezvous
-    from serl.engines.factory import needs_reference, sleep_enabled
+    from serl.engines.factory import sleep_enabled
 
-    # with reference workers the learner ranks load none of their own
-    pending = [r.setup.remote(conf, model_path, master, need_ref=needs_reference(cfg) and not refs)
-               for r in ranks]
+    # with reference workers the learner ranks load none of their own (the plan says where it is)
+    pending = [r.setup.remote(conf, run_plan.to_dict(), model_path, master) for r in ranks]
     pending += [w.setup.remote(conf, model_path) for w in refs]
     pending += [e.setup.remote(conf, model_path, i) for i, e in enumerate(engines)]
     pending += [w.setup.remote(cfg.verify_timeout) for w in rewards]
@@ -120,13 +120,16 @@ def run_with_ray(cfg: TrainConfig, resume_dir: Path | None = None) -> Path:
     import ray
 
     from serl import runner
+    from serl.plan import plan_run
 
-    _, model_path, _, _ = runner.prepare(cfg, resume_dir)  # bad input fails before Ray starts
+    prepared = runner.prepare(cfg, resume_dir)  # bad input fails before Ray starts; read once
+    run_plan = plan_run(cfg)
     started = _init_ray(cfg)
     parts = None
     try:
-        parts = launch(cfg, model_path)
-        return runner.run(cfg, resume_dir=resume_dir, engines=parts.engines())
+        parts = launch(cfg, prepared[1], run_plan)
+        return runner.run(cfg, resume_dir=resume_dir, engines=parts.engines(), prepared=prepared,
+                          plan=run_plan)
     finally:
         if parts is not None:
             parts.close()

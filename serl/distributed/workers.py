@@ -39,8 +39,9 @@ class LearnerWorker:
             port = s.getsockname()[1]
         return ray.util.get_node_ip_address(), port
 
-    def setup(self, cfg_dict: dict, model_path: str, master: tuple[str, int], need_ref: bool) -> int:
+    def setup(self, cfg_dict: dict, plan_dict: dict, model_path: str, master: tuple[str, int]) -> int:
         from serl.engines.factory import make_learner
+        from serl.plan import RunPlan
 
         _quiet_threads()
         cfg = _config(cfg_dict)
@@ -48,7 +49,7 @@ class LearnerWorker:
             # sets DeepSpeed's accelerator from --device (deepspeed_learner.use_accelerator)
             os.environ.update(RANK=str(self.rank), WORLD_SIZE=str(self.world), LOCAL_RANK="0",
                               MASTER_ADDR=master[0], MASTER_PORT=str(master[1]))
-        self.learner = make_learner(cfg, model_path, None, need_ref=need_ref)
+        self.learner = make_learner(cfg, RunPlan.from_dict(plan_dict), model_path, None)
         return self.rank
 
     # every method below is called on all ranks at once (they are collective)

@@ -2,9 +2,9 @@
 reference scorer and the reward checker. ``serl train``, ``serl eval``, the Ray workers
 and the benchmarks all come here, so an option means the same everywhere.
 
-The cross-cutting rules a recipe decides (does the learner need a reference model, how
-many optimizer steps does a training step take, which objective) are read from the
-recipe class (``serl.recipes.base.Recipe``); nothing else works them out.
+The cross-cutting rules (the KL term, whether and where a reference model lives, the
+objective, epochs, the LR schedule's length) come in a ``serl.plan.RunPlan``, decided
+once above the engines; nothing here asks the recipe.
 """
 from __future__ import annotations
 
@@ -102,40 +102,31 @@ def generator_from_config(cfg, model_path: str, tokenizer=None, index: int = 0, 
     return _Sleeping(gen) if sleep and manage_sleep and hasattr(gen, "sleep") else gen
 
 
-def learner_config(cfg):
-    """The learner's settings from a run config; the recipe decides the objective, how
-    many optimizer steps a training step makes (for the LR schedule) and any other
-    ``LearnerConfig`` field it sets through ``learner_settings``."""
+def learner_config(cfg, plan):
+    """The learner's settings: the run's options, and what the run's plan (``serl.plan``)
+    decided: the objective, the KL term, epochs and the optimizer steps the LR schedule
+    spans, plus any other ``LearnerConfig`` field the recipe set."""
     from serl.engines.learner_core import LearnerConfig
-    from serl.recipes import recipe_class
 
-    recipe = recipe_class(cfg.recipe)
     settings = dict(
         lr=cfg.actor_learning_rate, warmup_ratio=cfg.lr_warmup_ratio, min_lr_ratio=cfg.min_lr_ratio,
-        total_steps=cfg.steps * recipe.updates_per_step(cfg), micro_batch_size=cfg.micro_train_batch_size,
+        total_steps=plan.total_steps, micro_batch_size=cfg.micro_train_batch_size,
         max_grad_norm=cfg.max_norm, bf16=cfg.bf16, grad_checkpointing=cfg.gradient_checkpointing,
-        eps_clip_low=cfg.eps_clip, eps_clip_high=cfg.eps_clip, use_kl_loss=cfg.use_kl_loss,
-        kl_loss_coef=cfg.init_kl_coef if cfg.use_kl_loss else 0.0, kl_estimator=cfg.kl_estimator,
-        kl_clip=cfg.kl_clip,
-        objective=recipe.objective(cfg), objective_args=recipe.objective_args(cfg),
-        device=resolve_device(cfg.device), seed=cfg.seed, lora_rank=cfg.lora_rank, lora_alpha=cfg.lora_alpha,
-        lora_dropout=cfg.lora_dropout, lora_target_modules=cfg.target_modules)
-    settings.update(recipe.learner_settings(cfg))  # e.g. ppo_epochs, loss_agg
+        eps_clip_low=cfg.eps_clip, eps_clip_high=cfg.eps_clip,
+        kl_loss_coef=plan.kl_coef if plan.kl == "loss" else 0.0, kl_estimator=cfg.kl_estimator,
+        kl_clip=cfg.kl_clip, ppo_epochs=plan.epochs, objective=plan.objective,
+        objective_args=dict(plan.objective_args), device=resolve_device(cfg.device), seed=cfg.seed,
+        lora_rank=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
+        lora_target_modules=cfg.target_modules)
+    settings.update(plan.learner)  # e.g. loss_agg
     return LearnerConfig(**settings)
 
 
-def needs_reference(cfg) -> bool:
-    """Whether the learner holds a reference model: the recipe's rule, in one place."""
-    from serl.recipes import recipe_class
-
-    return bool(recipe_class(cfg.recipe).needs_reference(cfg))
-
-
-def make_learner(cfg, model_path: str, tokenizer=None, need_ref: bool | None = None):
-    """The run's ``Learner`` (torch or DeepSpeed). ``need_ref=False``: Ray reference workers
-    score the batches, so the learner loads no reference of its own."""
-    lc = learner_config(cfg)
-    need_ref = needs_reference(cfg) if need_ref is None else need_ref
+def make_learner(cfg, plan, model_path: str, tokenizer=None):
+    """The run's ``Learner`` (torch or DeepSpeed); it loads a reference model when the plan
+    puts one in the learner (its own copy, or under LoRA the base with the adapter off)."""
+    lc = learner_config(cfg, plan)
+    need_ref = plan.learner_needs_reference
     if cfg.learner == "deepspeed":
         from serl.engines.deepspeed_learner import DeepSpeedLearner, DeepSpeedOptions
 
@@ -182,11 +173,11 @@ class Engines:
                 log.warning("closing %s: %s", type(part).__name__, e)
 
 
-def build_engines(cfg, model_path: str, tokenizer) -> Engines:
-    """The single-process engines of a run."""
+def build_engines(cfg, plan, model_path: str, tokenizer) -> Engines:
+    """The single-process engines of a run, as its plan (``serl.plan.RunPlan``) says."""
     generator = generator_from_config(cfg, model_path, tokenizer)
     try:
-        learner = make_learner(cfg, model_path, tokenizer)
+        learner = make_learner(cfg, plan, model_path, tokenizer)
     except BaseException:
         generator.close()
         raise

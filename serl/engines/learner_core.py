@@ -56,8 +56,7 @@ class LearnerConfig:
     eps_clip_high: float = 0.2  # PPO clip range above 1 (DAPO "clip-higher" when larger)
     loss_agg: str = "token_mean"  # "token_mean" over the step, per-sequence "seq_mean", or "seq_sum_const" (Dr.GRPO)
     loss_agg_const: float = 0.0  # seq_sum_const: each sequence's token sum is divided by this (e.g. max new tokens)
-    use_kl_loss: bool = False  # add kl_loss_coef * KL(policy, ref) to the loss (GRPO style)
-    kl_loss_coef: float = 0.0  # weight of the KL loss term
+    kl_loss_coef: float = 0.0  # > 0: add kl_loss_coef * KL(policy, ref) to the loss (GRPO style); the plan's one coefficient
     kl_estimator: str = "k3"  # k1 | k2 | k3, for the KL loss term
     kl_clip: float = KL_CLIP  # cap on each token's KL estimate (serl.algos.kl)
     temperature: float = 1.0  # logits are divided by this (match the sampling temperature)
@@ -78,6 +77,8 @@ class LearnerConfig:
         if self.loss_agg == "seq_sum_const" and not self.loss_agg_const > 0:
             raise ValueError(f"LearnerConfig.loss_agg_const must be > 0 with seq_sum_const, got {self.loss_agg_const}")
         canonical_kl(self.kl_estimator)
+        if self.kl_loss_coef < 0:
+            raise ValueError(f"LearnerConfig.kl_loss_coef must be >= 0, got {self.kl_loss_coef}")
         try:
             check_kl_clip(self.kl_clip)
         except ValueError as e:

@@ -92,7 +92,7 @@ class LoraAdapter:
     def __init__(self, lm, cfg, model_path: str):
         from peft import LoraConfig, get_peft_model
 
-        from serl.config import ConfigError
+        from serl.errors import ConfigError
 
         self.settings = lora_settings(cfg)
         s = self.settings

@@ -12,19 +12,15 @@ import json
 import os
 import platform
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 from serl.eval.data import DataError, load_math_benchmark, load_mmlu_pro
 from serl.eval.math_bench import PROMPT_STYLES
+from serl.eval.shared import GeneratorUnavailable, make_generator, write_atomic  # noqa: F401 (API)
 from serl.models import ModelError
 
 MMLU = "mmlu_pro"
-
-
-class GeneratorUnavailable(RuntimeError):
-    """The requested generation engine is not installed."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -126,34 +122,6 @@ def _check_args(args) -> str | None:
     if not base.is_dir() or not os.access(base, os.W_OK):
         return f"--output_dir {out}: cannot write under {base}"
     return None
-
-
-def make_generator(kind: str, model_path: str, tokenizer, args):
-    """(engine name, generator) through the engine factory, as training builds them."""
-    from serl.engines import factory
-    from serl.engines.vllm_generator import vllm_available
-
-    if kind == "auto":
-        kind = "vllm" if vllm_available() else "hf"
-    if kind == "vllm" and not vllm_available():
-        raise GeneratorUnavailable("--generator vllm but vllm is not installed")
-    return kind, factory.make_generator(kind, model_path, tokenizer, seed=args.seed,
-                                        max_model_len=args.max_model_len, batch_size=args.batch_size,
-                                        device=args.device)
-
-
-def write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; results are meant to be read
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def _fmt(x) -> str:

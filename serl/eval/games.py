@@ -158,7 +158,7 @@ def cli_run(args) -> int:
         print("serl eval: error: --n_games / --exploit_samples must be >= 0", file=sys.stderr)
         return 2
     from serl.engines.snapshots import CURRENT, WeightSwitcher, load_snapshot
-    from serl.eval.cli import make_generator, write_atomic
+    from serl.eval.shared import make_generator, write_atomic
     from serl.models import load_tokenizer, resolve_model
 
     model_path = resolve_model(args.model)

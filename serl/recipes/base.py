@@ -13,10 +13,11 @@ the report, and the engines' lifetime. A recipe owns its data, its step and its 
         def load_state_dict(self, state): ...
         def close(self): ...
 
-The cross-cutting rules a recipe decides are class methods here, read once by the engine
-factory and the runner: whether the learner needs a reference model, how many optimizer
-steps a training step makes (for the LR schedule), which objective the learner runs, and
-which options a resume must refuse to change.
+The cross-cutting rules a recipe decides are class methods here, read once into the run's
+plan (``serl.plan.RunPlan``) that the engine factory, the Ray placement and the recipe
+itself (``self.plan``) receive: whether a reference model is needed beyond the KL term's,
+how many optimizer steps a training step makes (for the LR schedule), which objective the
+learner runs. Which options a resume must refuse to change is ``run_defining``.
 """
 from __future__ import annotations
 
@@ -52,6 +53,7 @@ class RunContext:
     progress: str = "plain"
     resume_step: int = 0    # the newest checkpoint's step when resuming (0: none yet)
     resuming: bool = False  # the run directory holds an earlier run of this config
+    plan: Any = None        # the run's serl.plan.RunPlan (None: decided from cfg)
 
 
 class Recipe:
@@ -71,7 +73,7 @@ class Recipe:
     def eval_set(cls, cfg) -> Any:
         """What ``evaluate`` is given, read before anything is written; empty: no evaluation.
         Default: the math problems of --eval_data and --eval_benchmarks."""
-        from serl.runner import load_eval_sets
+        from serl.eval.sets import load_eval_sets
 
         problems = load_eval_sets(cfg)
         if problems:  # asked as in training: the same budget refuses one that is too long
@@ -86,7 +88,8 @@ class Recipe:
 
     @classmethod
     def needs_reference(cls, cfg) -> bool:
-        """Whether the learner loads a reference model."""
+        """Whether the run needs a reference model besides the one a KL term needs (the
+        plan adds that one itself); SPIN: its DPO reference."""
         return False
 
     @classmethod
@@ -125,6 +128,11 @@ class Recipe:
         self.ctx, self.cfg = ctx, ctx.cfg
         self.generator, self.learner, self.checker = ctx.generator, ctx.learner, ctx.checker
         self.tok, self.run_dir, self.logger, self.progress = ctx.tokenizer, ctx.run_dir, ctx.logger, ctx.progress
+        if ctx.plan is None:
+            from serl.plan import plan_run
+
+            ctx.plan = plan_run(ctx.cfg)
+        self.plan = ctx.plan  # the run's rules (serl.plan): the KL setting, the reference, ...
         self.times: dict[str, float] = {}
         # Per-problem results of the last ``evaluate`` (metric key -> {"ids", "values"}), when
         # it has them: the run summary pairs the first and last evaluations on them.

@@ -103,9 +103,10 @@ def test_one_default_cap_everywhere():
 
 def test_kl_clip_option_reaches_the_learner():
     from serl.engines.factory import learner_config
+    from serl.plan import plan_run
 
     cfg, _ = parse_args(["--use_kl_loss", "--init_kl_coef", "0.1", "--kl_clip", "3"])
-    assert learner_config(cfg).kl_clip == 3.0
+    assert learner_config(cfg, plan_run(cfg)).kl_clip == 3.0
 
 
 def test_ppo_clip_loss_reads_the_cap():
@@ -114,7 +115,7 @@ def test_ppo_clip_loss_reads_the_cap():
     logp = torch.tensor([[-5.0, -2.0]], requires_grad=True)
     inp = ObjectiveInput(logp=logp, mask=torch.ones(1, 2, dtype=torch.bool), advantages=torch.zeros(1, 2),
                          ref_logp=torch.zeros(1, 2), num_tokens=2.0, num_seqs=1.0)
-    cfg = LearnerConfig(use_kl_loss=True, kl_loss_coef=0.1, kl_estimator="k3", kl_clip=10.0)
+    cfg = LearnerConfig(kl_loss_coef=0.1, kl_estimator="k3", kl_clip=10.0)
     loss, sums = get_objective("ppo_clip").fn(inp, cfg)
     loss.backward()
     assert sums["loss/kl"] == pytest.approx((10.0 + math.exp(2) - 3.0) / 2, rel=1e-6)

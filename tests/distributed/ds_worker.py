@@ -52,7 +52,7 @@ def main() -> int:
     from serl.engines.torch_learner import LearnerConfig
 
     cfg = LearnerConfig(lr=a.lr, warmup_ratio=0.0, total_steps=10, micro_batch_size=2,
-                        use_kl_loss=a.kl, kl_loss_coef=0.1 if a.kl else 0.0, seed=0, bf16=a.bf16,
+                        kl_loss_coef=0.1 if a.kl else 0.0, seed=0, bf16=a.bf16,
                         grad_checkpointing=a.grad_ckpt, lora_rank=a.lora_rank)
     ln = DeepSpeedLearner(a.model, cfg, need_ref=a.kl,
                           opts=DeepSpeedOptions(zero_stage=a.stage, adam_offload=a.adam_offload))

@@ -73,7 +73,7 @@ def _torch_reference(model: str, kl: bool, n: int = 5):
 
     w = _worker_module()
     cfg = LearnerConfig(lr=1e-3, warmup_ratio=0.0, total_steps=10, micro_batch_size=2,
-                        use_kl_loss=kl, kl_loss_coef=0.1 if kl else 0.0, seed=0)
+                        kl_loss_coef=0.1 if kl else 0.0, seed=0)
     ln = TorchLearner(model, cfg, need_ref=kl)
     p, r, adv = w.batch(1, n, ln.policy.config.vocab_size)
     old = ln.logprobs(p, r)

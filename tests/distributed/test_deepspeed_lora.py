@@ -71,7 +71,7 @@ def test_lora_matches_torch_learner_and_resumes(tiny_llama, tmp_path, ranks, sta
     from serl.engines.torch_learner import LearnerConfig, TorchLearner
 
     w = _worker_module()
-    cfg = LearnerConfig(lr=1e-3, warmup_ratio=0.0, total_steps=10, micro_batch_size=2, use_kl_loss=True,
+    cfg = LearnerConfig(lr=1e-3, warmup_ratio=0.0, total_steps=10, micro_batch_size=2,
                         kl_loss_coef=0.1, seed=0, lora_rank=4)
     ln = TorchLearner(tiny_llama, cfg, need_ref=True)
     p, resp, adv = w.batch(1, 5, ln.policy.config.vocab_size)

@@ -30,9 +30,11 @@ def test_split_is_contiguous_and_balanced(n, parts, expected):
 
 
 def _cfg(**kw) -> TrainConfig:
+    from serl.recipes import config_class
+
     base = dict(learner="deepspeed", ray=True)
     base.update(kw)
-    return TrainConfig(**base)
+    return config_class("serl")(**base)  # the plan asks the recipe, which reads its own options
 
 
 def test_llama_colocated_plan_on_8_gpus():

@@ -84,7 +84,7 @@ def test_unknown_target_module_is_a_config_error(tiny_path):
 def test_reference_is_the_base_with_the_adapter_off_exactly(tiny_path):
     plain = TorchLearner(tiny_path, _cfg(lora_rank=0), need_ref=False)
     want = plain.logprobs(PROMPTS, RESPONSES)
-    ln = TorchLearner(tiny_path, _cfg(use_kl_loss=True, kl_loss_coef=0.1), need_ref=True)
+    ln = TorchLearner(tiny_path, _cfg(kl_loss_coef=0.1), need_ref=True)
     assert ln.ref is None  # no second copy of the model
     for _ in range(2):
         ln.step(_batch(ln))
@@ -159,7 +159,7 @@ def test_dropout_only_in_updates(tiny_path):
 
 
 def test_sync_ref_snapshots_the_adapter(tiny_path, tmp_path):
-    ln = TorchLearner(tiny_path, _cfg(use_kl_loss=True, kl_loss_coef=0.1), need_ref=True)
+    ln = TorchLearner(tiny_path, _cfg(kl_loss_coef=0.1), need_ref=True)
     ln.step(_batch(ln))
     ln.sync_ref()
     now = ln.logprobs(PROMPTS, RESPONSES)
@@ -169,7 +169,7 @@ def test_sync_ref_snapshots_the_adapter(tiny_path, tmp_path):
     moved = ln.logprobs(PROMPTS, RESPONSES)
     assert not _equal(moved, now)
     ln.save(str(tmp_path / "ck"))
-    again = TorchLearner(tiny_path, _cfg(use_kl_loss=True, kl_loss_coef=0.1), need_ref=True)
+    again = TorchLearner(tiny_path, _cfg(kl_loss_coef=0.1), need_ref=True)
     again.load(str(tmp_path / "ck"))
     assert _equal(again.logprobs(PROMPTS, RESPONSES, model="ref"), now)
     assert _equal(again.logprobs(PROMPTS, RESPONSES), moved)
@@ -246,7 +246,7 @@ def test_smollm2_reference_exact_and_merge_matches_peft(smol_path, smol_tokenize
     plain = TorchLearner(smol_path, LearnerConfig(**cfg), need_ref=False)
     want = plain.logprobs(prompts, responses)
     del plain
-    ln = TorchLearner(smol_path, LearnerConfig(**cfg, lora_rank=8, lora_alpha=16.0, use_kl_loss=True,
+    ln = TorchLearner(smol_path, LearnerConfig(**cfg, lora_rank=8, lora_alpha=16.0,
                                                kl_loss_coef=0.01), need_ref=True)
     adv = [torch.ones(len(r)) for r in responses]
     ln.step(TrainBatch(prompts, responses, adv, ln.logprobs(prompts, responses)))

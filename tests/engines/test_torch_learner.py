@@ -55,7 +55,7 @@ def test_no_reference_model_unless_needed(tiny_path):
     without reference log-probs on a learner without a reference is an error, not a guess."""
     assert TorchLearner(tiny_path, _cfg(), need_ref=False).ref is None
     assert TorchLearner(tiny_path, _cfg(), need_ref=True).ref is not None
-    no_ref = TorchLearner(tiny_path, _cfg(use_kl_loss=True), need_ref=False)
+    no_ref = TorchLearner(tiny_path, _cfg(kl_loss_coef=0.1), need_ref=False)
     assert no_ref.ref is None
     with pytest.raises(ValueError, match="no reference model"):
         no_ref.logprobs(PROMPTS, RESPONSES, model="ref")
@@ -163,7 +163,7 @@ def test_inf_gradient_skips(tiny_path):
 
 
 def test_kl_loss_term(tiny_path):
-    learner = TorchLearner(tiny_path, _cfg(use_kl_loss=True, kl_loss_coef=0.5, ppo_epochs=2),
+    learner = TorchLearner(tiny_path, _cfg(kl_loss_coef=0.5, ppo_epochs=2),
                            need_ref=True)
     batch = _batch(learner)
     m1 = learner.step(batch)

@@ -114,7 +114,7 @@ class WeightPlayer:
 
 
 def test_serl_eval_games_against_a_snapshot(tmp_path, monkeypatch, capsys):
-    import serl.eval.cli
+    import serl.eval.shared
     import serl.models
 
     model = tmp_path / "model"
@@ -123,7 +123,7 @@ def test_serl_eval_games_against_a_snapshot(tmp_path, monkeypatch, capsys):
     gen = WeightPlayer()
     monkeypatch.setattr(serl.models, "resolve_model", lambda spec: str(model))
     monkeypatch.setattr(serl.models, "load_tokenizer", lambda path: WeightTok())
-    monkeypatch.setattr(serl.eval.cli, "make_generator", lambda kind, path, tok, args: ("stand-in", gen))
+    monkeypatch.setattr(serl.eval.shared, "make_generator", lambda kind, path, tok, args: ("stand-in", gen))
     out = tmp_path / "out"
     code = cli_main(["--model", "m", "--games", "kuhn_poker", "--n_games", "6", "--opponents", f"random,{snap}",
                      "--exploit_samples", "2", "--output_dir", str(out)])

@@ -38,7 +38,7 @@ def test_learner_places_policy_reference_and_batches_on_cuda(smol_path):
     from serl.engines.learner_core import LearnerConfig
     from serl.engines.torch_learner import TorchLearner
 
-    learner = TorchLearner(smol_path, LearnerConfig(device="cuda", bf16=True, use_kl_loss=True,
+    learner = TorchLearner(smol_path, LearnerConfig(device="cuda", bf16=True,
                                                     kl_loss_coef=0.1), need_ref=True)
     assert next(learner.policy.parameters()).is_cuda and next(learner.ref.parameters()).is_cuda
     prompts, responses = [[1, 2, 3], [4, 5]], [[6, 7], [8, 9, 10]]

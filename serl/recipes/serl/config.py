@@ -6,6 +6,7 @@ from typing import ClassVar
 
 from serl.config import ConfigError, TrainConfig, _f
 from serl.guard import GuardOptions
+from serl.panels import Report
 from serl.rewards.remote_options import RemoteRewardOptions
 
 
@@ -38,6 +39,13 @@ class Config(SerlOptions, RemoteRewardOptions, GuardOptions, TrainConfig):
     """SeRL: self-instruction, majority-vote reward, difficulty filter, Reinforce++/GRPO/RLOO."""
 
     RECIPE: ClassVar[str] = "serl"
+    KL_MODES: ClassVar[tuple[str, ...]] = ("none", "reward", "loss")  # the reward KL: make_batch
+    REPORT: ClassVar[Report] = Report(
+        plots=("reward", "filters", "pool", "guard"),
+        main=("reward/mean", "reward/agreement", "reward/no_answer_frac", "filter/difficulty/kept", "pool/size",
+              "pool/kept", "kl/mean"),
+        line=(("reward/mean", "reward"), ("reward/agreement", "agree"), ("response/truncated_frac", "trunc"),
+              ("pool/kept", "kept"), ("loss/policy", "loss"), ("kl/mean", "kl")))
 
     def validate_recipe(self) -> None:
         self.validate_guard()

@@ -60,10 +60,6 @@ class SerlRecipe(Recipe):
         return [(s.text, s.label) for s in data]
 
     @classmethod
-    def needs_reference(cls, cfg) -> bool:
-        return cfg.init_kl_coef > 0  # KL in the reward or in the loss
-
-    @classmethod
     def updates_per_step(cls, cfg) -> int:
         """The rollout's sequences over ``train_batch_size``, one optimizer step each."""
         seqs = cfg.rollout_batch_size * cfg.n_samples_per_prompt
@@ -287,12 +283,12 @@ class SerlRecipe(Recipe):
         # With one optimizer step on this fresh batch the learner takes the old log-probs
         # from its own forward pass; they are computed here for the KL penalty in the
         # reward, or when later mini-batches are trained after the policy has moved.
-        kl_in_reward = self.cfg.init_kl_coef > 0 and not self.cfg.use_kl_loss
+        kl_in_reward = self.plan.kl == "reward"
         old = ref = None
         with self.timed("logprobs"):
             if kl_in_reward or len(self.minibatches(len(keep))) > 1:
                 old = self.learner.logprobs(prompt_ids, response_ids, model="policy")
-            if self.cfg.init_kl_coef > 0:
+            if self.plan.kl != "none":
                 ref = self.learner.logprobs(prompt_ids, response_ids, model="ref")
         lens = [len(r) for r in response_ids]
         mask = torch.zeros(len(lens), max(lens))
@@ -305,12 +301,12 @@ class SerlRecipe(Recipe):
         adv = compute_advantages(
             self.cfg.advantage_estimator, torch.tensor(rewards, dtype=torch.float32),
             torch.tensor(group_ids), mask, kl=kl,
-            kl_coef=self.cfg.init_kl_coef if kl is not None else 0.0, gamma=self.cfg.gamma)
+            kl_coef=self.plan.kl_coef if kl is not None else 0.0, gamma=self.cfg.gamma)
         metrics["train/sequences"] = len(keep)
         metrics["train/reward_mean"] = float(np.mean([rewards[i] for i in keep]))
         batch = TrainBatch(prompt_ids=prompt_ids, response_ids=response_ids,
                            advantages=[adv[i, :n] for i, n in enumerate(lens)], old_logprobs=old,
-                           ref_logprobs=ref if self.cfg.use_kl_loss else None)
+                           ref_logprobs=ref if self.plan.kl == "loss" else None)
         return batch if len(keep) == len(lens) else batch.subset(keep)
 
     def minibatches(self, n: int) -> list[list[int]]:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from serl.config import ConfigError, TrainConfig, option
+from serl.panels import Report
 
 
 @dataclass
@@ -66,6 +67,15 @@ class Config(SpellOptions, TrainConfig):
     """SPELL: one policy as questioner, responder and verifier over document clusters."""
 
     RECIPE: ClassVar[str] = "spell"
+    # its data is the corpus, its evaluation and rewards its own (the checker: cover-EM)
+    SECTIONS: ClassVar[tuple[str, ...]] = ("run", "rollout", "checker", "generation", "advantage", "kl", "learner",
+                                           "lora", "ray")
+    REPORT: ClassVar[Report] = Report(
+        plots=("roles", "reward"),
+        main=("questioner/valid_json", "questioner/bad_ground", "questioner/informative", "responder/accuracy",
+              "verifier/agreement", "verifier/bad_format"),
+        line=(("responder/accuracy", "acc"), ("questioner/valid_json", "valid"), ("verifier/agreement", "verify"),
+              ("loss/policy", "loss")))
     # common options with SPELL's defaults
     rollout_batch_size: int = option(8, "questions (one per sampled cluster) trained per step")
     n_samples_per_prompt: int = option(8, "responder samples per question (SPELL: 8)")

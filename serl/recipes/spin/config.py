@@ -20,6 +20,7 @@ from typing import ClassVar
 
 from serl.algos.losses import DPO_LOSS_TYPES
 from serl.config import ConfigError, TrainConfig, option
+from serl.panels import Report
 from serl.rewards.remote_options import RemoteRewardOptions
 
 SPIN_MODES = ("spin", "online")
@@ -49,6 +50,12 @@ class Config(SpinOptions, RemoteRewardOptions, TrainConfig):
     """SPIN: self-play fine-tuning on human answers, and online DPO on rewarded own answers."""
 
     RECIPE: ClassVar[str] = "spin"
+    # no advantages and no KL term: DPO's beta is the pull to the reference
+    SECTIONS: ClassVar[tuple[str, ...]] = ("run", "seed_data", "math_eval", "rollout", "math_reward", "checker",
+                                           "generation", "learner", "lora", "ray")
+    REPORT: ClassVar[Report] = Report(
+        plots=("reward", "dpo"), main=("dpo/accuracy", "dpo/margin", "spin/real_logp", "pairs/tied", "reward/mean"),
+        line=(("dpo/accuracy", "acc"), ("dpo/margin", "margin"), ("loss/policy", "loss")))
     # common options whose default differs for this recipe
     prompt_data: str = option("dataset/arith_spin_train.jsonl", "problems with human answers: a JSONL or Parquet "
                               "file, or a Hugging Face dataset (save_to_disk folder, data files, or hub id)",
@@ -59,7 +66,7 @@ class Config(SpinOptions, RemoteRewardOptions, TrainConfig):
     steps: int = option(3, "optimizer steps; in spin mode an iteration takes epochs_per_iteration x "
                            "ceil(pairs / rollout_batch_size) of them")
     rollout_batch_size: int = option(8, "spin: pairs per optimizer step; online: prompts sampled per step")
-    init_kl_coef: float = option(0.0, "unused by this recipe (beta sets the pull to the reference); keep 0")
+    init_kl_coef: float = option(0.0, "unused by this recipe (beta sets the pull to the reference)")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -84,9 +91,6 @@ class Config(SpinOptions, RemoteRewardOptions, TrainConfig):
             raise ConfigError(f"label_smoothing: must be in [0, 0.5), got {self.label_smoothing}")
         if self.label_smoothing and self.dpo_loss != "sigmoid":
             raise ConfigError(f"label_smoothing: applies to --dpo_loss sigmoid only, not {self.dpo_loss}")
-        if self.init_kl_coef != 0 or self.use_kl_loss:
-            raise ConfigError("init_kl_coef / use_kl_loss: the spin recipe has no KL term (beta is its "
-                              "pull to the reference); leave them at 0 / false")
         if self.spin_mode == "spin":
             if not self.output_key:
                 raise ConfigError("output_key: spin mode trains on human answers; name their key with "

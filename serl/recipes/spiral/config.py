@@ -12,6 +12,7 @@ from typing import ClassVar
 from serl.config import ConfigError, TrainConfig, option
 from serl.games import check_game_names
 from serl.games.actions import PARSERS
+from serl.panels import Report
 
 OPPONENT_MODES = ("self", "random", "population")  # plus "fixed:PATH"
 
@@ -59,6 +60,11 @@ class Config(SpiralOptions, TrainConfig):
     """SPIRAL: self-play on zero-sum text games, role-conditioned advantages, a population of past selves."""
 
     RECIPE: ClassVar[str] = "spiral"
+    # games need no seed data, no math reward or evaluation; RAE replaces the advantage options
+    SECTIONS: ClassVar[tuple[str, ...]] = ("run", "generation", "kl", "learner", "lora", "ray")
+    REPORT: ClassVar[Report] = Report(
+        plots=("games", "reward"), main=("spiral/invalid_rate",),
+        line=(("spiral/invalid_rate", "invalid"), ("response/truncated_frac", "trunc"), ("loss/policy", "loss")))
     # common options whose default differs for SPIRAL
     init_kl_coef: float = option(0.0, "KL coefficient (SPIRAL uses none; > 0 needs --use_kl_loss)")
     actor_learning_rate: float = option(1e-6, "AdamW learning rate", aliases=("lr",))
@@ -95,7 +101,5 @@ class Config(SpiralOptions, TrainConfig):
             raise ConfigError("max_turns / eval_games / exploit_samples: must be >= 0")
         if not 0.0 <= self.rae_alpha <= 1.0:
             raise ConfigError(f"rae_alpha: must be in [0, 1], got {self.rae_alpha}")
-        if self.init_kl_coef > 0 and not self.use_kl_loss:
-            raise ConfigError("init_kl_coef: SPIRAL has no KL in the reward; add --use_kl_loss or set it to 0")
         if self.exploit_samples and "kuhn_poker" not in self.game_list():
             raise ConfigError("exploit_samples: the exploitability is Kuhn Poker's; add kuhn_poker to --games")

@@ -72,10 +72,6 @@ class SpiralRecipe(Recipe):
         return cfg.game_list()
 
     @classmethod
-    def needs_reference(cls, cfg) -> bool:
-        return cfg.init_kl_coef > 0 and cfg.use_kl_loss
-
-    @classmethod
     def updates_per_step(cls, cfg) -> int:
         return cfg.ppo_epochs
 

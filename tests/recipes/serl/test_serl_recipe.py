@@ -8,6 +8,7 @@ import torch
 from serl.recipes.serl.config import SerlConfig as TrainConfig
 from serl.engines.base import Completion
 from serl.instruct.pool import PoolItem
+from serl.plan import plan_run
 from serl.rewards.vote import GroupScore
 from serl.recipes.serl.recipe import Rollout, SerlRecipe as Trainer
 
@@ -73,7 +74,8 @@ class StepRecorder(RecordingLearner):
 
 
 def _fake(cfg, learner, step_done=0):
-    fake = SimpleNamespace(cfg=cfg, learner=learner, step_done=step_done, timed=lambda name: nullcontext())
+    fake = SimpleNamespace(cfg=cfg, plan=plan_run(cfg), learner=learner, step_done=step_done,
+                           timed=lambda name: nullcontext())
     fake.minibatches = lambda n: Trainer.minibatches(fake, n)
     return fake
 
@@ -108,9 +110,10 @@ def test_train_batch_size_gives_one_update_per_minibatch_with_old_logprobs():
 
 def test_schedule_spans_every_update():
     from serl.engines.factory import learner_config
+    from serl.plan import plan_run
 
     updates_per_step = Trainer.updates_per_step
     cfg = TrainConfig(steps=10, rollout_batch_size=16, n_samples_per_prompt=16, train_batch_size=16)
-    assert updates_per_step(cfg) == 16 and learner_config(cfg).total_steps == 160  # SeRL's templates
+    assert updates_per_step(cfg) == 16 and learner_config(cfg, plan_run(cfg)).total_steps == 160  # SeRL's templates
     assert updates_per_step(TrainConfig(rollout_batch_size=4, n_samples_per_prompt=4, train_batch_size=0)) == 1
     assert updates_per_step(TrainConfig(rollout_batch_size=3, n_samples_per_prompt=3, train_batch_size=4)) == 3

@@ -242,11 +242,12 @@ def test_verify_timeouts_reach_the_metrics(tmp_path):
 ])
 def test_instructions_num_per_iteration_sizes_the_lr_schedule(per_iteration, rollout, n, train_batch, steps, want):
     from serl.engines.factory import learner_config
+    from serl.plan import plan_run
 
     cfg, _ = parse_args(["--instructions_num_per_iteration", str(per_iteration), "--rollout_batch_size", str(rollout),
                          "--n_samples_per_prompt", str(n), "--train_batch_size", str(train_batch),
                          "--steps", str(steps)])
-    assert learner_config(cfg).total_steps == want
+    assert learner_config(cfg, plan_run(cfg)).total_steps == want
 
 
 def test_held_out_problems_are_asked_with_the_runs_instruction(tmp_path):

@@ -50,7 +50,6 @@ def test_parse_ref_update_refuses(value):
     (["--mix_previous", "1.5"], "mix_previous"),
     (["--epochs_per_iteration", "0"], "epochs_per_iteration"),
     (["--label_smoothing", "0.5"], "label_smoothing"),
-    (["--init_kl_coef", "0.01"], "init_kl_coef"),
     (["--spin_mode", "online", "--ref_update", "steps:3"], "save_steps"),  # save_steps 1 is no multiple of 3
     (["--spin_mode", "online", "--ref_update", "steps:2", "--save_steps", "2", "--ray"], "ref_num_gpus_per_node"),
 ])

@@ -154,11 +154,12 @@ def test_population_snapshots_switching_and_eviction(tmp_path):
 
 def test_learner_settings_reach_the_learner_config():
     from serl.engines.factory import learner_config
+    from serl.plan import plan_run
 
     cfg, _ = parse_args(["--recipe", "spiral", "--steps", "6", "--generate_max_len", "96", "--device", "cpu"])
-    lc = learner_config(cfg)
+    lc = learner_config(cfg, plan_run(cfg))
     assert (lc.ppo_epochs, lc.loss_agg, lc.loss_agg_const, lc.total_steps) == (2, "seq_sum_const", 96.0, 12)
-    assert lc.use_kl_loss is False and lc.lr == 1e-6
+    assert lc.kl_loss_coef == 0.0 and lc.lr == 1e-6
 
 
 class CallSeededGenerator(FakeGenerator):

@@ -1,0 +1,19 @@
+"""The errors that mean "the user's input is wrong": one message, exit code 2.
+
+They live here, at the bottom of the package, so that any module can raise them without
+importing the module that reads that kind of input (the old homes still export them:
+``serl.config.ConfigError``, ``serl.data.seeds.DataError``, ``serl.models.ModelError``).
+"""
+from __future__ import annotations
+
+
+class ConfigError(ValueError):
+    """A bad option; the message names the field (and file, when it came from YAML)."""
+
+
+class DataError(ValueError):
+    """Bad seed or benchmark data; the message names file, line and key."""
+
+
+class ModelError(ValueError):
+    """A model spec that cannot be resolved (bad path, missing package)."""

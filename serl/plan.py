@@ -1,0 +1,94 @@
+"""The run's cross-cutting rules, decided once from the config and the recipe.
+
+``plan_run(cfg)`` asks the recipe (its class methods and its config's declarations) and
+the options, and returns a ``RunPlan``: the KL setting (none, in the reward, or in the
+loss, with one coefficient), whether a reference model is needed and where it lives,
+the learner's objective and its arguments, mini-batch size, epochs and the optimizer
+steps the LR schedule spans. The engine factory, the Ray placement and the Ray driver
+read the plan; none of them asks the recipe again, so the engines never import it.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from serl.errors import ConfigError
+
+KL_MODES = ("none", "reward", "loss")
+REFERENCES = ("none", "learner", "lora", "workers")  # where a reference model lives
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    recipe: str
+    kl: str = "none"            # none | reward | loss
+    kl_coef: float = 0.0        # the one KL coefficient (0 when kl is none)
+    reference: str = "none"     # none | learner | lora (the base, adapter off) | workers (Ray)
+    ref_workers: int = 0        # Ray reference workers (reference == "workers")
+    objective: str = "ppo_clip"
+    objective_args: dict = field(default_factory=dict)
+    train_batch_size: int = 0   # sequences per optimizer step (0: the whole batch)
+    epochs: int = 1             # passes over each step's batch
+    updates_per_step: int = 1   # optimizer steps per training step
+    total_steps: int = 1        # optimizer steps the LR schedule spans
+    learner: dict = field(default_factory=dict)  # other LearnerConfig fields the recipe sets
+
+    @property
+    def needs_reference(self) -> bool:
+        return self.reference != "none"
+
+    @property
+    def learner_needs_reference(self) -> bool:
+        """The learner loads one (its own copy, or the LoRA base); Ray workers hold it otherwise."""
+        return self.reference in ("learner", "lora")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> RunPlan:
+        return cls(**d)
+
+
+def kl_mode(cfg) -> str:
+    """The KL setting the options ask for and the recipe allows (its config's ``KL_MODES``).
+
+    A recipe that does not honour the KL options (``SECTIONS`` without ``kl``) has none. A
+    KL in the reward that the recipe cannot compute is refused, naming the recipe, unless the
+    coefficient is the recipe's own default (then nobody asked for it: no KL)."""
+    from serl.recipes import config_class
+    from serl.sections import honours
+
+    cls = config_class(cfg.recipe)  # the recipe's declarations (a plain TrainConfig is SeRL's)
+    if not honours(cls, "kl") or cfg.init_kl_coef == 0:
+        return "none"
+    mode = "loss" if cfg.use_kl_loss else "reward"
+    allowed = getattr(cls, "KL_MODES", KL_MODES)
+    if mode not in allowed:
+        default = next(f.default for f in dataclasses.fields(cls) if f.name == "init_kl_coef")
+        if mode == "reward" and cfg.init_kl_coef == default:
+            return "none"
+        raise ConfigError(f"init_kl_coef: recipe '{cfg.recipe}' has no KL in the {mode}; "
+                          + ("add --use_kl_loss or " if "loss" in allowed else "") + "set --init_kl_coef 0")
+    return mode
+
+
+def plan_run(cfg) -> RunPlan:
+    """The plan of ``cfg``'s run (``cfg`` validated)."""
+    from serl.recipes import recipe_class
+
+    recipe = recipe_class(cfg.recipe)
+    kl = kl_mode(cfg)
+    learner = dict(recipe.learner_settings(cfg))
+    reference = "none"
+    if kl != "none" or recipe.needs_reference(cfg):
+        workers = cfg.ref_num_nodes * cfg.ref_num_gpus_per_node if cfg.ray else 0
+        reference = "lora" if cfg.lora_rank else "workers" if workers > 0 else "learner"
+    updates = recipe.updates_per_step(cfg)
+    return RunPlan(
+        recipe=cfg.recipe, kl=kl, kl_coef=cfg.init_kl_coef if kl != "none" else 0.0, reference=reference,
+        ref_workers=cfg.ref_num_nodes * cfg.ref_num_gpus_per_node if reference == "workers" else 0,
+        objective=recipe.objective(cfg), objective_args=dict(recipe.objective_args(cfg)),
+        train_batch_size=cfg.train_batch_size, epochs=int(learner.pop("ppo_epochs", 1)),
+        updates_per_step=updates, total_steps=int(learner.pop("total_steps", cfg.steps * updates)),
+        learner=learner)
