@@ -113,7 +113,7 @@ def learner_config(cfg):
     settings = dict(
         lr=cfg.actor_learning_rate, warmup_ratio=cfg.lr_warmup_ratio, min_lr_ratio=cfg.min_lr_ratio,
         total_steps=cfg.steps * recipe.updates_per_step(cfg), micro_batch_size=cfg.micro_train_batch_size,
-        max_grad_norm=cfg.max_norm, bf16=cfg.bf16, grad_checkpointing=cfg.gradient_checkpointing,
+        mini_batch_size=cfg.train_batch_size, max_grad_norm=cfg.max_norm, bf16=cfg.bf16, grad_checkpointing=cfg.gradient_checkpointing,
         eps_clip_low=cfg.eps_clip, eps_clip_high=cfg.eps_clip, use_kl_loss=cfg.use_kl_loss,
         kl_loss_coef=cfg.init_kl_coef if cfg.use_kl_loss else 0.0, kl_estimator=cfg.kl_estimator,
         kl_clip=cfg.kl_clip,
