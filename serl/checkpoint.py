@@ -2,7 +2,8 @@
 
 A checkpoint is ``RUN_DIR/checkpoints/step_NNNNNN/`` with the policy in Hugging Face
 layout plus optimizer/scheduler state (``policy/``, written by the learner) and
-``trainer_state.pt`` (step, RNG states, data order, counters). It is written into a
+``trainer_state.pt`` (``serl.run_state``: step, RNG states, the generator's and the
+recipe's state). Only this module knows the layout of the checkpoint directory. It is written into a
 hidden temporary directory and renamed into place, so a crash at any moment leaves
 the previous checkpoint intact; ``COMPLETE`` marks a finished one.
 
@@ -93,7 +94,7 @@ def _disk_full_message(target: Path, run_dir: Path, what: str) -> str:
         intact = "No checkpoint of this run is complete yet (a resume starts again from step 1)."
         need = ""
     else:
-        intact = f"The newest complete checkpoint, step {int(ckpt.name.split('_')[1])} ({ckpt}), is intact."
+        intact = f"The newest complete checkpoint, step {checkpoint_step(ckpt)} ({ckpt}), is intact."
         need = f"; one checkpoint takes {_mb(_size(ckpt))}"
     return (f"out of disk space writing {what} to {target} ({space}{need}). {intact} Free space there "
             f"(or keep fewer checkpoints with --max_ckpt_num, or move the run directory to a larger disk), "
@@ -115,10 +116,20 @@ def fault_point(name: str, step: int) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+def checkpoint_dir(run_dir: Path, step: int) -> Path:
+    """Where the checkpoint of ``step`` lives (complete or not)."""
+    return Path(run_dir) / CKPT_DIR / f"step_{step:06d}"
+
+
+def checkpoint_step(ckpt: Path) -> int:
+    """The step a checkpoint directory holds."""
+    return int(Path(ckpt).name.split("_")[1])
+
+
 def save_checkpoint(run_dir: Path, step: int, learner, trainer_state: dict, keep: int = 2) -> Path:
     root = Path(run_dir) / CKPT_DIR
     root.mkdir(parents=True, exist_ok=True)
-    final = root / f"step_{step:06d}"
+    final = checkpoint_dir(run_dir, step)
     tmp = root / f".tmp-step_{step:06d}"
     shutil.rmtree(tmp, ignore_errors=True)
     with disk_space_guard(root, run_dir, f"the checkpoint of step {step}", partial=(tmp,)):
@@ -144,12 +155,31 @@ def complete_checkpoints(run_dir: Path) -> list[Path]:
     if not root.is_dir():
         return []
     found = [p for p in root.glob("step_*") if (p / DONE).exists()]
-    return sorted(found, key=lambda p: int(p.name.split("_")[1]))
+    return sorted(found, key=checkpoint_step)
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:
     done = complete_checkpoints(run_dir)
     return done[-1] if done else None
+
+
+def newest_step(run_dir: Path) -> int:
+    """The step of the newest complete checkpoint; 0 when there is none."""
+    ckpt = latest_checkpoint(run_dir)
+    return checkpoint_step(ckpt) if ckpt else 0
+
+
+def restore_reference(run_dir: Path, learner, ref_step: int, now_step: int) -> None:
+    """Make the learner's reference the policy of checkpoint ``ref_step``, then put back the
+    policy of ``now_step`` (a resume inside a window whose reference lags the policy)."""
+    ref, now = checkpoint_dir(run_dir, ref_step), checkpoint_dir(run_dir, now_step)
+    if not (ref / DONE).exists():
+        raise RuntimeError(f"--resume: the reference model of this step is the policy of step {ref_step}, but "
+                           f"{ref} is gone; keep it (--save_steps at the reference's period and "
+                           f"--max_ckpt_num >= 2)")
+    learner.load(str(ref / "policy"))
+    learner.sync_ref()
+    learner.load(str(now / "policy"))
 
 
 def load_trainer_state(ckpt: Path) -> dict:

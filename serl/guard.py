@@ -183,13 +183,14 @@ def untouched_rng(generator):
     counter and torch's RNG), so a watching guard does not change what the run samples."""
     import torch
 
-    calls, rng = getattr(generator, "calls", None), torch.get_rng_state()
+    from serl.run_state import generator_state, load_generator_state
+
+    gen, rng = generator_state(generator), torch.get_rng_state()  # Generator.state_dict (Ray too)
     try:
         yield
     finally:
         torch.set_rng_state(rng)
-        if calls is not None:
-            generator.calls = calls
+        load_generator_state(generator, gen)
 
 
 # ---- the runner's hook ---------------------------------------------------------------------------

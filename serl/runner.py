@@ -70,7 +70,9 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None, prepared
     plan = plan or plan_run(cfg)
     recipe_cls = recipe_class(cfg.recipe)
     probe = collapse_guard.prepare(cfg, recipe_cls, data, model_path, run_dir)  # None: no guard
-    from serl.checkpoint import disk_space_guard, latest_checkpoint, load_trainer_state, save_checkpoint
+    from serl import run_state
+    from serl.checkpoint import (disk_space_guard, latest_checkpoint, load_trainer_state, newest_step,
+                                 save_checkpoint)
     from serl.engines.factory import build_engines
     from serl.metrics import MetricsLogger
     from serl.panels import of_recipe
@@ -86,7 +88,7 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None, prepared
     t_start = time.time()
     np.random.seed(cfg.seed)  # library code that draws from numpy's global RNG is seeded too
     ckpt = latest_checkpoint(run_dir) if resume_dir else None
-    done = int(ckpt.name.split("_")[1]) if ckpt else 0
+    done = newest_step(run_dir) if ckpt else 0
     tok = run_tokenizer(model_path)  # prepare()'s length checks loaded it already
     log.info("recipe %s, model %s, run directory %s", cfg.recipe, model_path, run_dir)
     engines = engines or build_engines(cfg, plan, model_path, tok)
@@ -113,8 +115,7 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None, prepared
         if ckpt is not None:
             engines.learner.load(str(ckpt / "policy"))
             engines.generator.load_weights(engines.learner.named_weights())
-            state = load_trainer_state(ckpt)
-            recipe.load_state_dict(state)
+            state = run_state.restore(recipe, load_trainer_state(ckpt), run_dir)
             if guard is not None:
                 guard.load_state_dict(state.get("guard"))
             log.info("resumed from %s: continuing at step %d", ckpt, done + 1)
@@ -134,6 +135,7 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None, prepared
                 break
             t0 = _now()
             m = recipe.step(step)
+            recipe.step_done = step  # what the run state saves, also for a recipe with its own step
             used += _now() - t0
             out_of_time = bool(budget) and used >= budget
             if budget:
@@ -154,7 +156,7 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None, prepared
             history.append(m)
             print_step_summary(step, m, mode, line=step_line)
             if last or (cfg.save_steps and step % cfg.save_steps == 0):
-                state = recipe.state_dict()
+                state = run_state.capture(recipe)
                 if guard is not None:
                     state["guard"] = guard.state_dict()
                 save_checkpoint(run_dir, step, engines.learner, state, keep=cfg.max_ckpt_num)
@@ -199,9 +201,11 @@ def budget_used(run_dir: Path, step: int) -> float:
 
 
 def _evaluate(recipe, problems, logger, step: int) -> dict:
+    from serl.run_state import isolated_rng
     from serl.summary import save_items
 
-    metrics = recipe.evaluate(problems)
+    with isolated_rng(recipe):  # evaluating (or not) never changes what training samples
+        metrics = recipe.evaluate(problems)
     log.info("evaluation: %s", ", ".join(f"{k} {v:.3f}" for k, v in metrics.items()))
     logger.log(step, metrics)
     if getattr(logger, "run_dir", None) is not None:  # per-problem results, for the paired summary

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 import serl.checkpoint as ckpt_mod
-from serl.checkpoint import DiskFullError, complete_checkpoints, save_checkpoint
+from serl.checkpoint import (DiskFullError, checkpoint_dir, complete_checkpoints, newest_step, restore_reference,
+                             save_checkpoint)
 from serl.engines.torch_learner import STATE_FILE, LearnerConfig, TorchLearner
 
 
@@ -210,3 +211,19 @@ def test_final_lora_model_is_a_peft_adapter_only(tmp_path, tiny_path):
     ours = {n: p for n, p in ln.lora.adapter_params()}
     assert set(theirs) == set(ours) and all(torch.equal(theirs[k], ours[k]) for k in ours)
     assert any(p.abs().max() > 0 for k, p in ours.items() if "lora_B" in k)  # it trained
+
+
+def test_newest_step_and_the_reference_of_a_lagging_window(tmp_path):
+    assert newest_step(tmp_path) == 0
+    for s in (3, 5):
+        checkpoint_dir(tmp_path, s).mkdir(parents=True)
+        (checkpoint_dir(tmp_path, s) / "COMPLETE").write_text(f"{s}\n")
+    checkpoint_dir(tmp_path, 6).mkdir()  # not complete: not a checkpoint
+    assert newest_step(tmp_path) == 5
+    learner = SimpleNamespace(loads=[], syncs=0)
+    learner.load = learner.loads.append
+    learner.sync_ref = lambda: setattr(learner, "syncs", learner.syncs + 1)
+    restore_reference(tmp_path, learner, 3, 5)
+    assert [p.split("/")[-2] for p in learner.loads] == ["step_000003", "step_000005"] and learner.syncs == 1
+    with pytest.raises(RuntimeError, match="step_000004"):
+        restore_reference(tmp_path, learner, 4, 5)

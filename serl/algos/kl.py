@@ -61,3 +61,15 @@ def kl_estimate(logp: Tensor, ref_logp: Tensor, kind: str = "k1", clip: float = 
         d = delta.clamp(min=-math.log(2.0 * clip + 2.0))
         est = torch.expm1(-d) + d  # expm1 keeps precision when Δ ≈ 0
     return est.clamp(-clip, clip)
+
+
+def padded_kl(logp: list[Tensor], ref_logp: list[Tensor], mask: Tensor, clip: float = KL_CLIP) -> Tensor:
+    """Per-token k1 KL of ragged per-sequence log-probs, as a [B, T] tensor zero past each
+    sequence's end (``mask``): the penalty a recipe puts in the reward."""
+    def pad(seqs):
+        out = torch.zeros_like(mask)
+        for i, s in enumerate(seqs):
+            out[i, : len(s)] = s.float()
+        return out
+
+    return kl_estimate(pad(logp), pad(ref_logp), "k1", clip) * mask

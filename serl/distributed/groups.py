@@ -7,12 +7,15 @@ once with the same (shared) arguments; rank 0 answers.
 """
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Iterable, Iterator
 
 import torch
 
 from serl.engines.base import Completion, Sampling, TrainBatch
+
+log = logging.getLogger("serl.distributed")
 
 
 def _split(n: int, parts: int) -> list[tuple[int, int]]:
@@ -65,6 +68,23 @@ class GeneratorGroup:
         if self.sleep:
             ray.get([e.sleep.remote() for e, _ in parts])
         return out
+
+    def state_dict(self) -> dict:
+        """Each engine's own state (its call count), in engine order."""
+        import ray
+
+        return {"engines": ray.get([e.state_dict.remote() for e in self.engines])}
+
+    def load_state_dict(self, state: dict) -> None:
+        import ray
+
+        states = state.get("engines")
+        if states is None:  # a one-process checkpoint's state: every engine starts from it
+            states = [state] * len(self.engines)
+        elif len(states) != len(self.engines):
+            log.warning("resume: %d generator engines now, %d when saved; sampling will differ from an "
+                        "uninterrupted run", len(self.engines), len(states))
+        ray.get([e.load_state_dict.remote(s) for e, s in zip(self.engines, states)])
 
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         import ray

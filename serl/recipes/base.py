@@ -1,15 +1,18 @@
 """The recipe interface: what a self-play recipe provides to the runner.
 
 The runner (``serl.runner``) owns everything that is not the recipe: the run directory,
-config and resume, checkpoints, evaluation during training, metrics sinks, progress,
-the report, and the engines' lifetime. A recipe owns its data, its step and its state:
+config and resume, checkpoints, the step frame (``serl.step``: timing, fault points, the
+update and weight sync), the run state (``serl.run_state``: step, RNGs, the generator's
+position), evaluation during training, metrics sinks, progress, the report, and the
+engines' lifetime. A recipe owns its data, what it collects each step and its own state:
 
     class MyRecipe(Recipe):
         @classmethod
-        def prepare(cls, cfg): ...           # read and check inputs; nothing written yet
-        def __init__(self, ctx, data): ...   # ctx: engines, tokenizer, run dir, logger
-        def step(self, step) -> dict: ...    # one training step; returns its metrics
-        def state_dict(self) -> dict: ...    # what a resume needs besides the policy
+        def prepare(cls, cfg): ...                 # read and check inputs; nothing written yet
+        def __init__(self, ctx, data): ...         # ctx: engines, tokenizer, run dir, logger
+        def collect(self, step): ...               # -> (TrainBatch or None, metrics)
+        def after_update(self, step, metrics, updated): ...  # optional
+        def state_dict(self) -> dict: ...          # its own state besides RNGs and the policy
         def load_state_dict(self, state): ...
         def close(self): ...
 
@@ -21,6 +24,7 @@ learner runs. Which options a resume must refuse to change is ``run_defining``.
 """
 from __future__ import annotations
 
+import random
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -134,14 +138,33 @@ class Recipe:
             ctx.plan = plan_run(ctx.cfg)
         self.plan = ctx.plan  # the run's rules (serl.plan): the KL setting, the reference, ...
         self.times: dict[str, float] = {}
+        self.rng = random.Random(self.cfg.seed)  # the recipe's draws; saved by serl.run_state
+        self.step_done = 0                      # the last finished step (serl.step sets it)
         # Per-problem results of the last ``evaluate`` (metric key -> {"ids", "values"}), when
         # it has them: the run summary pairs the first and last evaluations on them.
         self.eval_items: dict[str, dict] = {}
 
     def step(self, step: int) -> dict[str, float]:
+        """One training step in the shared frame (``serl.step``) around ``collect``."""
+        from serl.step import run_step
+
+        return run_step(self, step)
+
+    def collect(self, step: int) -> tuple[Any, dict[str, float]]:
+        """This step's ``TrainBatch`` (None: nothing to train on) and its metrics."""
         raise NotImplementedError
 
+    def after_update(self, step: int, metrics: dict[str, float], updated: bool) -> None:
+        """After the update and weight sync (or the step without one): bookkeeping that
+        belongs to the step; may add to ``metrics``."""
+
+    def reference_step(self) -> int | None:
+        """After a resume: the step whose checkpointed policy the learner's reference must
+        be (None or the resumed step: the reference as the learner loaded it)."""
+        return None
+
     def state_dict(self) -> dict:
+        """The recipe's own state; step, RNGs and the generator are ``serl.run_state``'s."""
         return {}
 
     def load_state_dict(self, state: dict) -> None:

@@ -112,3 +112,66 @@ def test_batch_subset_renumbers_pairs():
     b = TrainBatch(PROMPTS, RESPONSES, pairs=PAIRS)
     s = b.subset([4, 5, 0, 1])
     assert s.pairs == [(2, 3), (0, 1)] and s.response_ids == [RESPONSES[i] for i in (4, 5, 0, 1)]
+
+
+# ---- mini-batches by --train_batch_size: the learner's, so every recipe has them --------------
+def _parts(size: int, n: int, pairs=None, updates: int = 0):
+    from types import SimpleNamespace
+
+    from serl.engines.learner_core import LearnerCore
+
+    fake = SimpleNamespace(cfg=LearnerConfig(mini_batch_size=size), updates=updates, skipped_total=0)
+    batch = TrainBatch([[1]] * n, [[2]] * n, pairs=pairs)
+    return LearnerCore._mini_batches(fake, batch, pairs is not None)
+
+
+@pytest.mark.parametrize("size,n,want", [(0, 5, [5]), (8, 5, [5]), (5, 5, [5]), (2, 5, [2, 2, 1]), (1, 3, [1, 1, 1])])
+def test_mini_batches_cover_every_sequence_once(size, n, want):
+    parts = _parts(size, n)
+    assert [len(p) for p in parts] == want
+    assert sorted(i for p in parts for i in p) == list(range(n))
+    assert _parts(size, n) == parts  # the same optimizer position shuffles the same way
+    if len(parts) > 1:
+        assert sorted(i for p in _parts(size, n, updates=7) for i in p) == list(range(n))
+
+
+def test_pairs_stay_whole_in_mini_batches():
+    # 4 sequences a step = 2 pairs: three pairs make a part of two and a part of one
+    parts = _parts(4, 6, pairs=PAIRS)
+    assert sorted(map(len, parts)) == [2, 4]
+    for p in parts:
+        assert {(p[k], p[k + 1]) for k in range(0, len(p), 2)} <= set(PAIRS)
+    assert _parts(1, 6, pairs=PAIRS) == [list(p) for p in _parts(2, 6, pairs=PAIRS)]  # at least one pair
+
+
+@pytest.mark.parametrize("epochs", [1, 2])
+def test_mini_batches_are_optimizer_steps_on_the_pre_update_policy(tiny_path, epochs):
+    """train_batch_size 2 on 6 sequences: 3 optimizer steps per epoch, each on its part with
+    the old log-probs of the policy before the first; the same as stepping the parts by hand."""
+    adv = [torch.full((len(r),), float(i % 3 - 1)) for i, r in enumerate(RESPONSES)]
+    batch = TrainBatch(PROMPTS, RESPONSES, adv)
+    a = _learner(tiny_path, mini_batch_size=2, ppo_epochs=epochs)
+    b = _learner(tiny_path, ppo_epochs=1)
+    old = b.logprobs(PROMPTS, RESPONSES)
+    by_hand = TrainBatch(PROMPTS, RESPONSES, adv, old_logprobs=old)
+    for _ in range(epochs):  # each epoch reshuffles: its parts follow the optimizer's position
+        for idx in _parts_at(b, batch):
+            b.step(by_hand.subset(idx))
+    m = a.step(batch)
+    assert m["actor/updates"] == m["actor/steps"] == 3.0 * epochs == b.updates
+    assert m["actor/tokens"] == epochs * sum(map(len, RESPONSES))
+    wa, wb = dict(a.named_weights()), dict(b.named_weights())
+    assert all(torch.allclose(wa[k], wb[k], atol=1e-6) for k in wa)
+    one = _learner(tiny_path).step(batch)  # no --train_batch_size: one optimizer step
+    assert one["actor/updates"] == 1.0 and "actor/steps" not in one
+
+
+def _parts_at(learner, batch):
+    from serl.engines.learner_core import LearnerCore
+
+    saved = learner.cfg.mini_batch_size
+    learner.cfg.mini_batch_size = 2
+    try:
+        return LearnerCore._mini_batches(learner, batch, False)
+    finally:
+        learner.cfg.mini_batch_size = saved

@@ -47,6 +47,19 @@ class Config(SerlOptions, RemoteRewardOptions, GuardOptions, TrainConfig):
         line=(("reward/mean", "reward"), ("reward/agreement", "agree"), ("response/truncated_frac", "trunc"),
               ("pool/kept", "kept"), ("loss/policy", "loss"), ("kl/mean", "kl")))
 
+    def instruct_config(self, prompt_max_len: int):
+        """Self-instruction's settings; a few-shot prompt and its reply must fit the engine's
+        context (prompt_max_len + generate_max_len); its examples are seeds that fit already."""
+        from serl.instruct import InstructConfig
+
+        return InstructConfig(
+            n_shots=self.few_shot_generation, prompts_per_call=self.few_shot_generation_batch_size,
+            max_new_tokens=self.instruction_max_len, max_attempts=self.instruction_max_attempts,
+            one_call=self.instruction_one_call, temperature=self.instruction_temperature,
+            top_p=self.instruction_top_p, rouge_threshold=self.rouge_threshold,
+            **({"template": self.few_shot_generation_prompt} if self.few_shot_generation_prompt else {}),
+            max_prompt_tokens=max(1, prompt_max_len + self.generate_max_len - self.instruction_max_len))
+
     def validate_recipe(self) -> None:
         self.validate_guard()
         self.validate_remote_reward()

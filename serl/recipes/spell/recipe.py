@@ -7,26 +7,21 @@ paragraphs (with the cluster's history memory in the prompt); repeated questions
 dropped (ROUGE-L); the responder answers without the documents (grounding check), then
 n times with them; each answer gets a rule score (cover-EM) and k verifier judgments;
 then the three roles' rewards. Groups with no reward spread are dropped and more
-clusters are asked (dynamic sampling, bounded rounds). See ``episode.py`` for the data.
+clusters are asked (dynamic sampling, bounded rounds). See ``episode.py`` for the data;
+the update and weight sync are the step frame's (``serl.step``).
 """
 from __future__ import annotations
 
 import dataclasses
-
 import json
-import logging
-import random
-from pathlib import Path
 
-import torch
-
-from serl.checkpoint import fault_point
 from serl.data.corpus import CorpusError, fit_clusters, read_corpus, sample_evidence
 from serl.data.seeds import DataError
 from serl.engines.base import Sampling
 from serl.eval.roles import HeldOut, Roles, evaluate_roles, greedy_texts, load_heldout
 from serl.instruct.novelty import RougeIndex
 from serl.data.lengths import PromptBudget, budget_for, prompt_limit
+from serl.data.passes import Passes
 from serl.recipes.base import Recipe, RunContext
 from serl.recipes.spell import episode
 from serl.recipes.spell.memory import HistoryMemory
@@ -35,7 +30,6 @@ from serl.recipes.spell.prompts import (questioner_prefill, questioner_prompt, r
 from serl.rewards.qa import cover_em_many, extract_final_answer
 from serl.shipped import locate
 
-log = logging.getLogger(__name__)
 PROMPT_RESERVE = 256    # prompt tokens kept free of documents: chat template, instructions, question
 MAX_KNOWN = 64          # questions remembered per cluster for the novelty check
 
@@ -79,59 +73,41 @@ class SpellRecipe(Recipe):
         cfg = self.cfg
         self.clusters, self.corpus_stats = corpus.clusters, corpus.stats
         self.prompt_max_len = prompt_limit(cfg, ctx.model_path)
-        self.rng = random.Random(cfg.seed)
         self.memory = HistoryMemory(cfg.memory_capacity)
         self.known: dict[str, list[str]] = {}      # cluster id -> questions asked (novelty)
         self.indexes: dict[str, RougeIndex] = {}   # built from ``known``, not saved
-        self.order: list[int] = []                 # cluster indices still to visit this epoch
-        self.step_done = 0
+        self.passes = Passes(len(self.clusters), self.rng)  # shuffled passes over the clusters
         self.band = tuple(cfg.verifier_band)
         self.prefill = questioner_prefill(cfg.questioner_prefill, cfg.compact_prompts)  # the reply's start
         self.verdict_prefill = verifier_prefill(cfg.verifier_prefill, cfg.compact_prompts)
 
     # ---- the loop -------------------------------------------------------------------
-    def step(self, step: int) -> dict[str, float]:
-        self.times, cfg = {}, self.cfg
+    def collect(self, step: int):
+        cfg = self.cfg
         groups, asked, rounds = episode.RoleGroups(), [], 0
-        with self.timed("step"):
-            while len(groups.responder) < cfg.rollout_batch_size and rounds < cfg.max_refill_rounds:
-                rounds += 1
-                qs = self.ask(self.next_clusters(cfg.rollout_batch_size - len(groups.responder)))
-                self.ground(qs)
-                self.respond(qs)
-                self.verify(qs)
-                for q in qs:
-                    episode.settle(q, self.cfg.questioner_reward)
-                    if q.status == "ok":
-                        self.memory.add(q.cluster.id, q.evidence, q.qa["question"], q.qa["answer"], q.mean_score)
-                    groups.add(q, self.band, cfg.rollout_batch_size)
-                asked += qs
-            metrics = episode.role_metrics(asked, groups) | {
-                "filter/rounds": rounds, "questioner/memory_fill": self.memory.fill(len(self.clusters)),
-                "corpus/skipped_long": float(self.corpus_stats.skipped_long), "corpus/clusters": float(len(self.clusters))}
-            batches = {k: episode.nonzero_rows(b) for k, b in episode.role_batches(groups, self.group_batch).items()}
-            batch = episode.concat(list(batches.values()))
-            for role, b in batches.items():
-                metrics[f"train/{role}_seqs"] = len(b.response_ids) if b is not None else 0
-            if batch is not None:
-                fault_point("learner", step)
-                with self.timed("learner"):
-                    metrics.update(self.learner.step(batch))
-                self.sync_weights()
-            else:
-                log.warning("step %d: no sample with a reward spread in %d rounds; no update", step, rounds)
-        self.step_done = step
-        return metrics | {f"time/{k}": v for k, v in self.times.items()}
+        while len(groups.responder) < cfg.rollout_batch_size and rounds < cfg.max_refill_rounds:
+            rounds += 1
+            qs = self.ask(self.next_clusters(cfg.rollout_batch_size - len(groups.responder)))
+            self.ground(qs)
+            self.respond(qs)
+            self.verify(qs)
+            for q in qs:
+                episode.settle(q, self.cfg.questioner_reward)
+                if q.status == "ok":
+                    self.memory.add(q.cluster.id, q.evidence, q.qa["question"], q.qa["answer"], q.mean_score)
+                groups.add(q, self.band, cfg.rollout_batch_size)
+            asked += qs
+        metrics = episode.role_metrics(asked, groups) | {
+            "filter/rounds": rounds, "questioner/memory_fill": self.memory.fill(len(self.clusters)),
+            "corpus/skipped_long": float(self.corpus_stats.skipped_long), "corpus/clusters": float(len(self.clusters))}
+        batches = {k: episode.nonzero_rows(b) for k, b in episode.role_batches(groups, self.group_batch).items()}
+        for role, b in batches.items():
+            metrics[f"train/{role}_seqs"] = len(b.response_ids) if b is not None else 0
+        return episode.concat(list(batches.values())), metrics
 
     # ---- stages -----------------------------------------------------------------------
     def next_clusters(self, n: int):
-        out = []
-        for _ in range(n):
-            if not self.order:  # a new epoch over the clusters, reshuffled
-                self.order = list(range(len(self.clusters)))
-                self.rng.shuffle(self.order)
-            out.append(self.clusters[self.order.pop()])
-        return out
+        return [self.clusters[i] for i in self.passes.take(n)]
 
     def sample(self, prompts: list[list[int]], n: int, max_new_tokens: int, temperature: float | None = None):
         if not prompts:
@@ -154,7 +130,6 @@ class SpellRecipe(Recipe):
                 history = history[1:]
             prompts.append(p)
             evidence.append(ev)
-        fault_point("generate", self.step_done + 1)
         with self.timed("questioner"):
             replies = self.sample(prompts, 1, cfg.questioner_max_len, cfg.questioner_temperature)
         qs = []
@@ -224,16 +199,10 @@ class SpellRecipe(Recipe):
 
     # ---- metrics, evaluation, state ----------------------------------------------------
     def evaluate(self, held) -> dict[str, float]:
-        """Greedy held-out scores of the three roles (``evaluate.py``). The generator's call
-        counter and torch's RNG are put back afterwards, so evaluating (or not) never
-        changes what training samples."""
-        calls, torch_rng = getattr(self.generator, "calls", None), torch.get_rng_state()
+        """Greedy held-out scores of the three roles (``evaluate.py``)."""
         with self.timed("eval"):
             metrics, records = evaluate_roles(lambda ps, m: greedy_texts(self.generator, ps, m), self.roles(),
                                               self.checker.equal_many, held)
-        if calls is not None:
-            self.generator.calls = calls
-        torch.set_rng_state(torch_rng)
         out = self.run_dir / "spell_eval"
         out.mkdir(exist_ok=True)
         with open(out / f"step_{self.step_done}.jsonl", "w") as f:
@@ -254,17 +223,12 @@ class SpellRecipe(Recipe):
                      grounding_threshold=cfg.grounding_threshold)
 
     def state_dict(self) -> dict:
-        return {"step": self.step_done, "rng": self.rng.getstate(), "torch_rng": torch.get_rng_state(),
-                "generator_calls": getattr(self.generator, "calls", 0), "order": list(self.order),
-                "memory": self.memory.state_dict(), "known": {k: list(v) for k, v in self.known.items()}}
+        return {"clusters": self.passes.state_dict(), "memory": self.memory.state_dict(),
+                "known": {k: list(v) for k, v in self.known.items()}}
 
     def load_state_dict(self, state: dict) -> None:
-        self.step_done = state["step"]
-        self.rng.setstate(state["rng"])
-        torch.set_rng_state(state["torch_rng"])
-        if hasattr(self.generator, "calls"):
-            self.generator.calls = state["generator_calls"]
-        self.order = list(state["order"])
+        # before serl.run_state, "order" was the pass served from its end
+        self.passes.load_state_dict(state["clusters"] if "clusters" in state else state["order"][::-1])
         self.memory.load_state_dict(state["memory"])
         self.known, self.indexes = {k: list(v) for k, v in state["known"].items()}, {}
 

@@ -17,13 +17,11 @@ its log-probs are then the policy's own no-grad log-probs, taken before the upda
 """
 from __future__ import annotations
 
-import random
-
 import torch
 
-from serl.checkpoint import CKPT_DIR, DONE
 from serl.chat import text_ids
 from serl.data.lengths import fit_problems
+from serl.data.passes import Passes
 from serl.data.seeds import DataError, Problem, read_seeds
 from serl.engines.base import Completion, Sampling, TrainBatch
 from serl.progress import stage
@@ -96,10 +94,8 @@ class SpinRecipe(Recipe):
     def __init__(self, ctx, problems: list[Problem]):
         super().__init__(ctx, problems)
         self.problems = problems
-        self.rng = random.Random(self.cfg.seed)
         self.end_id = end_of_turn_id(self.tok)
-        self.order: list[int] = []   # problem indices still to visit (reshuffled epochs)
-        self.step_done = 0
+        self.passes = Passes(len(problems), self.rng)  # shuffled passes over the problems
         # spin mode: the iteration's pairs (with reference log-probs) and step plan
         self.iteration = -1
         self.pool: TrainBatch | None = None
@@ -107,17 +103,10 @@ class SpinRecipe(Recipe):
         self.done = 0                       # steps taken in this iteration
         self.previous: list[tuple] = []     # the last iteration's new (prompt, real, own) ids
 
-    def step(self, step: int) -> dict[str, float]:
-        self.times, metrics = {}, {}
-        with self.timed("step"):
-            spin = self.cfg.spin_mode == "spin"
-            batch = self.spin_batch(metrics) if spin else self.online_batch(step, metrics)
-            if batch is not None:
-                with self.timed("learner"):
-                    metrics.update(self.learner.step(batch))
-                self.sync_weights()
-        self.step_done = step
-        return metrics | {f"time/{k}": v for k, v in self.times.items()}
+    def collect(self, step: int):
+        metrics: dict = {}
+        spin = self.cfg.spin_mode == "spin"
+        return (self.spin_batch(metrics) if spin else self.online_batch(step, metrics)), metrics
 
     # ---- spin mode ----------------------------------------------------------------------
     def spin_batch(self, metrics: dict) -> TrainBatch:
@@ -194,13 +183,7 @@ class SpinRecipe(Recipe):
 
     # ---- shared ---------------------------------------------------------------------------
     def next_problems(self, n: int) -> list[Problem]:
-        """The next ``n`` problems of a stream of shuffled passes over the data."""
-        while len(self.order) < n:
-            perm = list(range(len(self.problems)))
-            self.rng.shuffle(perm)
-            self.order += perm
-        picked, self.order = self.order[:n], self.order[n:]
-        return [self.problems[i] for i in picked]
+        return [self.problems[i] for i in self.passes.take(n)]
 
     def generate(self, picked: list[Problem], metrics: dict) -> list[list[Completion]]:
         cfg, n = self.cfg, self.cfg.n_samples_per_prompt
@@ -213,43 +196,24 @@ class SpinRecipe(Recipe):
         metrics["response/truncated_frac"] = sum(c.finish_reason == "length" for c in comps) / len(comps)
         return groups
 
-    # ---- checkpointed state ---------------------------------------------------------------
+    # ---- its own checkpointed state (step, RNGs and the generator: serl.run_state) ----------
     def state_dict(self) -> dict:
         pool = None if self.pool is None else {k: getattr(self.pool, k) for k in
                                                ("prompt_ids", "response_ids", "ref_logprobs", "pairs")}
-        return {"step": self.step_done, "rng": self.rng.getstate(), "torch_rng": torch.get_rng_state(),
-                "generator_calls": getattr(self.generator, "calls", 0), "order": list(self.order),
-                "iteration": self.iteration, "pool": pool, "batches": self.batches, "done": self.done,
-                "previous": self.previous}
+        return {"order": self.passes.state_dict(), "iteration": self.iteration, "pool": pool,
+                "batches": self.batches, "done": self.done, "previous": self.previous}
 
     def load_state_dict(self, state: dict) -> None:
-        self.step_done = state["step"]
-        every = self.cfg.ref_every()
-        if self.needs_reference(self.cfg):
-            self.restore_reference(every * (self.step_done // every))
-        self.rng.setstate(state["rng"])
-        torch.set_rng_state(state["torch_rng"])
-        if hasattr(self.generator, "calls"):
-            self.generator.calls = state["generator_calls"]
-        self.order, self.iteration, self.done = state["order"], state["iteration"], state["done"]
+        self.passes.load_state_dict(state["order"])
+        self.iteration, self.done = state["iteration"], state["done"]
         self.pool = None if state["pool"] is None else TrainBatch(**state["pool"])
         self.batches, self.previous = state["batches"], state["previous"]
 
-    def restore_reference(self, start: int) -> None:
-        """Online ``steps:N``: the reference of the window that began after step ``start`` is
-        the policy of that step's checkpoint (0: the initial model, which it already is; the
-        checkpoint's own step: refreshed at the next step anyway)."""
-        if start in (0, self.step_done):
-            return
-        root = self.run_dir / CKPT_DIR
-        ref, now = root / f"step_{start:06d}", root / f"step_{self.step_done:06d}"
-        if not (ref / DONE).exists():
-            raise RuntimeError(f"--resume: the reference of this window is the policy of step {start}, but "
-                               f"{ref} is gone; keep it with --save_steps {self.cfg.ref_every()} and "
-                               f"--max_ckpt_num >= 2")
-        self.learner.load(str(ref / "policy"))
-        self.learner.sync_ref()
-        self.learner.load(str(now / "policy"))
+    def reference_step(self) -> int | None:
+        """Online ``steps:N``: the reference of the window that began after step S is the
+        policy of S's checkpoint (``serl.run_state`` restores it on a resume)."""
+        every = self.cfg.ref_every()
+        return every * (self.step_done // every) if self.needs_reference(self.cfg) else None
 
 
 Recipe = SpinRecipe

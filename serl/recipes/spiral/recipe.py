@@ -1,6 +1,6 @@
 """The SPIRAL recipe (Liu et al., 2025, "SPIRAL: Self-Play on Zero-Sum Games Incentivizes Reasoning via
-Multi-Agent Multi-Turn Reinforcement Learning"; our code). ``SpiralRecipe.step`` reads as the algorithm:
-deal B games and their opponents, play them in lockstep, give every learner turn its episode's
+Multi-Agent Multi-Turn Reinforcement Learning"; our code). ``collect`` and ``after_update`` read as the
+algorithm: deal B games and their opponents, play them in lockstep, give every learner turn its episode's
 role-conditioned advantage, update (PPO-clip, Dr.GRPO aggregation, E epochs, no KL), sync, and add a
 snapshot to the population when one is due.
 
@@ -13,14 +13,12 @@ snapshot to the population when one is due.
 - Seats: the k-th game of each type seats the learner at k mod 2 (``--alternate_seats``).
 - A response cut off by the length limit is left out of the loss (``--mask_truncated``), as is a
   sample whose advantage is exactly 0 (``--filter_zero_adv``).
-- Resume: the checkpoint holds the RNG states, the generator's call count, the RAE baselines and the
-  population (snapshot paths and its RNG). A snapshot pushed out of the pool is deleted only once a
+- Resume: the checkpoint holds the RAE baselines and the population (snapshot paths and its RNG);
+  the RNG states and the generator's call count are ``serl.run_state``'s. A snapshot pushed out of the pool is deleted only once a
   complete checkpoint newer than its eviction exists, so every kept checkpoint finds its snapshots.
 """
 from __future__ import annotations
 
-import logging
-import random
 import time
 from collections import Counter
 from functools import partial
@@ -28,7 +26,7 @@ from functools import partial
 import torch
 
 from serl.algos.rae import RoleBaselines, turn_advantages
-from serl.checkpoint import fault_point, latest_checkpoint
+from serl.checkpoint import newest_step
 from serl.engines.base import Sampling, TrainBatch
 from serl.engines.snapshots import CURRENT, WeightSwitcher, save_snapshot
 from serl.eval.games import evaluate_games
@@ -36,12 +34,11 @@ from serl.games import make_game
 from serl.games.actions import parser_options
 from serl.games.lockstep import RandomPolicy, RewardRule, play_lockstep
 from serl.games.prompts import render_prompt
-from serl.recipes.base import Recipe, RunContext, masked_overlong, truncated
+from serl.recipes.base import Recipe, RunContext, masked_overlong
 
 from .population import SnapshotPool
-from .stats import summarize
+from .stats import episode_metrics
 
-log = logging.getLogger(__name__)
 SNAPSHOT_DIR = "snapshots"
 
 
@@ -95,7 +92,6 @@ class SpiralRecipe(Recipe):
         super().__init__(ctx, games)
         cfg = self.cfg
         self.games = games or cfg.game_list()
-        self.rng = random.Random(cfg.seed)
         self.baselines = RoleBaselines(cfg.rae_alpha)
         self.pool = SnapshotPool(cfg.population_size, cfg.population_every, seed=cfg.seed) \
             if cfg.opponent == "population" else None
@@ -107,42 +103,35 @@ class SpiralRecipe(Recipe):
                                use_payoffs=cfg.use_payoffs)
         self.prompt = partial(render_prompt, show_legal_actions=cfg.show_legal_actions, example=cfg.prompt_example)
         self.parse = parser_options(cfg.action_parser)
-        self.step_done = 0
 
-    def step(self, step: int) -> dict[str, float]:
-        self.times, cfg = {}, self.cfg
-        loads, reads = self.switch.loads, self.switch.reads
-        with self.timed("step"):
-            self.empty_trash()
-            games, seats, policies, kinds = self.deal(step)                         # 1. games, opponents
-            fault_point("generate", step)
-            turns, episodes = play_lockstep(games, seats, policies, rule=self.rule,  # 2. play
-                                            max_turns=cfg.max_turns or None, prompt=self.prompt,
-                                            parse_options=self.parse)
-            self.switch.clear()
-            with self.timed("advantages"):                                          # 3. RAE
-                scored = turn_advantages(turns, episodes, CURRENT, self.baselines if cfg.rae else None)
-            metrics = self.episode_metrics(turns, episodes, kinds)
-            batch = self.make_batch(scored, metrics)
-            if batch is not None:                                                   # 4. update, sync
-                fault_point("learner", step)
-                with self.timed("learner"):
-                    metrics.update(self.learner.step(batch))
-                self.sync_weights()
-                self.switch.serving_current()
-            else:
-                log.warning("step %d: no sample to train on (all filtered); no update this step", step)
-                self.switch.use(CURRENT)
-            if self.pool is not None and self.pool.due(step):                       # 5. population
-                with self.timed("snapshot"):
-                    self.add_snapshot(step)
-        self.step_done = step
+    def collect(self, step: int):
+        cfg = self.cfg
+        self.switch_counts = self.switch.loads, self.switch.reads
+        self.empty_trash()
+        games, seats, policies, kinds = self.deal(step)                             # 1. games, opponents
+        turns, episodes = play_lockstep(games, seats, policies, rule=self.rule,      # 2. play
+                                        max_turns=cfg.max_turns or None, prompt=self.prompt,
+                                        parse_options=self.parse)
+        self.switch.clear()
+        with self.timed("advantages"):                                              # 3. RAE
+            scored = turn_advantages(turns, episodes, CURRENT, self.baselines if cfg.rae else None)
+        metrics = episode_metrics(turns, episodes, kinds, CURRENT)
+        return self.make_batch(scored, metrics), metrics                            # 4. update, sync: serl.step
+
+    def after_update(self, step: int, metrics: dict, updated: bool) -> None:
+        if updated:  # the generator serves the weights just synced
+            self.switch.serving_current()
+        else:
+            self.switch.use(CURRENT)
+        if self.pool is not None and self.pool.due(step):                           # 5. population
+            with self.timed("snapshot"):
+                self.add_snapshot(step)
+        loads, reads = self.switch_counts
         metrics["spiral/snapshot_loads"] = self.switch.loads - loads
         metrics["spiral/snapshot_reads"] = self.switch.reads - reads
         if self.pool is not None:
             metrics["spiral/population/size"] = len(self.pool.entries())
         metrics.update({f"spiral/baseline/{g}/role{r}": b for (g, r), b in sorted(self.baselines.values.items())})
-        return metrics | {f"time/{k}": v for k, v in self.times.items()}
 
     # ---- stages ----------------------------------------------------------------------------------------
     def deal(self, step: int):
@@ -217,24 +206,10 @@ class SpiralRecipe(Recipe):
 
     def empty_trash(self) -> None:
         """Delete evicted snapshots that no kept checkpoint can need any more."""
-        ckpt = latest_checkpoint(self.run_dir) if self.trash else None
-        newest = int(ckpt.name.split("_")[1]) if ckpt else -1
+        newest = newest_step(self.run_dir) if self.trash else 0
         for s, p in [t for t in self.trash if t[0] <= newest]:
             (self.run_dir / p).unlink(missing_ok=True)
         self.trash = [t for t in self.trash if t[0] > newest]
-
-    def episode_metrics(self, turns, episodes, kinds) -> dict[str, float]:
-        """Per game and role (``stats.summarize``), overall invalid rate, lengths and opponent mix."""
-        out = {f"spiral/{k}": v for k, v in summarize(turns, episodes, CURRENT).items() if "/opponent/" not in k}
-        mine = [t for t in turns if t.policy == CURRENT]
-        lens = [len(t.output.token_ids) for t in mine]
-        out["spiral/invalid_rate"] = sum(t.action is None for t in mine) / len(mine) if mine else 0.0
-        out["spiral/learner_turns"] = len(mine)
-        out["response/length_mean"] = sum(lens) / len(lens) if lens else 0.0
-        out["response/truncated_frac"] = sum(truncated(t.output) for t in mine) / max(len(mine), 1)
-        for kind, c in Counter(kinds).items():
-            out[f"spiral/opponent/{kind}"] = c / len(kinds)
-        return out
 
     def evaluate(self, games) -> dict[str, float]:
         """Games against uniform random (seats alternated, fixed deals) and Kuhn exploitability."""
@@ -255,16 +230,10 @@ class SpiralRecipe(Recipe):
 
     # ---- checkpointed state ------------------------------------------------------------------------------
     def state_dict(self) -> dict:
-        return {"step": self.step_done, "rng": self.rng.getstate(), "torch_rng": torch.get_rng_state(),
-                "generator_calls": getattr(self.generator, "calls", 0), "baselines": self.baselines.state_dict(),
-                "pool": self.pool.state_dict() if self.pool is not None else None, "trash": list(self.trash)}
+        return {"baselines": self.baselines.state_dict(), "trash": list(self.trash),
+                "pool": self.pool.state_dict() if self.pool is not None else None}
 
     def load_state_dict(self, state: dict) -> None:
-        self.step_done = state["step"]
-        self.rng.setstate(state["rng"])
-        torch.set_rng_state(state["torch_rng"])
-        if hasattr(self.generator, "calls"):
-            self.generator.calls = state["generator_calls"]
         self.baselines.load_state_dict(state["baselines"])
         if self.pool is not None:
             self.pool.load_state_dict(state["pool"])

@@ -4,6 +4,8 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import Sequence
 
+from serl.recipes.base import truncated
+
 
 def summarize(turns: Sequence, episodes: Sequence, learner: str = "current") -> dict[str, float]:
     """Flat metrics ``{game}/role{r}/{name}`` over the episodes where ``learner`` held seat ``r``:
@@ -33,4 +35,19 @@ def summarize(turns: Sequence, episodes: Sequence, learner: str = "current") -> 
         out[p + "reward"] = sum(ep.rewards[role] for ep in group) / n
         for opp, c in Counter(ep.seats[1 - role] for ep in group).items():
             out[p + f"opponent/{opp}"] = c / n
+    return out
+
+
+def episode_metrics(turns: Sequence, episodes: Sequence, kinds: Sequence[str], learner: str = "current") -> dict[str, float]:
+    """A step's metrics: per game and role (``summarize``), the overall invalid rate, response
+    lengths and the opponent mix (``kinds``: one per game)."""
+    out = {f"spiral/{k}": v for k, v in summarize(turns, episodes, learner).items() if "/opponent/" not in k}
+    mine = [t for t in turns if t.policy == learner]
+    lens = [len(t.output.token_ids) for t in mine]
+    out["spiral/invalid_rate"] = sum(t.action is None for t in mine) / len(mine) if mine else 0.0
+    out["spiral/learner_turns"] = len(mine)
+    out["response/length_mean"] = sum(lens) / len(lens) if lens else 0.0
+    out["response/truncated_frac"] = sum(truncated(t.output) for t in mine) / max(len(mine), 1)
+    for kind, c in Counter(kinds).items():
+        out[f"spiral/opponent/{kind}"] = c / len(kinds)
     return out

@@ -60,52 +60,18 @@ def test_old_logprobs_only_when_the_reward_needs_them(kl_coef, kl_loss, estimato
         assert "kl/mean" not in metrics
 
 
-class StepRecorder(RecordingLearner):
-    """Also records the batches it is asked to train on."""
-
-    def __init__(self):
-        super().__init__(policy=-1.0, ref=-1.5)
-        self.batches = []
-
-    def step(self, batch):
-        self.batches.append(batch)
-        return {"loss/policy": float(len(batch.response_ids)), "actor/updates": float(len(self.batches)),
-                "actor/skipped": 0.0, "actor/tokens": float(sum(map(len, batch.response_ids)))}
-
-
 def _fake(cfg, learner, step_done=0):
-    fake = SimpleNamespace(cfg=cfg, plan=plan_run(cfg), learner=learner, step_done=step_done,
+    return SimpleNamespace(cfg=cfg, plan=plan_run(cfg), learner=learner, step_done=step_done,
                            timed=lambda name: nullcontext())
-    fake.minibatches = lambda n: Trainer.minibatches(fake, n)
-    return fake
 
 
-@pytest.mark.parametrize("size,n,want", [(0, 5, [5]), (8, 5, [5]), (5, 5, [5]), (2, 5, [2, 2, 1]), (1, 3, [1, 1, 1])])
-def test_minibatches_cover_every_sequence_once(size, n, want):
-    fake = _fake(TrainConfig(train_batch_size=size), None)
-    parts = Trainer.minibatches(fake, n)
-    assert [len(p) for p in parts] == want
-    assert sorted(i for p in parts for i in p) == list(range(n))
-    assert Trainer.minibatches(fake, n) == parts  # the same step shuffles the same way
-    if len(parts) > 1:
-        later = Trainer.minibatches(_fake(TrainConfig(train_batch_size=size), None, step_done=7), n)
-        assert sorted(i for p in later for i in p) == list(range(n))
-
-
-def test_train_batch_size_gives_one_update_per_minibatch_with_old_logprobs():
+def test_train_batch_size_leaves_the_old_logprobs_to_the_learner():
+    """Mini-batches are the learner's (serl.engines.learner_core): the recipe scores nothing
+    for them, and hands over one batch."""
     cfg = TrainConfig(init_kl_coef=0.0, advantage_estimator="group_norm", train_batch_size=1)
-    learner = StepRecorder()
-    fake = _fake(cfg, learner)
-    batch = Trainer.make_batch(fake, _rollouts(), {})
-    assert learner.calls == ["policy"]  # the second update needs the pre-update log-probs
-    m = Trainer.learn(fake, batch)
-    assert [b.response_ids for b in sorted(learner.batches, key=lambda b: b.response_ids)] == [[[5, 6]], [[7]]]
-    for b in learner.batches:  # each mini-batch carries its own rows of every field
-        i = batch.response_ids.index(b.response_ids[0])
-        assert torch.equal(b.old_logprobs[0], batch.old_logprobs[i])
-        assert torch.equal(b.advantages[0], batch.advantages[i])
-    assert m["actor/steps"] == 2.0 and m["actor/updates"] == 2.0 and m["actor/tokens"] == 3.0
-    assert m["loss/policy"] == 1.0  # the mean over the two steps
+    learner = RecordingLearner(policy=-1.0, ref=-1.5)
+    batch = Trainer.make_batch(_fake(cfg, learner), _rollouts(), {})
+    assert learner.calls == [] and batch.old_logprobs is None and batch.response_ids == [[5, 6], [7]]
 
 
 def test_schedule_spans_every_update():

@@ -19,6 +19,7 @@ from serl.config import parse_args
 from serl.data.seeds import read_seeds
 from serl.engines.base import Completion
 from serl.recipes.base import RunContext
+from serl import run_state
 from serl.recipes.serl.recipe import SerlRecipe
 
 PROBLEM = re.compile(r"(?:problem number|Seed problem) (\d+)")
@@ -166,10 +167,10 @@ def test_the_carry_survives_a_resume_exactly(tmp_path):
     want = [straight.step(1), straight.step(2)]
     first, _, _ = make(tmp_path, run="b")
     first.step(1)
-    state = first.state_dict()
+    state = run_state.capture(first)  # what the checkpoint keeps
     first.close()
     resumed, gen, learner_b = make(tmp_path, run="b", resume_step=1)  # fresh engines, pool from disk
-    resumed.load_state_dict(state)
+    run_state.restore(resumed, state)
     assert gen.calls == 8 and [r.item.id for r in resumed.carry] == [r.item.id for r in first.carry]
     got = resumed.step(2)
     assert trained(learner_b.batches[0]) == trained(learner.batches[1]) == [7, 8, 10, 11]

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from serl import run_state
 from serl.data.corpus import Cluster, Corpus, CorpusStats
 from serl.engines.base import Completion
 from serl.recipes.base import RunContext
@@ -104,7 +105,7 @@ def make_recipe(tmp_path, **over):
                  max_refill_rounds=2, **over)
     ctx = RunContext(cfg, tmp_path, "fake", FakeTok(), ScriptedGenerator(), RecordingLearner(), NoMath(), None)
     recipe = SpellRecipe(ctx, Corpus(list(CLUSTERS), CorpusStats(skipped_long=2)))
-    recipe.order = [2, 1, 0]  # visit A, B, then C (popped from the end)
+    recipe.passes.order = [0, 1, 2]  # visit A, B, then C
     return recipe
 
 
@@ -150,11 +151,11 @@ def test_one_step_by_hand(tmp_path, prefill):
 def test_memory_novelty_and_resume_state(tmp_path):
     recipe = make_recipe(tmp_path)
     recipe.step(1)
-    state = recipe.state_dict()
-    assert state["memory"]["clusters"] == {"A": [{"evidence": [0, 1], "question": "Who founded Acme Works?",
+    state = run_state.capture(recipe)
+    assert state["recipe"]["memory"]["clusters"] == {"A": [{"evidence": [0, 1], "question": "Who founded Acme Works?",
                                                   "answer": "Ann"}]}
     twin = make_recipe(tmp_path)
-    twin.load_state_dict(state)
+    run_state.restore(twin, state)
     recipe.generator.prompts, twin.generator.prompts = [], []
     m1, m2 = recipe.step(2), twin.step(2)
     untimed = (lambda m: {k: (None if v != v else v) for k, v in m.items() if not k.startswith("time/")})  # NaN: None

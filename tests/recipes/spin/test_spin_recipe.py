@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from serl import run_state
 from serl.config import parse_args
 from serl.data.seeds import Problem
 from serl.engines.base import Completion
@@ -181,10 +182,10 @@ def test_state_round_trip_continues_the_same_steps(tmp_path, at):
     a, la, _ = make(tmp_path, "--epochs_per_iteration", "1")
     for s in range(1, at + 1):
         a.step(s)
-    state = a.state_dict()
+    state = run_state.capture(a)
     b, lb, _ = make(tmp_path, "--epochs_per_iteration", "1")
     lb.version = la.version
-    b.load_state_dict(state)
+    run_state.restore(b, state)
     for s in range(at + 1, 7):
         a.step(s)
         b.step(s)
@@ -195,16 +196,16 @@ def test_state_round_trip_continues_the_same_steps(tmp_path, at):
 
 def test_online_resume_inside_a_window_restores_the_reference(tmp_path):
     r, learner, _ = make(tmp_path, "--spin_mode", "online", "--ref_update", "steps:3", "--save_steps", "3")
-    state = r.state_dict() | {"step": 5}
+    state = run_state.capture(r) | {"step": 5}
     with pytest.raises(RuntimeError, match="step_000003"):
-        r.load_state_dict(state)  # the checkpoint of step 3 (the window's reference) is missing
+        run_state.restore(r, state)  # the checkpoint of step 3 (the window's reference) is missing
     for s in (3, 5):
         d = tmp_path / "checkpoints" / f"step_{s:06d}"
         d.mkdir(parents=True)
         (d / "COMPLETE").write_text(f"{s}\n")
-    r.load_state_dict(state)
+    run_state.restore(r, state)
     assert [p.split("/")[-2] for p in learner.loads] == ["step_000003", "step_000005"]
     assert learner.syncs == [0]
     learner.loads.clear()
-    r.load_state_dict(r.state_dict() | {"step": 6})  # a window end: the next step refreshes
+    run_state.restore(r, state | {"step": 6})  # a window end: the next step refreshes
     assert learner.loads == []

@@ -5,6 +5,7 @@ import re
 import pytest
 import torch
 
+from serl import run_state
 from serl.config import parse_args
 from serl.engines.base import Completion
 from serl.engines.snapshots import CURRENT, load_snapshot
@@ -179,7 +180,7 @@ def test_a_resumed_step_equals_the_uninterrupted_one(tmp_path):
     got = [first.step(1)]
     resumed, _, other = make(tmp_path / "b", *flags, gen=CallSeededGenerator())
     other.w = learner.w.clone()  # what the learner's checkpoint restores
-    resumed.load_state_dict(first.state_dict())
+    run_state.restore(resumed, run_state.capture(first))
     got += [resumed.step(2), resumed.step(3)]
     untimed = lambda ms: [{k: v for k, v in m.items() if not k.startswith("time/")} for m in ms]  # noqa: E731
     assert untimed(got) == untimed(expected)

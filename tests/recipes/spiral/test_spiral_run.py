@@ -56,13 +56,14 @@ def test_two_steps_of_tictactoe_with_a_population_of_two_resumed_after_one(tmp_p
 
     # population: step 2 drew the opponents the restored pool draws, then evicted step 1's snapshot
     pool = SnapshotPool(2, 1)
-    pool.load_state_dict(state1["pool"])
+    pool.load_state_dict(state1["recipe"]["pool"])
     assert pool.entries() == [SNAP1, CURRENT]
     drawn = pool.sample(2)
     assert second.get("spiral/opponent/self", 0.0) == drawn.count(CURRENT) / 2
     assert second.get("spiral/opponent/snapshot", 0.0) == drawn.count(SNAP1) / 2
     state2 = load_trainer_state(latest_checkpoint(run))
-    assert state2["pool"]["snapshots"] == [SNAP2] and [tuple(t) for t in state2["trash"]] == [(2, SNAP1)]
+    own = state2["recipe"]  # the recipe's own part of the run state (serl.run_state)
+    assert own["pool"]["snapshots"] == [SNAP2] and [tuple(t) for t in own["trash"]] == [(2, SNAP1)]
     w = load_snapshot(run / SNAP2)
     assert all(t.dtype == torch.bfloat16 for t in w.values()) and "model.embed_tokens.weight" in w
     assert (run / "report" / "games.png").is_file()

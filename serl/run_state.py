@@ -1,0 +1,92 @@
+"""The run state a checkpoint keeps besides the policy, in one place: the step, every RNG,
+the generator's sampling position and the recipe's own state (``Recipe.state_dict``).
+
+Layout 2 of ``trainer_state.pt``::
+
+    {"layout": 2, "step": int, "rng": <the recipe's random.Random>, "numpy_rng": ...,
+     "torch_rng": ..., "generator": <Generator.state_dict()>, "recipe": {...}, "guard": ...}
+
+Layout 1 (every checkpoint before it) was one flat dict that each recipe wrote itself: the
+same entries at the top level (``generator_calls`` for the generator), beside the recipe's
+own keys. ``upgrade`` reads it as layout 2, so old runs resume.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import numpy as np
+import torch
+
+LAYOUT = 2
+_COMMON = ("step", "rng", "numpy_rng", "torch_rng", "generator_calls", "guard")
+
+
+def generator_state(generator) -> dict:
+    """What decides the generator's next samples (``Generator.state_dict``); a generator
+    without one that counts its calls gives that count; others, nothing."""
+    if hasattr(generator, "state_dict"):
+        return generator.state_dict()
+    return {"calls": generator.calls} if hasattr(generator, "calls") else {}
+
+
+def load_generator_state(generator, state: dict) -> None:
+    if hasattr(generator, "load_state_dict"):
+        generator.load_state_dict(state)
+    elif "calls" in state and hasattr(generator, "calls"):
+        generator.calls = state["calls"]
+
+
+def capture(recipe) -> dict:
+    """The run state after ``recipe.step_done`` (what a checkpoint keeps)."""
+    return {"layout": LAYOUT, "step": recipe.step_done, "rng": recipe.rng.getstate(),
+            "numpy_rng": np.random.get_state(), "torch_rng": torch.get_rng_state(),
+            "generator": generator_state(recipe.generator), "recipe": recipe.state_dict()}
+
+
+def upgrade(state: dict) -> dict:
+    """A saved state in layout 2 (layout 1, the flat dict of older runs, converted)."""
+    if state.get("layout") == LAYOUT:
+        return state
+    if "layout" in state:
+        raise ValueError(f"trainer_state layout {state['layout']} is newer than this serl reads ({LAYOUT}); "
+                         f"upgrade serl to resume this run")
+    # a ray run's old checkpoint has generator_calls 0 (GeneratorGroup counted nothing): the
+    # engines then start where fresh ones do, as those runs always resumed
+    generator = {"calls": state["generator_calls"]} if state.get("generator_calls") else {}
+    return {"layout": LAYOUT, "step": state["step"], "rng": state["rng"], "numpy_rng": state.get("numpy_rng"),
+            "torch_rng": state["torch_rng"], "generator": generator, "guard": state.get("guard"),
+            "recipe": {k: v for k, v in state.items() if k not in _COMMON}}
+
+
+def restore(recipe, state: dict, run_dir=None) -> dict:
+    """Put ``recipe`` (and its generator, and the global RNGs) back where ``state`` was
+    taken; the policy is the learner's own load. Returns ``state`` in layout 2."""
+    state = upgrade(state)
+    recipe.step_done = state["step"]
+    recipe.rng.setstate(state["rng"])
+    if state.get("numpy_rng") is not None:
+        np.random.set_state(state["numpy_rng"])
+    torch.set_rng_state(state["torch_rng"])
+    load_generator_state(recipe.generator, state["generator"])
+    recipe.load_state_dict(state["recipe"])
+    ref = recipe.reference_step()
+    if ref not in (None, 0, recipe.step_done):  # the reference lags the policy: a checkpoint's policy
+        from serl.checkpoint import restore_reference
+
+        restore_reference(run_dir if run_dir is not None else recipe.run_dir, recipe.learner, ref, recipe.step_done)
+    return state
+
+
+@contextmanager
+def isolated_rng(recipe):
+    """Around evaluation: every RNG and the generator's position are put back afterwards,
+    so evaluating (or not) never changes what training samples next."""
+    rng, np_rng, torch_rng = recipe.rng.getstate(), np.random.get_state(), torch.get_rng_state()
+    gen = generator_state(recipe.generator)
+    try:
+        yield
+    finally:
+        recipe.rng.setstate(rng)
+        np.random.set_state(np_rng)
+        torch.set_rng_state(torch_rng)
+        load_generator_state(recipe.generator, gen)
