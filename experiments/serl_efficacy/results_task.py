@@ -202,7 +202,7 @@ def plot(out: Path, base: dict, arms: list[str], points: int) -> None:
 if __name__ == "__main__":  # rebuild results.md and curves.png, e.g. from items/ (export_items.py)
     import argparse
 
-    from run import ARMS
+    from arms import ARMS
 
     ap = argparse.ArgumentParser(description="results.md and curves.png of a GSM8K task from an --out directory "
                                              "or its export under items/")

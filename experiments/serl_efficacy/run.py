@@ -40,6 +40,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # this checkout's serl
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from arms import ARMS  # noqa: E402
 from tasks import TASKS, write_task_files  # noqa: E402
 
 SEEDS, HELDOUT = ROOT / "dataset/arith_seed.jsonl", ROOT / "dataset/arith_efficacy_heldout.jsonl"
@@ -59,12 +60,6 @@ TASK_FLAGS = ["--lora_rank", "32", "--lora_alpha", "64", "--save_merged", "true"
               "--save_steps", "1"]  # a LoRA checkpoint is small; an interrupted run loses one step at most
 GUARD_FLAGS = ["--collapse_guard", "watch"]  # arms a and b of a GSM8K task (issue 31, part 3)
 
-ARMS = {
-    "a": ("SeRL: self-instruction + majority vote", ["--enable_self_evolution", "true", "--reward_mode", "majority"]),
-    "b": ("majority vote, seed problems only", ["--enable_self_evolution", "false", "--reward_mode", "majority"]),
-    "c": ("rule reward, seed labels (reference)", ["--enable_self_evolution", "false", "--reward_mode", "rule"]),
-    "d": ("no training", None),
-}
 
 # Fixed before any run, not tuned on anything: the quickstart's generation, filter and
 # instruction settings (configs/quickstart.yaml), a larger batch, and a constant learning rate
