@@ -14,7 +14,7 @@ names, as OpenRLHF's flag and TRL's ``model_init_kwargs`` do: ``eager``, ``sdpa`
 | device | flash-attn importable | load | packed row |
 |---|---|---|---|
 | CPU | - | transformers' default | ``auto``: grouped eager (short bf16 sequences) or SDPA |
-| CUDA, bf16 | yes | ``flash_attention_2`` | ``flash_attention_2``: one ``flash_attn_varlen_func`` call per layer over ``cu_seqlens`` |
+| CUDA, bf16 | yes | ``flash_attention_2`` | ``flash_attention_2``: one ``flash_attn_varlen_func`` per layer |
 | CUDA, bf16 | no | ``sdpa`` | ``sdpa``: causal SDPA per sequence |
 | CUDA, fp32 | - | ``sdpa`` | ``sdpa`` (FlashAttention computes in bf16/fp16 only) |
 
