@@ -104,6 +104,9 @@ class TrainConfig:
     micro_rollout_batch_size: int = _f(16, "sequences per log-prob pass during experience making")
     bf16: bool = _f(False, "bf16 compute in the learner (bf16 weights, fp32 master copy in the optimizer)")
     gradient_checkpointing: bool = _f(False, "recompute activations in backward to save memory")
+    attn_implementation: str = _f("auto", "learner attention: auto (flash-attn varlen on CUDA with bf16 when "
+                                          "installed, else SDPA; CPU unchanged), eager, sdpa, flash_attention_2",
+                                  choices=("auto", "eager", "sdpa", "flash_attention_2"))
     # --- LoRA (peft): train low-rank adapters on the frozen model instead of all its weights
     lora_rank: int = _f(0, "LoRA rank (0 = full fine-tuning); the reference is the base with the adapter off")
     lora_alpha: float = _f(16.0, "LoRA scale: the adapter's update is (lora_alpha / lora_rank) * B @ A")

@@ -29,8 +29,8 @@ SECTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "kl": ("KL to the reference", ("init_kl_coef", "use_kl_loss", "kl_estimator", "kl_clip")),
     "learner": ("learner", (
         "eps_clip", "actor_learning_rate", "lr_warmup_ratio", "min_lr_ratio", "max_norm", "micro_train_batch_size",
-        "train_batch_size", "micro_rollout_batch_size", "bf16", "gradient_checkpointing", "device", "learner",
-        "zero_stage", "adam_offload", "param_offload")),
+        "train_batch_size", "micro_rollout_batch_size", "bf16", "gradient_checkpointing", "attn_implementation",
+        "device", "learner", "zero_stage", "adam_offload", "param_offload")),
     "lora": ("LoRA", ("lora_rank", "lora_alpha", "lora_dropout", "target_modules", "save_merged")),
     "ray": ("Ray and vLLM engines", (
         "ray", "ray_address", "actor_num_nodes", "actor_num_gpus_per_node", "ref_num_nodes",

@@ -47,8 +47,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from serl.engines.learner_core import (LearnerConfig, LearnerCore, Micro, Scorer, attn_implementation,
-                                       lr_multiplier)
+from serl.engines.learner_core import (LearnerConfig, LearnerCore, Micro, Scorer, announce_attention,
+                                       learner_attention, lr_multiplier)
 from serl.engines.torch_learner import tokenizer_for_save
 
 log = logging.getLogger(__name__)
@@ -161,12 +161,12 @@ class DeepSpeedLearner(LearnerCore):
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         torch.manual_seed(cfg.seed)
         dtype = torch.bfloat16 if cfg.bf16 else torch.float32
-        attn = attn_implementation(self.device)
+        choice = learner_attention(cfg)
         conf = ds_config(cfg, self.opts, train=True)
         # Under ZeRO-3 this makes from_pretrained partition the weights while loading,
         # so no rank ever holds the whole model; it must stay alive while models load.
         hf_ds = HfDeepSpeedConfig(conf) if self.opts.zero_stage == 3 else None
-        lm = load_causal_lm(model_path, dtype=dtype, attn_implementation=attn)
+        lm = load_causal_lm(model_path, dtype=dtype, attn_implementation=choice.load)
         lm.train()
         if cfg.grad_checkpointing:
             lm.config.use_cache = False
@@ -187,8 +187,9 @@ class DeepSpeedLearner(LearnerCore):
                 [{"params": [p for p in params if len(shape(p)) >= 2], "weight_decay": cfg.weight_decay},
                  {"params": [p for p in params if len(shape(p)) < 2], "weight_decay": 0.0}],
                 lr=cfg.lr * lr_multiplier(0, cfg), betas=tuple(cfg.adam_betas))
-        scorer = Scorer(lm, pack=cfg.pack)
+        scorer = Scorer(lm, pack=cfg.pack, kernel=choice.packed)
         self.packed = scorer.packed
+        self.attention = announce_attention(choice, self.packed, self.rank)
         self.engine, self.optimizer, _, _ = deepspeed.initialize(
             model=scorer, optimizer=optimizer, config=conf,
             model_parameters=None if optimizer else [p for p in lm.parameters() if p.requires_grad])
@@ -204,13 +205,13 @@ class DeepSpeedLearner(LearnerCore):
 
             self.ref = ReferenceNet(self.engine, self.lora, self._gather_many)
         elif need_ref:
-            ref = load_causal_lm(model_path, dtype=dtype, attn_implementation=attn).eval()
+            ref = load_causal_lm(model_path, dtype=dtype, attn_implementation=choice.load).eval()
             ref.requires_grad_(False)
             if self.opts.zero_stage == 3:
-                self.ref, *_ = deepspeed.initialize(model=Scorer(ref, pack=self.packed),
+                self.ref, *_ = deepspeed.initialize(model=Scorer(ref, pack=self.packed, kernel=choice.packed),
                                                     config=ds_config(cfg, self.opts, False))
             else:
-                self.ref = Scorer(ref, pack=self.packed).to(self.device)
+                self.ref = Scorer(ref, pack=self.packed, kernel=choice.packed).to(self.device)
         del hf_ds
         self.updates = 0
         self.skipped_total = 0

@@ -30,6 +30,7 @@ from torch import Tensor
 from serl.algos.kl import KL_CLIP, canonical_kl, check_kl_clip
 from serl.algos.losses import LOSS_AGGREGATIONS
 from serl.algos.objectives import ObjectiveInput, get_objective
+from serl.engines.attention import IMPLEMENTATIONS, AttentionChoice, choose_attention
 from serl.engines.base import TrainBatch
 from serl.engines.micro import Micro, micro_batches, pad_values  # noqa: F401  (re-exported)
 from serl.engines.token_logprobs import reference_token_logprobs, token_logprobs
@@ -52,6 +53,7 @@ class LearnerConfig:
     bf16: bool = False  # bf16 compute; master weights and Adam stay fp32
     bf16_weights: bool = True  # with bf16: keep the weights in bf16 beside an fp32 master copy (TorchLearner without LoRA; with LoRA, the adapted layers' frozen weights in bf16), instead of autocast casting fp32 weights every pass
     pack: bool = True  # pack each micro-batch's sequences into one row (no padding); falls back to padding, with a warning, for models without pluggable attention
+    attn_implementation: str = "auto"  # auto | eager | sdpa | flash_attention_2 (serl.engines.attention)
     fused_logprobs: bool = True  # log-softmax/gather over the vocabulary a block of rows at a time (False: full-size fp32 tensors)
     grad_checkpointing: bool = False  # recompute activations in backward to save memory
     eps_clip_low: float = 0.2  # PPO clip range below 1
@@ -87,6 +89,9 @@ class LearnerConfig:
         except ValueError as e:
             raise ValueError(f"LearnerConfig.kl_clip: {e}") from None
         get_objective(self.objective)
+        if self.attn_implementation not in IMPLEMENTATIONS:
+            raise ValueError(f"LearnerConfig.attn_implementation must be one of {IMPLEMENTATIONS}, "
+                             f"got {self.attn_implementation!r}")
         for name in ("micro_batch_size", "total_steps", "ppo_epochs"):
             if getattr(self, name) < 1:
                 raise ValueError(f"LearnerConfig.{name} must be >= 1, got {getattr(self, name)}")
@@ -114,21 +119,26 @@ def lr_multiplier(update: int, cfg: LearnerConfig) -> float:
     return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
-def attn_implementation(device: str) -> str | None:
-    """flash-attn on a GPU when installed, SDPA otherwise; transformers' default on CPU."""
-    if device != "cuda":
-        return None
-    import importlib.util
+def learner_attention(cfg: LearnerConfig) -> AttentionChoice:
+    """The attention a learner with ``cfg`` runs (``serl.engines.attention``)."""
+    return choose_attention(cfg.device, cfg.attn_implementation, cfg.bf16)
 
-    return "flash_attention_2" if importlib.util.find_spec("flash_attn") else "sdpa"
+
+def announce_attention(choice: AttentionChoice, packed: bool, rank: int = 0) -> str:
+    """The start-up line saying which attention runs (logged once, by rank 0); returned."""
+    line = choice.describe(packed)
+    if rank == 0:
+        log.info("attention: %s", line)
+    return line
 
 
 class Scorer(torch.nn.Module):
     """The causal LM, returning only the logits of positions that predict response tokens
     (DeepSpeed needs its engine to be the root of every forward). ``pack``: switch the
-    model to packed attention if it can take it (``self.packed`` says if it did)."""
+    model to packed attention running ``kernel`` if it can take it (``self.packed`` says
+    if it did)."""
 
-    def __init__(self, lm, pack: bool = False):
+    def __init__(self, lm, pack: bool = False, kernel: str = "auto"):
         super().__init__()
         self.lm = lm
         self.packed = False
@@ -136,7 +146,7 @@ class Scorer(torch.nn.Module):
             from serl.engines.varlen import use_varlen
 
             try:
-                use_varlen(lm)
+                use_varlen(lm, kernel)
                 self.packed = True
             except ValueError as e:
                 log.warning("sequence packing off, micro-batches are padded: %s", e)

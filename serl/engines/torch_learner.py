@@ -33,8 +33,8 @@ from typing import Iterator
 import torch
 from torch import Tensor
 
-from serl.engines.learner_core import (LearnerConfig, LearnerCore, Scorer, attn_implementation,
-                                       lr_multiplier)
+from serl.engines.learner_core import (LearnerConfig, LearnerCore, Scorer, announce_attention,
+                                       learner_attention, lr_multiplier)
 from serl.engines.master_weights import MasterWeights, cast_parameters
 
 log = logging.getLogger(__name__)
@@ -67,8 +67,8 @@ class TorchLearner(LearnerCore):
         self.tokenizer = tokenizer
         self.device = cfg.device
         torch.manual_seed(cfg.seed)
-        attn = attn_implementation(self.device)
-        self.policy = load_causal_lm(model_path, dtype=torch.float32, attn_implementation=attn).to(self.device)
+        choice = learner_attention(cfg)
+        self.policy = load_causal_lm(model_path, dtype=torch.float32, attn_implementation=choice.load).to(self.device)
         self.policy.train(trainable)
         self.policy.requires_grad_(trainable)
         if cfg.grad_checkpointing and trainable:
@@ -92,14 +92,15 @@ class TorchLearner(LearnerCore):
             cast_parameters(self.policy, torch.bfloat16)
         self.ref = None
         if need_ref and self.lora is None:  # under LoRA the reference is the base, adapter off
-            self.ref = load_causal_lm(model_path, dtype=torch.float32, attn_implementation=attn)
+            self.ref = load_causal_lm(model_path, dtype=torch.float32, attn_implementation=choice.load)
             self.ref = self.ref.to(self.device).eval()
             self.ref.requires_grad_(False)
             if self.bf16_weights:
                 cast_parameters(self.ref, torch.bfloat16)
-        self._nets = {"policy": Scorer(self.policy, pack=cfg.pack),
-                      "ref": Scorer(self.ref, pack=cfg.pack) if self.ref is not None else None}
+        self._nets = {"policy": Scorer(self.policy, pack=cfg.pack, kernel=choice.packed),
+                      "ref": Scorer(self.ref, pack=cfg.pack, kernel=choice.packed) if self.ref is not None else None}
         self.packed = self._nets["policy"].packed
+        self.attention = announce_attention(choice, self.packed)
         if self.lora is not None and need_ref:
             from serl.engines.lora import ReferenceNet
 

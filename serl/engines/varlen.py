@@ -8,8 +8,13 @@ runs causal attention on each piece (``sum(len²)`` work, as padded rows would):
 bf16 pieces on a CPU by plain matmuls (faster than SDPA's CPU flash kernel there, see
 ``EAGER_MAX_LEN``), the rest through transformers' own ``sdpa_attention_forward``.
 
+On CUDA with flash-attn (``serl.engines.attention`` decides) the whole row instead goes
+through one ``flash_attn_varlen_func`` call with the sequences' ``cu_seqlens``: no Python
+loop over sequences, no per-sequence kernel launches.
+
 It is installed as a transformers attention implementation (``AttentionInterface``)
-named ``serl_varlen``. The scorer calls the model with ``attention_mask=None``, the
+named ``serl_varlen`` (``serl_varlen_eager``, ``_torch``, ``_fa2`` for the other kernels, see
+``KERNELS``). The scorer calls the model with ``attention_mask=None``, the
 packed ``position_ids`` (rotary positions restart at 0 for each sequence) and
 ``serl_seq_lens``, which the decoder layers pass through to the attention as a keyword;
 for that call no mask is built. Any other call of the model (no ``serl_seq_lens``) gets
@@ -21,10 +26,15 @@ with the wrong attention.
 """
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 from torch import Tensor
 
 VARLEN = "serl_varlen"
+# what runs on a packed row: auto (grouped eager for short bf16 sequences on a CPU, else
+# SDPA), eager or SDPA per sequence, or flash-attn's varlen kernel over the whole row
+KERNELS = ("auto", "eager", "sdpa", "flash_attention_2")
 # On a CPU, bf16 sequences up to this length take grouped eager attention (plain matmuls
 # and a softmax over the [n, n] scores), longer ones SDPA's flash kernel. On a 2-core Zen 4
 # (no AMX), fwd+bwd of 4 x 384 tokens took 43 ms eager against 83 ms flash, 2 x 640
@@ -33,8 +43,18 @@ EAGER_MAX_LEN = 512
 _calls = [0]  # attention calls so far: the scorer checks that the model routed through us
 
 
+# transformers implementation names; they avoid "flash" and "sdpa", which transformers
+# matches as substrings to treat a model as running its own FlashAttention or SDPA
+_NAMES = {"auto": VARLEN, "eager": f"{VARLEN}_eager", "sdpa": f"{VARLEN}_torch", "flash_attention_2": f"{VARLEN}_fa2"}
+
+
+def impl_name(kernel: str) -> str:
+    """The transformers implementation name of ``kernel``'s packed attention."""
+    return _NAMES[kernel]
+
+
 def varlen_attention(module, query: Tensor, key: Tensor, value: Tensor, attention_mask, dropout: float = 0.0,
-                     scaling: float | None = None, **kwargs) -> tuple[Tensor, None]:
+                     scaling: float | None = None, kernel: str = "auto", **kwargs) -> tuple[Tensor, None]:
     """Causal attention within each packed sequence. query: [1, H, T, D]; key, value:
     [1, Hkv, T, D]; returns [1, T, H, D] as transformers' attention functions do."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
@@ -58,15 +78,61 @@ def varlen_attention(module, query: Tensor, key: Tensor, value: Tensor, attentio
             raise ValueError(f"{VARLEN}: the model's attention uses {name}; set LearnerConfig.pack=False")
     _calls[0] += 1
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    if kernel == "flash_attention_2":
+        return _flash_varlen(query, key, value, lens, scale, dropout), None
     outs = []
     for q, k, v in zip(query.split(lens, 2), key.split(lens, 2), value.split(lens, 2)):
-        if (query.device.type == "cpu" and query.dtype == torch.bfloat16 and q.shape[2] <= EAGER_MAX_LEN
-                and not (dropout and module.training)):
+        if _eager_piece(kernel, q, dropout and module.training):
             outs.append(_grouped_eager(q, k, v, scale))
         else:
             outs.append(sdpa_attention_forward(module, q, k, v, None, dropout=dropout, scaling=scale,
                                                is_causal=True)[0])
     return (outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)), None
+
+
+def _eager_piece(kernel: str, q: Tensor, dropout: bool) -> bool:
+    """Whether this sequence's attention runs as grouped eager (else SDPA); eager has no dropout."""
+    if dropout or kernel == "sdpa":
+        return False
+    if kernel == "eager":
+        return True
+    return q.device.type == "cpu" and q.dtype == torch.bfloat16 and q.shape[2] <= EAGER_MAX_LEN
+
+
+def _flash_varlen(query: Tensor, key: Tensor, value: Tensor, lens, scale: float, dropout: float) -> Tensor:
+    """All sequences of the row in one flash-attn varlen call; returns [1, T, H, D].
+    flash-attn takes [T, H, D] with key/value heads shared by query groups (as repeat_kv)."""
+    from flash_attn import flash_attn_varlen_func
+
+    q, k, v = (t[0].transpose(0, 1) for t in (query, key, value))
+    if q.dtype not in (torch.float16, torch.bfloat16):  # fp32 rotary output under autocast
+        dev = q.device.type
+        if not torch.is_autocast_enabled(dev):
+            raise RuntimeError(f"{impl_name('flash_attention_2')}: flash-attn computes in bf16/fp16, "
+                               f"got {q.dtype} outside autocast")
+        dt = torch.get_autocast_dtype(dev)
+        q, k, v = q.to(dt), k.to(dt), v.to(dt)
+    cu = _cu_seqlens(tuple(lens), q.device)
+    out = flash_attn_varlen_func(q, k, v, cu, cu, max(lens), max(lens), dropout_p=dropout,
+                                 softmax_scale=scale, causal=True)
+    return out.unsqueeze(0)
+
+
+_cu: dict = {}
+
+
+def _cu_seqlens(lens: tuple[int, ...], device) -> Tensor:
+    """Cumulative sequence starts [0, n0, n0+n1, ...] as int32 on ``device``; cached, as every
+    layer of one forward asks for the same."""
+    key = (lens, str(device))
+    if key not in _cu:
+        if len(_cu) > 64:
+            _cu.clear()
+        starts = [0]
+        for n in lens:
+            starts.append(starts[-1] + n)
+        _cu[key] = torch.tensor(starts, dtype=torch.int32, device=device)
+    return _cu[key]
 
 
 def _grouped_eager(q: Tensor, k: Tensor, v: Tensor, scale: float) -> Tensor:
@@ -94,13 +160,18 @@ def _causal_bias(n: int, like: Tensor) -> Tensor:
     return _bias[key]
 
 
-def use_varlen(lm) -> None:
-    """Switch ``lm`` (a transformers causal LM) to packed attention, or raise why not."""
+def use_varlen(lm, kernel: str = "auto") -> None:
+    """Switch ``lm`` (a transformers causal LM) to packed attention running ``kernel``,
+    or raise why not."""
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface
 
-    AttentionInterface.register(VARLEN, varlen_attention)
-    AttentionMaskInterface.register(VARLEN, _mask)
+    if kernel not in KERNELS:
+        raise ValueError(f"packed attention kernel must be one of {KERNELS}, got {kernel!r}")
+    name = impl_name(kernel)
+    AttentionInterface.register(name, varlen_attention if kernel == "auto" else partial(varlen_attention,
+                                                                                         kernel=kernel))
+    AttentionMaskInterface.register(name, _mask)
     config = lm.config
     if getattr(config, "attn_logit_softcapping", None):
         raise ValueError(f"{type(lm).__name__}: soft-capped attention is not supported with packing; "
@@ -109,9 +180,9 @@ def use_varlen(lm) -> None:
     if can is None or not can():
         raise ValueError(f"{type(lm).__name__} does not take pluggable attention (transformers' "
                          "AttentionInterface); set LearnerConfig.pack=False")
-    lm.set_attn_implementation(VARLEN)
-    if config._attn_implementation != VARLEN:
-        raise ValueError(f"{type(lm).__name__}: could not switch attention to {VARLEN}; "
+    lm.set_attn_implementation(name)
+    if config._attn_implementation != name:
+        raise ValueError(f"{type(lm).__name__}: could not switch attention to {name}; "
                          "set LearnerConfig.pack=False")
 
 
