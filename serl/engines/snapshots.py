@@ -81,3 +81,29 @@ class WeightSwitcher:
 
     def clear(self) -> None:
         self.cache.clear()
+
+
+class SnapshotTrash:
+    """Snapshot files pushed out of a population, deleted only once no kept checkpoint can need them:
+    a checkpoint at step s restores the population as it was at s, so a file evicted at step e may
+    go once a complete checkpoint at a step >= e exists. Its state is a list of (step, path)."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir, self.items = Path(run_dir), []
+
+    def add(self, step: int, paths: Iterable[str]) -> None:
+        self.items += [(int(step), str(p)) for p in paths]
+
+    def empty(self) -> None:
+        from serl.checkpoint import newest_step
+
+        newest = newest_step(self.run_dir) if self.items else 0
+        for _, p in [t for t in self.items if t[0] <= newest]:
+            (self.run_dir / p).unlink(missing_ok=True)
+        self.items = [t for t in self.items if t[0] > newest]
+
+    def state_dict(self) -> list:
+        return list(self.items)
+
+    def load_state_dict(self, items) -> None:
+        self.items = [(int(s), str(p)) for s, p in items]

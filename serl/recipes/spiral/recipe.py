@@ -26,9 +26,8 @@ from functools import partial
 import torch
 
 from serl.algos.rae import RoleBaselines, turn_advantages
-from serl.checkpoint import newest_step
 from serl.engines.base import Sampling, TrainBatch
-from serl.engines.snapshots import CURRENT, WeightSwitcher, save_snapshot
+from serl.engines.snapshots import CURRENT, SnapshotTrash, WeightSwitcher, save_snapshot
 from serl.eval.games import evaluate_games
 from serl.games import make_game
 from serl.games.actions import parser_options
@@ -96,7 +95,7 @@ class SpiralRecipe(Recipe):
         self.pool = SnapshotPool(cfg.population_size, cfg.population_every, seed=cfg.seed) \
             if cfg.opponent == "population" else None
         self.fixed = str(cfg.opponent_path()) if cfg.opponent_path() else None
-        self.trash: list[tuple[int, str]] = []  # (step evicted, snapshot path) awaiting deletion
+        self.trash = SnapshotTrash(self.run_dir)  # evicted snapshots, deleted once no checkpoint needs them
         self.switch = WeightSwitcher(self.generator, self.learner.named_weights)
         self.sampling = Sampling(cfg.generate_max_len, cfg.temperature, cfg.top_p)
         self.rule = RewardRule(invalid=cfg.invalid_penalty, invalid_opponent=cfg.invalid_opponent_reward,
@@ -107,7 +106,7 @@ class SpiralRecipe(Recipe):
     def collect(self, step: int):
         cfg = self.cfg
         self.switch_counts = self.switch.loads, self.switch.reads
-        self.empty_trash()
+        self.trash.empty()
         games, seats, policies, kinds = self.deal(step)                             # 1. games, opponents
         turns, episodes = play_lockstep(games, seats, policies, rule=self.rule,      # 2. play
                                         max_turns=cfg.max_turns or None, prompt=self.prompt,
@@ -202,14 +201,7 @@ class SpiralRecipe(Recipe):
     def add_snapshot(self, step: int) -> None:
         rel = f"{SNAPSHOT_DIR}/step_{step:06d}.safetensors"
         save_snapshot(self.learner.named_weights(), self.run_dir / rel)
-        self.trash += [(step, p) for p in self.pool.add(rel)]
-
-    def empty_trash(self) -> None:
-        """Delete evicted snapshots that no kept checkpoint can need any more."""
-        newest = newest_step(self.run_dir) if self.trash else 0
-        for s, p in [t for t in self.trash if t[0] <= newest]:
-            (self.run_dir / p).unlink(missing_ok=True)
-        self.trash = [t for t in self.trash if t[0] > newest]
+        self.trash.add(step, self.pool.add(rel))
 
     def evaluate(self, games) -> dict[str, float]:
         """Games against uniform random (seats alternated, fixed deals) and Kuhn exploitability."""
@@ -230,7 +222,7 @@ class SpiralRecipe(Recipe):
 
     # ---- checkpointed state ------------------------------------------------------------------------------
     def state_dict(self) -> dict:
-        return {"baselines": self.baselines.state_dict(), "trash": list(self.trash),
+        return {"baselines": self.baselines.state_dict(), "trash": self.trash.state_dict(),
                 "pool": self.pool.state_dict() if self.pool is not None else None}
 
     def load_state_dict(self, state: dict) -> None:
@@ -240,7 +232,7 @@ class SpiralRecipe(Recipe):
             missing = [p for p in self.pool.snapshots if not (self.run_dir / p).is_file()]
             if missing:
                 raise FileNotFoundError(f"{self.run_dir}: population snapshot {missing[0]} is missing")
-        self.trash = [(int(s), str(p)) for s, p in state["trash"]]
+        self.trash.load_state_dict(state["trash"])
 
 
 Recipe = SpiralRecipe

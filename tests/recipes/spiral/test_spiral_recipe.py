@@ -140,8 +140,8 @@ def test_population_snapshots_switching_and_eviction(tmp_path):
     state = recipe.state_dict()
     (tmp_path / "checkpoints/step_000002").mkdir(parents=True)
     (tmp_path / "checkpoints/step_000002/COMPLETE").write_text("")
-    recipe.empty_trash()
-    assert not snap1.exists() and recipe.trash == []
+    recipe.trash.empty()
+    assert not snap1.exists() and recipe.trash.items == []
 
     other, *_ = make(tmp_path, "--games", "kuhn_poker", "--games_per_step", "6", "--opponent",
                      "population", "--population_size", "2", "--population_every", "1")
