@@ -23,9 +23,10 @@ def game_prompt(show_legal_actions: bool = True, example: bool = True):
     return partial(render_prompt, show_legal_actions=show_legal_actions, example=example)
 
 
-def open_generator(model: str, kind: str = "auto", seed: int = 0, kv_cache_gib: float = 0.5,
+def open_generator(model: str, kind: str = "auto", seed: int = 0, kv_cache_gib: float = 2.0,
                    max_model_len: int = 2048):
-    """(tokenizer, generator) for ``model`` (a name serl.models knows, or a directory)."""
+    """(tokenizer, generator) for ``model`` (a name serl.models knows, or a directory). The stages that
+    use it run alone (no learner beside them), so vLLM gets serl's default 2 GiB KV cache."""
     from serl.engines.factory import make_generator
     from serl.models import load_tokenizer, resolve_model
 
