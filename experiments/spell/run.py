@@ -188,7 +188,11 @@ def main_stronger(args, extra: list[str]) -> int:
         t1 = time.time()
         r = subprocess.run([sys.executable, "-m", "serl.cli", "train", *cmd], cwd=ROOT)
         with open(out / "timing.jsonl", "a") as f:
-            f.write(json.dumps({"arm": arm, "wall_s": round(time.time() - t1, 1), "rc": r.returncode}) + "\n")
+            import resource  # the largest resident set of any finished child so far (KiB), not their sum
+
+            rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2 ** 20
+            f.write(json.dumps({"arm": arm, "wall_s": round(time.time() - t1, 1), "rc": r.returncode,
+                                "max_child_rss_gib": round(rss, 2)}) + "\n")
         if r.returncode:
             raise SystemExit(f"{arm}: serl train exited with {r.returncode}; rerun with --resume")
     print(stronger.report(args, out, args.arms, decision))

@@ -137,7 +137,9 @@ def run_arm(a, name: str, arm: list[str]) -> Path:
     print(f"{name}: serl {' '.join(cmd)}", flush=True)
     wall, cpu = time.time(), cpu_seconds()
     code = train(cmd)
-    timing = {"wall_s": round(time.time() - wall, 1), "cpu_s": round(cpu_seconds() - cpu, 1), "command": cmd[:3]}
+    timing = {"wall_s": round(time.time() - wall, 1), "cpu_s": round(cpu_seconds() - cpu, 1), "command": cmd[:3],
+              # the largest resident set of any finished child process so far (Linux: KiB), not their sum
+              "max_child_rss_gib": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2 ** 20, 2)}
     with open(run_dir / "timing.jsonl", "a") as f:  # one line per (re)start of the arm
         f.write(json.dumps(timing) + "\n")
     if code:
