@@ -136,7 +136,12 @@ def plot(run: Path, path: Path) -> None:
         ax.set_title(key, fontsize=10)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
-    fig.suptitle("SPELL on SmolLM2-135M-Instruct: per-step role metrics")
+    import yaml
+
+    cfg = run / "config.yaml"
+    model = (yaml.safe_load(cfg.read_text()) or {}).get("model") if cfg.is_file() else None
+    name = "SmolLM2-135M-Instruct" if model in (None, "", "smollm2") else Path(str(model)).name
+    fig.suptitle(f"SPELL on {name}: per-step role metrics ({run.name})")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
