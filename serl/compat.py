@@ -30,6 +30,11 @@ FLAGS = {
     "env_ids": ("games", ("spiral",)),            # spiral-rl: TextArena ids, space-separated
     "env_id": ("games", ("spiral",)),
     "num_ppo_epochs": ("ppo_epochs", ("spiral",)),
+    # spiral-rl's gamma discounts a player's earlier turns (A * gamma**k, k = its later turns), not tokens
+    "gamma": ("turn_discount", ("spiral",)),
+    "role_baseline_ema_gamma": ("rae_alpha", ("spiral",)),
+    "use_role_baseline": ("rae", ("spiral",)),
+    "fsp_update_interval": ("population_every", ("spiral",)),
     "generate_max_length": ("generate_max_len", None),
 }
 
@@ -128,6 +133,13 @@ def rewrite(argv: list[str]) -> list[str]:
             if vals and vals[0].lower() not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
                 raise ConfigError(f"--fsp_enabled: expected true or false, got {vals[0]!r}")
             out += ["--opponent", "population"] if on else []
+            i = j
+            continue
+        if name == "fsp_pool_size" and recipe == "spiral":  # spiral-rl counts snapshots; serl the current too
+            vals, j = ([inline], i + 1) if eq else _values(argv, i)
+            if len(vals) != 1 or not vals[0].strip().isdigit() or int(vals[0]) < 1:
+                raise ConfigError(f"--fsp_pool_size: expected a whole number >= 1, got {' '.join(vals) or 'no value'}")
+            out += ["--population_size", str(int(vals[0]) + 1)]
             i = j
             continue
         if name == "beta" and recipe == "spiral":  # spiral-rl's --beta is the KL coefficient

@@ -21,6 +21,9 @@ def serl(*args):
     (["--opponent", "fixed:no/such/snapshot.safetensors"], "snapshot path 'no/such/snapshot.safetensors' "
                                                            "does not exist"),
     (["--opponent", "everyone"], "opponent: must be self, random, population or fixed:PATH"),
+    (["--fsp_start_from", "3"], "fsp_start_from: delays the population, but --opponent is 'self'"),
+    (["--filter_draw", "--max_draw_retries", "-1"], "max_draw_retries: must be >= 0, got -1"),
+    (["--gamma", "1.5"], "turn_discount: must be in [0, 1], got 1.5"),
 ])
 def test_train_refuses_with_exit_2_and_no_run_dir(tmp_path, flags, message):
     run_dir = tmp_path / "run"
