@@ -35,7 +35,7 @@ def test_random_games_of_every_kind():
     games = [make_game(name).reset(seed) for seed in range(3) for name in GAMES]
     seats = pair_seats(["random"] * len(games))
     turns, episodes = play_lockstep(games, seats, {"current": RandomPolicy(0), "random": RandomPolicy(1)})
-    assert [ep.index for ep in episodes] == list(range(12)) and all(g.done for g in games)
+    assert [ep.index for ep in episodes] == list(range(3 * len(GAMES))) and all(g.done for g in games)
     for ep in episodes:
         mine = [t for t in turns if t.episode == ep.index]
         assert len(mine) == ep.turns and all(t.status == "ok" and t.action for t in mine)

@@ -21,7 +21,7 @@ OPPONENT_MODES = ("self", "random", "population")  # plus "fixed:PATH"
 class SpiralOptions:
     games: str = option("kuhn_poker,tictactoe", "comma-separated games to train on (each step cycles "
                                                 "through them): tictactoe, kuhn_poker, simple_negotiation, "
-                                                "liars_dice")
+                                                "liars_dice, nim")
     kuhn_rules: str = option("standard", "Kuhn Poker payoffs: standard (bets and calls grow the pot) or "
                                          "spiral (upstream's fixed pot of 1 chip)", choices=("standard", "spiral"))
     games_per_step: int = option(16, "games played per training step, split evenly over --games")

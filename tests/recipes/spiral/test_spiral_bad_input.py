@@ -16,7 +16,7 @@ def serl(*args):
 
 @pytest.mark.parametrize("flags,message", [
     (["--games", "kuhn_poker,chess"], "unknown game 'chess'; known games: tictactoe, kuhn_poker, "
-                                      "simple_negotiation, liars_dice"),
+                                      "simple_negotiation, liars_dice, nim"),
     (["--opponent", "population", "--population_size", "0"], "population_size: must be >= 1, got 0"),
     (["--opponent", "fixed:no/such/snapshot.safetensors"], "snapshot path 'no/such/snapshot.safetensors' "
                                                            "does not exist"),

@@ -238,3 +238,13 @@ def test_fsp_start_from_keeps_self_play_until_the_population_starts(tmp_path):
     assert m1["spiral/opponent/self"] == m2["spiral/opponent/self"] == 1.0  # 0 and 1 steps trained: < 2
     assert m1["spiral/population/size"] == 1 and m2["spiral/population/size"] == 2  # first snapshot: step 2
     assert m3["spiral/opponent/snapshot"] > 0 and recipe.pool.snapshots[0] == "snapshots/step_000002.safetensors"
+
+
+def test_nim_trains_beside_a_spiral_game(tmp_path):
+    recipe, gen, learner = make(tmp_path, "--games", "nim,kuhn_poker", "--games_per_step", "4",
+                                "--filter_zero_adv", "false")
+    m = recipe.step(1)
+    for role in (0, 1):  # Nim always has a winner: the player who took the last stone
+        assert m[f"spiral/nim/role{role}/draw_rate"] == 0.0
+        assert m[f"spiral/nim/role{role}/win_rate"] + m[f"spiral/nim/role{role}/loss_rate"] == 1.0
+    assert m["spiral/invalid_rate"] == 0.0 and m["train/samples"] == m["spiral/learner_turns"]
