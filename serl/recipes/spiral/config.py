@@ -99,9 +99,7 @@ class Config(SpiralOptions, TrainConfig):
             raise ConfigError(f"opponent: snapshot path {str(path)!r} does not exist")
         if path is not None and path.is_dir() and not list(path.glob("*.safetensors")):
             raise ConfigError(f"opponent: {str(path)!r} holds no .safetensors weights")
-        if self.population_size < 1:
-            raise ConfigError(f"population_size: must be >= 1, got {self.population_size}")
-        for name in ("population_every", "games_per_step", "ppo_epochs"):
+        for name in ("population_size", "population_every", "games_per_step", "ppo_epochs"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name}: must be >= 1, got {getattr(self, name)}")
         for name in ("max_turns", "eval_games", "exploit_samples", "max_draw_retries", "fsp_start_from"):
@@ -110,9 +108,8 @@ class Config(SpiralOptions, TrainConfig):
         if self.fsp_start_from and self.opponent != "population":
             raise ConfigError(f"fsp_start_from: delays the population, but --opponent is {self.opponent!r}; "
                               f"use --opponent population (spiral-rl: fsp_enabled=True)")
-        if not 0.0 <= self.turn_discount <= 1.0:
-            raise ConfigError(f"turn_discount: must be in [0, 1], got {self.turn_discount}")
-        if not 0.0 <= self.rae_alpha <= 1.0:
-            raise ConfigError(f"rae_alpha: must be in [0, 1], got {self.rae_alpha}")
+        for name in ("rae_alpha", "turn_discount"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ConfigError(f"{name}: must be in [0, 1], got {getattr(self, name)}")
         if self.exploit_samples and "kuhn_poker" not in self.game_list():
             raise ConfigError("exploit_samples: the exploitability is Kuhn Poker's; add kuhn_poker to --games")

@@ -124,12 +124,11 @@ class SpiralRecipe(Recipe):
         return self.make_batch(scored, metrics), metrics                            # 4. update, sync: serl.step
 
     def after_update(self, step: int, metrics: dict, updated: bool) -> None:
-        cfg = self.cfg
         if updated:  # the generator serves the weights just synced
             self.switch.serving_current()
         else:
             self.switch.use(CURRENT)
-        if self.pool is not None and self.pool.due(step) and step >= cfg.fsp_start_from:  # 5. population
+        if self.pool is not None and self.pool.due(step) and step >= self.cfg.fsp_start_from:  # 5. population
             with self.timed("snapshot"):
                 self.add_snapshot(step)
         loads, reads = self.switch_counts

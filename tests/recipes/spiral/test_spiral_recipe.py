@@ -7,7 +7,7 @@ import torch
 
 from serl import run_state
 from serl.config import parse_args
-from serl.engines.base import Completion
+from serl.engines.base import Completion, TrainBatch
 from serl.engines.snapshots import CURRENT, load_snapshot
 from serl.recipes.base import RunContext
 from serl.recipes.spiral.recipe import SpiralRecipe
@@ -210,6 +210,7 @@ def test_invalid_move_shaping_rae_and_turn_discount_by_hand(tmp_path):
     recipe, gen, learner = make(tmp_path, "--games", "tictactoe", "--games_per_step", "1", "--turn_discount", "0.5",
                                 gen=LegalTwice())
     m = recipe.step(1)
+    assert isinstance(learner.batches[0], TrainBatch)  # the runner's batch type (serl/step.py)
     # R = (-1.5, 0.5); fresh baselines: A0 = -1.5, A1 = 0.5; seat 0's first turn has one more after it
     assert [a.tolist() for a in learner.batches[0].advantages] == [[-0.75] * 3, [0.5] * 3, [-1.5] * 3]
     assert m["spiral/baseline/tictactoe/role0"] == pytest.approx(0.05 * -1.5)  # -0.075
