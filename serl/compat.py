@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 
-from serl.config import ConfigError
+from serl.config import ConfigError, _flag_value, _read_yaml
 
 # a flag of another project -> (serl flag, recipes it applies to; None = every recipe)
 FLAGS = {
@@ -89,7 +89,8 @@ def _recipe(argv: list[str]) -> str:
         m = _OVERRIDE.match(a)
         if m and m.group(1) == "recipe":
             return m.group(2)
-    return ""
+    conf = _flag_value(argv, "--config")  # a flat YAML file naming the recipe
+    return str(_read_yaml(conf)[1].get("recipe") or "") if conf else ""
 
 
 def _values(argv: list[str], i: int) -> tuple[list[str], int]:
@@ -169,8 +170,6 @@ def _expand_yaml(argv: list[str]) -> list[str]:
             a.split("=", 1)[1] if a.startswith("--config=") else None)
         if path is None:
             continue
-        from serl.config import _read_yaml
-
         p, data = _read_yaml(path)
         if not any(isinstance(v, dict) for v in data.values()):
             return argv  # a flat file: the parser reads it as always
