@@ -88,6 +88,8 @@ def _worker_main(conn, path: str, shown: str) -> None:
             reply = ("error", f"{_where(p, e)}: reward_func raised {type(e).__name__}: {str(e)[:300]}")
         try:
             conn.send(reply)
+        except (OSError, EOFError):  # the parent is gone
+            return
         except Exception as e:  # an object that does not pickle
             conn.send(("error", f"{shown}: reward_func returned what cannot be sent back "
                                 f"({type(e).__name__}: {str(e)[:200]})"))

@@ -96,3 +96,23 @@ def test_a_reward_file_that_ends_its_process_is_reported(tmp_path):
     with pytest.raises(RemoteRewardError, match=r"exit\.py: the reward file's process ended \(exit code 3\)"):
         src.rewards(["a"], [""], [None])
     assert time.monotonic() - t0 < 10  # noticed at once, not at the limit
+
+
+def test_a_reply_that_cannot_be_sent_back_is_named(tmp_path):
+    path = _write(tmp_path, "def reward_func(queries, prompts, labels):\n    return [lambda: 1]\n", "lam.py")
+    src = FileReward(path, timeout=30)
+    with pytest.raises(RemoteRewardError, match=r"lam\.py: reward_func returned what cannot be sent back"):
+        src.rewards(["a"], [""], [None])
+    src.close()
+
+
+def test_the_worker_ends_when_its_parent_dies_without_cleaning_up(tmp_path):
+    import subprocess
+    import sys
+
+    path = _write(tmp_path, "def reward_func(queries, prompts, labels):\n    return [0.0] * len(queries)\n")
+    code = ("import os\nfrom serl.rewards.reward_file import FileReward\n"
+            f"src = FileReward({path!r}, timeout=30)\nprint(src.proc.pid, flush=True)\nos._exit(0)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert _gone(int(out.stdout.split()[0]), within=10)  # no atexit ran: the pipe's end did it
