@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
 import time
 import urllib.parse
 from pathlib import Path
@@ -37,6 +38,8 @@ from serl.rewards.remote_reply import RemoteRewardError, Reply, _logs_of, _rewar
 from serl.rewards.reward_file import FileReward
 
 MAX_REPLY_BYTES = 64 * 2**20
+# query keys that hold credentials (api_key=, token=, access_token=, sig=, ...)
+_SECRET_KEY = re.compile(r"key|token|secret|passw|auth|sig|credential", re.IGNORECASE)
 MAX_BACKOFF_S = 30.0
 
 
@@ -61,6 +64,11 @@ def check_spec(spec: str) -> str | None:
         if u.username is not None or u.password is not None:
             return "a URL with user:password@ is refused (it would be saved in config.yaml); serve the " \
                    "reward without credentials on a trusted network, or use a reward file"
+        keys = [k for k, _ in urllib.parse.parse_qsl(u.query, keep_blank_values=True)]
+        secret = next((k for k in keys if _SECRET_KEY.search(k)), None)
+        if secret is not None:  # the key's name only, never its value
+            return f"a URL whose query carries a credential ({secret!r}) is refused (it would be saved in " \
+                   f"config.yaml); serve the reward without credentials on a trusted network, or use a reward file"
         try:
             u.port
         except ValueError:
