@@ -21,8 +21,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-import torch
-
 from serl.data.corpus import Cluster
 from serl.engines.base import Completion, TrainBatch
 from serl.rewards.json_extract import extract_json_fields
@@ -158,16 +156,6 @@ class RoleGroups:
         self.verifier += verifier_groups(q, band)
 
 
-def concat(batches: list[TrainBatch | None]) -> TrainBatch | None:
-    """One batch with the rows of all of ``batches`` (None entries skipped)."""
-    parts = [b for b in batches if b is not None and b.response_ids]
-    if not parts:
-        return None
-    return TrainBatch(prompt_ids=[p for b in parts for p in b.prompt_ids],
-                      response_ids=[r for b in parts for r in b.response_ids],
-                      advantages=[a for b in parts for a in b.advantages])
-
-
 def role_batches(groups: RoleGroups, group_batch) -> dict[str, TrainBatch | None]:
     """Per-role batches with advantages from ``group_batch(groups, rewards)`` (the run's
     estimator, group-normalised by default): responder within each question's samples,
@@ -180,14 +168,6 @@ def role_batches(groups: RoleGroups, group_batch) -> dict[str, TrainBatch | None
         if gs:
             out[role] = group_batch([g for g, _ in gs], [r for _, r in gs])
     return out
-
-
-def nonzero_rows(batch: TrainBatch | None) -> TrainBatch | None:
-    """Drop rows whose advantage is zero everywhere (they would only cost compute)."""
-    if batch is None:
-        return None
-    keep = [i for i, a in enumerate(batch.advantages) if bool(torch.any(a != 0))]
-    return batch.subset(keep) if keep else None
 
 
 def _share(num, den) -> float:

@@ -17,7 +17,7 @@ import json
 
 from serl.data.corpus import CorpusError, fit_clusters, read_corpus, sample_evidence
 from serl.data.seeds import DataError
-from serl.engines.base import Sampling
+from serl.engines.base import Sampling, TrainBatch
 from serl.eval.roles import HeldOut, Roles, evaluate_roles, greedy_texts, load_heldout
 from serl.instruct.novelty import RougeIndex
 from serl.data.lengths import PromptBudget, budget_for, prompt_limit
@@ -100,10 +100,10 @@ class SpellRecipe(Recipe):
         metrics = episode.role_metrics(asked, groups) | {
             "filter/rounds": rounds, "questioner/memory_fill": self.memory.fill(len(self.clusters)),
             "corpus/skipped_long": float(self.corpus_stats.skipped_long), "corpus/clusters": float(len(self.clusters))}
-        batches = {k: episode.nonzero_rows(b) for k, b in episode.role_batches(groups, self.group_batch).items()}
+        batches = {k: b and b.nonzero_rows() for k, b in episode.role_batches(groups, self.group_batch).items()}
         for role, b in batches.items():
             metrics[f"train/{role}_seqs"] = len(b.response_ids) if b is not None else 0
-        return episode.concat(list(batches.values())), metrics
+        return TrainBatch.concat(list(batches.values())), metrics
 
     # ---- stages -----------------------------------------------------------------------
     def next_clusters(self, n: int):

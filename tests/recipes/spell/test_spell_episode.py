@@ -65,9 +65,9 @@ def test_batches_group_norm_and_zero_rows_dropped():
     parts = episode.role_batches(g, group_batch)
     assert parts["verifier"] is None
     assert [float(a[0]) for a in parts["questioner"].advantages] == [1.0, -1.0]
-    assert episode.nonzero_rows(parts["responder"]) is None  # no spread: nothing to learn
-    both = episode.concat([parts["questioner"], episode.nonzero_rows(parts["responder"]), None])
-    assert len(both.response_ids) == 2 and episode.concat([None]) is None
+    assert parts["responder"].nonzero_rows() is None  # no spread: nothing to learn
+    both = TrainBatch.concat([parts["questioner"], parts["responder"].nonzero_rows(), None])
+    assert len(both.response_ids) == 2 and TrainBatch.concat([None]) is None
 
 
 @pytest.mark.parametrize("score,expected", [(0.1, True), (0.099, False), (0.0, False), (1.0, True)])
