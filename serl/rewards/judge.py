@@ -79,6 +79,11 @@ def verifier_rewards(judgments: Sequence[int], majority: Majority) -> list[float
             for j in judgments]
 
 
+def label_rewards(judgments: Sequence[int], label: float) -> list[float]:
+    """Per judgment against a known label (the verifier warm-up): -1 bad format, 1 equal, 0 not."""
+    return [-1.0 if j == -1 else float(j == label) for j in judgments]
+
+
 def verifier_train_mask(majority: Majority, rule: float,
                         bounds: tuple[float, float] = VERIFIER_SHARE_BOUNDS) -> bool:
     """Train the verifier on this answer's judgments only if the majority is valid, its

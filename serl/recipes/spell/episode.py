@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from serl.data.corpus import Cluster
 from serl.engines.base import Completion, TrainBatch
 from serl.rewards.json_extract import extract_json_fields
-from serl.rewards.judge import (Majority, parse_judgment, responder_reward, verifier_majority, verifier_rewards,
-                                verifier_train_mask)
+from serl.rewards.judge import (Majority, label_rewards, parse_judgment, responder_reward, verifier_majority,
+                                verifier_rewards, verifier_train_mask)
 
 TRAINED_STATUSES = ("ok", "bad_format", "bad_ground")
 GROUNDING_THRESHOLD = 0.1
@@ -108,13 +108,17 @@ class Question:
         return self.status == "ok" and 0.0 < self.mean_score < 1.0
 
 
-def settle(q: Question, mapping: str = "gaussian") -> None:
-    """Judgments -> majorities -> responder rewards -> questioner reward (in place)."""
+def settle(q: Question, mapping: str = "gaussian", responder: str = "max") -> None:
+    """Judgments -> majorities -> responder rewards -> questioner reward (in place). The
+    responder's reward: ``max`` of the rule score and the verifier's majority (SPELL), or
+    ``rule``, the rule score alone (the majorities are still kept for the verifier)."""
+    if responder not in ("max", "rule"):
+        raise ValueError(f"unknown responder reward {responder!r}; expected 'max' or 'rule'")
     q.majorities, q.rewards = [], []
     for rule, judges in zip(q.rule, q.judges):
         maj = verifier_majority([parse_judgment(c.text) for c in judges]) if judges else None
         q.majorities.append(maj)
-        q.rewards.append(responder_reward(rule, maj) if maj is not None else rule)
+        q.rewards.append(responder_reward(rule, maj) if maj is not None and responder == "max" else rule)
     if q.status == "ok":
         q.reward = questioner_reward("ok", q.mean_score, mapping=mapping)
     elif q.status in ("bad_format", "bad_ground"):
@@ -203,3 +207,15 @@ def role_metrics(qs: list[Question], groups: RoleGroups) -> dict[str, float]:
         "train/responder_groups": float(len(groups.responder)),
         "train/verifier_groups": float(len(groups.verifier)),
     }
+
+
+def warmup_metrics(pairs, verdicts: list[list[int]]) -> dict[str, float]:
+    """A warm-up step's sampled verdicts (``warmup/``) against the pairs' rule labels."""
+    flat = [(v, p.label) for p, vs in zip(pairs, verdicts) for v in vs]
+    valid = [(v, y) for v, y in flat if v != -1]
+    return {"warmup/accuracy": _share(sum(v == y for v, y in flat), len(flat)),
+            "warmup/bad_format": _share(len(flat) - len(valid), len(flat)),
+            "warmup/yes_if_right": _share(sum(v == 1 for v, y in valid if y == 1.0), sum(y == 1.0 for _, y in valid)),
+            "warmup/yes_if_wrong": _share(sum(v == 1 for v, y in valid if y == 0.0), sum(y == 0.0 for _, y in valid)),
+            "warmup/reward_mean": _share(sum(r for v, y in flat for r in label_rewards([v], y)), len(flat)),
+            "warmup/pairs": float(len(pairs))}

@@ -6,7 +6,7 @@ questioner prompt for that cluster shows them as examples and asks for a new, ha
 question, and their evidence stays in the context while new paragraphs are added
 (:func:`serl.data.corpus.sample_evidence`), so questions grow in scope.
 
-Here: at most ``capacity`` (3, as upstream) entries per cluster, first in first out;
+Here: at most ``capacity`` (3, as upstream; 0 keeps none) entries per cluster, first in first out;
 an entry is stored when the responder's mean score lies in (0, 1] (the issue's rule;
 upstream's default band is [0.5, 1]) and the cluster holds no entry with the same
 question (case and spacing ignored). The state is plain JSON for checkpoints, so a
@@ -33,8 +33,8 @@ class HistoryMemory:
     """Per-cluster FIFO of (evidence, question, answer)."""
 
     def __init__(self, capacity: int = 3, score_range: tuple[float, float] = (0.0, 1.0)):
-        if capacity < 1:
-            raise ValueError(f"capacity must be >= 1, got {capacity}")
+        if capacity < 0:
+            raise ValueError(f"capacity must be >= 0 (0: no memory), got {capacity}")
         self.capacity = capacity
         self.score_range = score_range  # (low exclusive, high inclusive)
         self._store: dict[str, deque[MemoryEntry]] = {}
@@ -43,7 +43,7 @@ class HistoryMemory:
         """Store the entry if ``low < mean_score <= high`` and the question is new for
         this cluster; the oldest entry goes when the cluster is full. Returns stored."""
         low, high = self.score_range
-        if not low < mean_score <= high:
+        if not low < mean_score <= high or self.capacity == 0:
             return False
         entries = self._store.setdefault(cluster_id, deque(maxlen=self.capacity))
         if any(_key(e.question) == _key(question) for e in entries):
@@ -64,7 +64,7 @@ class HistoryMemory:
 
     def fill(self, n_clusters: int) -> float:
         """Entries held / (n_clusters * capacity): how full the memory is over a corpus."""
-        return len(self) / (n_clusters * self.capacity) if n_clusters > 0 else 0.0
+        return len(self) / (n_clusters * self.capacity) if n_clusters > 0 and self.capacity > 0 else 0.0
 
     def state_dict(self) -> dict:
         return {"capacity": self.capacity, "score_range": list(self.score_range),
@@ -77,7 +77,7 @@ class HistoryMemory:
         if not isinstance(state, dict) or not isinstance(state.get("clusters"), dict):
             raise ValueError("memory state must be a dict with a 'clusters' mapping")
         capacity = state.get("capacity", self.capacity)
-        if not isinstance(capacity, int) or capacity < 1:
+        if not isinstance(capacity, int) or capacity < 0:
             raise ValueError(f"memory state: bad capacity {capacity!r}")
         store: dict[str, deque[MemoryEntry]] = {}
         for cid, rows in state["clusters"].items():

@@ -8,12 +8,15 @@ dropped (ROUGE-L); the responder answers without the documents (grounding check)
 n times with them; each answer gets a rule score (cover-EM) and k verifier judgments;
 then the three roles' rewards. Groups with no reward spread are dropped and more
 clusters are asked (dynamic sampling, bounded rounds). See ``episode.py`` for the data;
-the update and weight sync are the step frame's (``serl.step``).
+the update and weight sync are the step frame's (``serl.step``). With
+``--verifier_warmup_steps N`` the first N steps train only the verifier on labelled
+training pairs (``serl.data.verify_pairs``), as ``warmup_step`` says.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
+import random
 
 from serl.data.corpus import CorpusError, fit_clusters, read_corpus, sample_evidence
 from serl.data.seeds import DataError
@@ -22,11 +25,13 @@ from serl.eval.roles import HeldOut, Roles, evaluate_roles, greedy_texts, load_h
 from serl.instruct.novelty import RougeIndex
 from serl.data.lengths import PromptBudget, budget_for, prompt_limit
 from serl.data.passes import Passes
+from serl.data.verify_pairs import Balanced, read_pairs
 from serl.recipes.base import Recipe, RunContext
 from serl.recipes.spell import episode
 from serl.recipes.spell.memory import HistoryMemory
 from serl.recipes.spell.prompts import (questioner_prefill, questioner_prompt, responder_prompt, verifier_prefill,
                                         verifier_prompt)
+from serl.rewards.judge import label_rewards, parse_judgment
 from serl.rewards.qa import cover_em_many, extract_final_answer
 from serl.shipped import locate
 
@@ -36,8 +41,9 @@ MAX_KNOWN = 64          # questions remembered per cluster for the novelty check
 
 class SpellRecipe(Recipe):
     resume_fixed = ("corpus", "cluster_size", "paragraphs_per_prompt", "compact_prompts", "few_shot_questioner",
-                    "questioner_prefill",
-                    "verifier_samples", "grounding_samples", "memory_capacity", "prompt_max_len")
+                    "questioner_prefill", "verifier_samples", "grounding_samples", "memory_capacity", "prompt_max_len",
+                    "responder_reward", "verifier_warmup_steps", "verifier_warmup_data", "verifier_warmup_pairs",
+                    "verifier_warmup_samples")
 
     @classmethod
     def prepare(cls, cfg):
@@ -59,6 +65,9 @@ class SpellRecipe(Recipe):
             corpus.clusters = fit_clusters(corpus.clusters, count, budget)
         except CorpusError as e:
             raise DataError(f"corpus: {e}") from None
+        if cfg.verifier_warmup_steps:  # checked now: file, line, key, no held-out question, both labels
+            Balanced(read_pairs(cfg.verifier_warmup_data, cover_em_many, cfg.eval_verify_data if cfg.heldout_eval else ""),
+                     random.Random(0), f"verifier_warmup_data: {cfg.verifier_warmup_data}")
         return corpus
 
     @classmethod
@@ -80,10 +89,17 @@ class SpellRecipe(Recipe):
         self.band = tuple(cfg.verifier_band)
         self.prefill = questioner_prefill(cfg.questioner_prefill, cfg.compact_prompts)  # the reply's start
         self.verdict_prefill = verifier_prefill(cfg.verifier_prefill, cfg.compact_prompts)
+        self.warm = None  # the warm-up's balanced pairs, labelled by the rule score
+        if cfg.verifier_warmup_steps:
+            pairs = read_pairs(cfg.verifier_warmup_data, lambda c, g: cover_em_many(c, g, self.checker.equal_many),
+                               cfg.eval_verify_data if cfg.heldout_eval else "")
+            self.warm = Balanced(pairs, self.rng, f"verifier_warmup_data: {cfg.verifier_warmup_data}")
 
     # ---- the loop -------------------------------------------------------------------
     def collect(self, step: int):
         cfg = self.cfg
+        if step <= cfg.verifier_warmup_steps:
+            return self.warmup_step()
         groups, asked, rounds = episode.RoleGroups(), [], 0
         while len(groups.responder) < cfg.rollout_batch_size and rounds < cfg.max_refill_rounds:
             rounds += 1
@@ -92,7 +108,7 @@ class SpellRecipe(Recipe):
             self.respond(qs)
             self.verify(qs)
             for q in qs:
-                episode.settle(q, self.cfg.questioner_reward)
+                episode.settle(q, cfg.questioner_reward, cfg.responder_reward)
                 if q.status == "ok":
                     self.memory.add(q.cluster.id, q.evidence, q.qa["question"], q.qa["answer"], q.mean_score)
                 groups.add(q, self.band, cfg.rollout_batch_size)
@@ -104,6 +120,21 @@ class SpellRecipe(Recipe):
         for role, b in batches.items():
             metrics[f"train/{role}_seqs"] = len(b.response_ids) if b is not None else 0
         return TrainBatch.concat(list(batches.values())), metrics
+
+    def warmup_step(self):
+        """A verifier warm-up step (not SPELL's: its verifier trains only where its majority agrees
+        with the rule score, which an always-YES verifier never reaches): balanced labelled training
+        pairs, one GRPO group of verdicts each, rewarded against the pair's rule label."""
+        cfg = self.cfg
+        pairs = self.warm.take(cfg.verifier_warmup_pairs)
+        with self.timed("verifier"):
+            groups = self.sample([self.chat_prompt(verifier_prompt(p.question, p.candidate, p.gold, cfg.compact_prompts),
+                                                   prefill=self.verdict_prefill) for p in pairs],
+                                 cfg.verifier_warmup_samples, cfg.verifier_max_len)
+        verdicts = [[parse_judgment(self.verdict_prefill + c.text) for c in g] for g in groups]
+        batch = self.group_batch(groups, [label_rewards(v, p.label) for v, p in zip(verdicts, pairs)])
+        batch = batch and batch.nonzero_rows()
+        return batch, episode.warmup_metrics(pairs, verdicts) | {"train/verifier_seqs": len(batch.response_ids) if batch else 0}
 
     # ---- stages -----------------------------------------------------------------------
     def next_clusters(self, n: int):
@@ -224,13 +255,16 @@ class SpellRecipe(Recipe):
 
     def state_dict(self) -> dict:
         return {"clusters": self.passes.state_dict(), "memory": self.memory.state_dict(),
-                "known": {k: list(v) for k, v in self.known.items()}}
+                "known": {k: list(v) for k, v in self.known.items()}} | (
+            {"warmup": self.warm.state_dict()} if self.warm is not None else {})
 
     def load_state_dict(self, state: dict) -> None:
         # before serl.run_state, "order" was the pass served from its end
         self.passes.load_state_dict(state["clusters"] if "clusters" in state else state["order"][::-1])
         self.memory.load_state_dict(state["memory"])
         self.known, self.indexes = {k: list(v) for k, v in state["known"].items()}, {}
+        if self.warm is not None:
+            self.warm.load_state_dict(state["warmup"])
 
 
 Recipe = SpellRecipe

@@ -6,7 +6,9 @@ import torch
 
 from serl.data.corpus import Cluster
 from serl.engines.base import Completion, TrainBatch
+from serl.data.verify_pairs import Pair
 from serl.recipes.spell import episode
+from serl.rewards.judge import label_rewards
 from serl.recipes.spell.episode import is_bad_ground, parse_questioner, questioner_reward
 
 C = Cluster("c", ["p"], ["s"])
@@ -39,6 +41,37 @@ def test_settle(status, rule, judges, rewards, q_reward):
     episode.settle(q)
     assert q.rewards == rewards
     assert q.reward == (pytest.approx(q_reward) if q_reward is not None else None)
+
+
+def test_settle_rule_only_by_hand():
+    """--responder_reward rule (the "no verifier reward" control): rule [1, 0, 0, 0], the verifier's
+    YES majority on the second answer. max: rewards [1, 1, 0, 0], r = 0.5, questioner exp(0) = 1;
+    rule: [1, 0, 0, 0], r = 0.25, questioner exp(-0.25^2 / (2 (1/6)^2)) = exp(-1.125) = 0.32465.
+    The majorities are the same either way (the verifier still trains on them)."""
+    judges = [["[[YES]]"] * 3, ["[[YES]]", "[[YES]]", "[[NO]]"], ["[[NO]]"] * 3, []]
+    full, rule = question("ok", [1.0, 0.0, 0.0, 0.0], judges), question("ok", [1.0, 0.0, 0.0, 0.0], judges)
+    episode.settle(full)
+    episode.settle(rule, responder="rule")
+    assert full.rewards == [1.0, 1.0, 0.0, 0.0] and full.reward == pytest.approx(1.0)
+    assert rule.rewards == [1.0, 0.0, 0.0, 0.0] and rule.reward == pytest.approx(0.32465, abs=1e-5)
+    assert [m and (m.label, m.share) for m in rule.majorities] == [(1, 1.0), (1, pytest.approx(2 / 3)), (0, 1.0), None]
+    assert rule.majorities == full.majorities
+    g = episode.RoleGroups()
+    g.add(rule, BAND, max_responder=1)
+    assert [r for _, r in g.verifier] == [] and g.responder == [(rule.responses, [1.0, 0.0, 0.0, 0.0])]
+    with pytest.raises(ValueError, match="responder reward"):
+        episode.settle(rule, responder="mean")
+
+
+def test_warmup_metrics_by_hand():
+    """Two pairs (right, wrong), 4 verdicts each: right gets YES, YES, NO, bad; wrong gets YES, NO, NO, NO.
+    Agreeing: 2 + 3 = 5 of 8; bad format 1 of 8; YES share 2/3 on right, 1/4 on wrong;
+    rewards [1, 1, 0, -1] + [0, 1, 1, 1]: mean 4/8."""
+    pairs = [Pair("q", "a", "a", 1.0), Pair("q", "b", "a", 0.0)]
+    m = episode.warmup_metrics(pairs, [[1, 1, 0, -1], [1, 0, 0, 0]])
+    assert m == {"warmup/accuracy": 5 / 8, "warmup/bad_format": 1 / 8, "warmup/yes_if_right": pytest.approx(2 / 3),
+                 "warmup/yes_if_wrong": 1 / 4, "warmup/reward_mean": 0.5, "warmup/pairs": 2.0}
+    assert label_rewards([1, 0, -1], 1.0) == [1.0, 0.0, -1.0] and label_rewards([1, 0, -1], 0.0) == [0.0, 1.0, -1.0]
 
 
 def test_groups_per_role():
