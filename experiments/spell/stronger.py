@@ -221,7 +221,8 @@ def report(a, out: Path, arms: list[str], decision: dict) -> str:
              f"Probe decision: `{json.dumps(decision)}`", "",
              "Held-out, greedy; no training = the untrained model's step-0 evaluation; changes are paired by item "
              "(95% bootstrap):", "",
-             "| measure | no training | " + " | ".join(f"{n} | {n.split(' (')[0]} - no training" for n, _ in cols) + " |",
+             "| measure | no training | "
+             + " | ".join(f"{n} | {n.split(' (')[0]} - no training" for n, _ in cols) + " |",
              "|---|---|" + "---|---|" * len(cols)]
     vb = values(*base)
     table = {"no_training": {k: rate(v) for k, v in vb.items()} | questioner(*base)}

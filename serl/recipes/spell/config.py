@@ -49,13 +49,11 @@ class SpellOptions:
                                                 "1 - r) or rzero (R-Zero: 1 - 2|r - 0.5|)",
                                     choices=("gaussian", "azr", "rzero"))
     memory_capacity: int = option(3, "history entries kept per cluster (SPELL: 3; 0 = no history memory)")
-    responder_reward: str = option("max", "the responder's reward: max (SPELL: the rule score or the verifier's "
-                                          "majority, the higher) or rule (the rule score alone; the verifier still "
-                                          "judges and trains)", choices=("max", "rule"))
-    verifier_warmup_steps: int = option(0, "the run's first steps train only the verifier on labelled training "
-                                           "pairs (counted in --steps; 0 = none)")
-    verifier_warmup_data: str = option("dataset/docs_train_verify.jsonl", "labelled training-side pairs for the "
-                                       "warm-up (JSONL: question, candidate, gold; label = the rule score)")
+    responder_reward: str = option("max", "max (SPELL: max of rule score and verifier majority) or rule (the rule "
+                                          "score alone; the verifier still judges and trains)", choices=("max", "rule"))
+    verifier_warmup_steps: int = option(0, "first steps (of --steps) that train only the verifier, on labelled pairs")
+    verifier_warmup_data: str = option("dataset/docs_train_verify.jsonl", "the warm-up's training-side pairs "
+                                       "(JSONL: question, candidate, gold; label: the rule score)")
     verifier_warmup_pairs: int = option(16, "pairs per warm-up step, half rule-right and half rule-wrong")
     verifier_warmup_samples: int = option(8, "verdicts per pair in a warm-up step (one GRPO group)")
     novelty_threshold: float = option(0.7, "drop a question whose ROUGE-L F1 with an earlier one on "

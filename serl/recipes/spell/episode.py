@@ -1,15 +1,11 @@
 """One SPELL question's life, as data: what the questioner wrote, how it was checked,
 the responder's samples and the verifier's judgments, and the rewards of all three roles.
 
-The recipe (``serl.recipes.spell.recipe``) fills these in stage by stage with the
-generator; everything here is pure, so it is tested without a model. The rules are
-SPELL's (Tongyi-Zhiwen 2025; numbers cited from its public trainer, the code is ours):
-answer scoring from :mod:`serl.rewards.qa`, the verifier's majority and rewards from
-:mod:`serl.rewards.judge`, and the questioner's own rules here: -1 for bad format, -0.5
-for ``bad_ground`` (the responder without documents scores >= 0.1), 0 when the
-responder's mean score is 0 or 1, else exp(-(r-0.5)^2 / (2 (1/6)^2)).
-
-Statuses of a question:
+The recipe fills these in stage by stage with the generator; everything here is pure, so it
+is tested without a model. The rules are SPELL's (Tongyi-Zhiwen 2025; numbers from its public
+trainer, the code is ours): answer scoring (:mod:`serl.rewards.qa`), the verifier's majority
+(:mod:`serl.rewards.judge`), the difficulty reward (:mod:`serl.rewards.difficulty`), and here:
+-1 for bad format, -0.5 for ``bad_ground`` (the no-document responder scores >= 0.1). Statuses:
 ``ok``          parsed, new, grounded: the responder answered it;
 ``bad_format``  no JSON question/answer block (questioner reward -1, trained);
 ``bad_ground``  answerable without the documents (reward -0.5, trained; not answered);
@@ -18,18 +14,17 @@ Statuses of a question:
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from serl.data.corpus import Cluster
 from serl.engines.base import Completion, TrainBatch
+from serl.rewards.difficulty import QUESTIONER_SIGMA, difficulty_reward
 from serl.rewards.json_extract import extract_json_fields
-from serl.rewards.judge import (Majority, label_rewards, parse_judgment, responder_reward, verifier_majority,
+from serl.rewards.judge import (Majority, parse_judgment, responder_reward, verifier_majority,
                                 verifier_rewards, verifier_train_mask)
 
 TRAINED_STATUSES = ("ok", "bad_format", "bad_ground")
 GROUNDING_THRESHOLD = 0.1
-QUESTIONER_SIGMA = 1 / 6
 MAX_ANSWER_CHARS = 200  # longer answers are "too_long" (upstream drops > 40 tokens unpenalised)
 
 
@@ -48,27 +43,6 @@ def parse_questioner(text: str, max_answer_chars: int = MAX_ANSWER_CHARS) -> tup
 def is_bad_ground(no_doc_score: float, threshold: float = GROUNDING_THRESHOLD) -> bool:
     """Answerable without the documents: the no-document mean score reaches ``threshold``."""
     return no_doc_score >= threshold
-
-
-# --questioner_reward: how the responder's mean score r becomes the questioner's reward
-QUESTIONER_MAPPINGS = ("gaussian", "azr", "rzero")
-
-
-def difficulty_reward(mean_score: float, sigma: float = QUESTIONER_SIGMA, mapping: str = "gaussian") -> float:
-    """0 when every response is right or every one wrong, else by ``mapping``: ``gaussian``
-    (SPELL: a bump at 0.5 of width ``sigma``), ``azr`` (Absolute Zero's learnability, 1 - r)
-    or ``rzero`` (R-Zero's uncertainty, 1 - 2|r - 0.5|)."""
-    if not 0.0 <= mean_score <= 1.0:
-        raise ValueError(f"mean responder score must lie in [0, 1], got {mean_score}")
-    if mean_score in (0.0, 1.0):
-        return 0.0
-    if mapping == "azr":
-        return 1.0 - mean_score
-    if mapping == "rzero":
-        return 1.0 - 2.0 * abs(mean_score - 0.5)
-    if mapping != "gaussian":
-        raise ValueError(f"unknown questioner reward mapping {mapping!r}; expected one of {QUESTIONER_MAPPINGS}")
-    return math.exp(-((mean_score - 0.5) ** 2) / (2 * sigma ** 2))
 
 
 def questioner_reward(status: str, mean_score: float | None = None, sigma: float = QUESTIONER_SIGMA,
@@ -208,14 +182,3 @@ def role_metrics(qs: list[Question], groups: RoleGroups) -> dict[str, float]:
         "train/verifier_groups": float(len(groups.verifier)),
     }
 
-
-def warmup_metrics(pairs, verdicts: list[list[int]]) -> dict[str, float]:
-    """A warm-up step's sampled verdicts (``warmup/``) against the pairs' rule labels."""
-    flat = [(v, p.label) for p, vs in zip(pairs, verdicts) for v in vs]
-    valid = [(v, y) for v, y in flat if v != -1]
-    return {"warmup/accuracy": _share(sum(v == y for v, y in flat), len(flat)),
-            "warmup/bad_format": _share(len(flat) - len(valid), len(flat)),
-            "warmup/yes_if_right": _share(sum(v == 1 for v, y in valid if y == 1.0), sum(y == 1.0 for _, y in valid)),
-            "warmup/yes_if_wrong": _share(sum(v == 1 for v, y in valid if y == 0.0), sum(y == 0.0 for _, y in valid)),
-            "warmup/reward_mean": _share(sum(r for v, y in flat for r in label_rewards([v], y)), len(flat)),
-            "warmup/pairs": float(len(pairs))}

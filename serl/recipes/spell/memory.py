@@ -1,16 +1,14 @@
 """The questioner's history memory: a few solved questions per document cluster.
 
-SPELL (Tongyi-Zhiwen 2025) keeps, for each cluster, the last few questions whose
-responder mean score was in range, with the paragraphs they came from. The next
-questioner prompt for that cluster shows them as examples and asks for a new, harder
-question, and their evidence stays in the context while new paragraphs are added
-(:func:`serl.data.corpus.sample_evidence`), so questions grow in scope.
+SPELL (Tongyi-Zhiwen 2025) keeps, for each cluster, the last few questions whose responder
+mean score was in range, with the paragraphs they came from. The next questioner prompt for
+that cluster shows them as examples and asks for a new, harder question, and their evidence
+stays in the context while new paragraphs are added (:func:`serl.data.corpus.sample_evidence`).
 
-Here: at most ``capacity`` (3, as upstream; 0 keeps none) entries per cluster, first in first out;
-an entry is stored when the responder's mean score lies in (0, 1] (the issue's rule;
-upstream's default band is [0.5, 1]) and the cluster holds no entry with the same
-question (case and spacing ignored). The state is plain JSON for checkpoints, so a
-resumed run sees the same memory.
+Here: at most ``capacity`` (3, as upstream; 0 keeps none) entries per cluster, first in first
+out; an entry is stored when the responder's mean score lies in (0, 1] (the issue's rule;
+upstream's default band is [0.5, 1]) and the cluster holds no entry with the same question
+(case and spacing ignored). The state is plain JSON, so a resumed run sees the same memory.
 """
 from __future__ import annotations
 
@@ -82,19 +80,17 @@ class HistoryMemory:
         store: dict[str, deque[MemoryEntry]] = {}
         for cid, rows in state["clusters"].items():
             if not isinstance(rows, list) or len(rows) > capacity:
-                raise ValueError(f"memory state: cluster {cid!r} must hold a list of at most "
-                                 f"{capacity} entries")
-            d: deque[MemoryEntry] = deque(maxlen=capacity)
+                raise ValueError(f"memory state: cluster {cid!r} must hold a list of at most {capacity} entries")
             for k, row in enumerate(rows):
-                try:
-                    ev, q, a = row["evidence"], row["question"], row["answer"]
-                except (TypeError, KeyError) as e:
-                    raise ValueError(f"memory state: cluster {cid!r} entry {k} lacks {e}") from e
+                for key in ("evidence", "question", "answer"):
+                    if not isinstance(row, dict) or key not in row:
+                        raise ValueError(f"memory state: cluster {cid!r} entry {k} lacks {key!r}")
+                ev, q, a = row["evidence"], row["question"], row["answer"]
                 if not (isinstance(q, str) and isinstance(a, str) and isinstance(ev, list)
                         and all(isinstance(i, int) for i in ev)):
                     raise ValueError(f"memory state: cluster {cid!r} entry {k} has bad types")
-                d.append(MemoryEntry(tuple(ev), q, a))
-            store[str(cid)] = d
+            store[str(cid)] = deque((MemoryEntry(tuple(r["evidence"]), r["question"], r["answer"]) for r in rows),
+                                    maxlen=capacity)
         self.capacity = capacity
         self.score_range = tuple(state.get("score_range", self.score_range))
         self._store = store

@@ -7,10 +7,8 @@ paragraphs (with the cluster's history memory in the prompt); repeated questions
 dropped (ROUGE-L); the responder answers without the documents (grounding check), then
 n times with them; each answer gets a rule score (cover-EM) and k verifier judgments;
 then the three roles' rewards. Groups with no reward spread are dropped and more
-clusters are asked (dynamic sampling, bounded rounds). See ``episode.py`` for the data;
-the update and weight sync are the step frame's (``serl.step``). With
-``--verifier_warmup_steps N`` the first N steps train only the verifier on labelled
-training pairs (``serl.data.verify_pairs``), as ``warmup_step`` says.
+clusters are asked (dynamic sampling, bounded rounds); ``episode.py`` holds the data, the
+step frame (``serl.step``) the update. ``--verifier_warmup_steps N``: ``warmup.py``.
 """
 from __future__ import annotations
 
@@ -25,13 +23,12 @@ from serl.eval.roles import HeldOut, Roles, evaluate_roles, greedy_texts, load_h
 from serl.instruct.novelty import RougeIndex
 from serl.data.lengths import PromptBudget, budget_for, prompt_limit
 from serl.data.passes import Passes
-from serl.data.verify_pairs import Balanced, read_pairs
 from serl.recipes.base import Recipe, RunContext
 from serl.recipes.spell import episode
+from serl.recipes.spell.warmup import warmup_pairs, warmup_step
 from serl.recipes.spell.memory import HistoryMemory
-from serl.recipes.spell.prompts import (questioner_prefill, questioner_prompt, responder_prompt, verifier_prefill,
-                                        verifier_prompt)
-from serl.rewards.judge import label_rewards, parse_judgment
+from serl.recipes.spell.prompts import (QUESTIONER_PREFILL, VERIFIER_PREFILL, prefill, questioner_prompt,
+                                        responder_prompt, verifier_prompt)
 from serl.rewards.qa import cover_em_many, extract_final_answer
 from serl.shipped import locate
 
@@ -42,8 +39,7 @@ MAX_KNOWN = 64          # questions remembered per cluster for the novelty check
 class SpellRecipe(Recipe):
     resume_fixed = ("corpus", "cluster_size", "paragraphs_per_prompt", "compact_prompts", "few_shot_questioner",
                     "questioner_prefill", "verifier_samples", "grounding_samples", "memory_capacity", "prompt_max_len",
-                    "responder_reward", "verifier_warmup_steps", "verifier_warmup_data", "verifier_warmup_pairs",
-                    "verifier_warmup_samples")
+                    "responder_reward", *(f"verifier_warmup_{k}" for k in ("steps", "data", "pairs", "samples")))
 
     @classmethod
     def prepare(cls, cfg):
@@ -65,9 +61,7 @@ class SpellRecipe(Recipe):
             corpus.clusters = fit_clusters(corpus.clusters, count, budget)
         except CorpusError as e:
             raise DataError(f"corpus: {e}") from None
-        if cfg.verifier_warmup_steps:  # checked now: file, line, key, no held-out question, both labels
-            Balanced(read_pairs(cfg.verifier_warmup_data, cover_em_many, cfg.eval_verify_data if cfg.heldout_eval else ""),
-                     random.Random(0), f"verifier_warmup_data: {cfg.verifier_warmup_data}")
+        warmup_pairs(cfg, cover_em_many, random.Random(0))  # checked now: file, line, key, held-out, both labels
         return corpus
 
     @classmethod
@@ -87,19 +81,15 @@ class SpellRecipe(Recipe):
         self.indexes: dict[str, RougeIndex] = {}   # built from ``known``, not saved
         self.passes = Passes(len(self.clusters), self.rng)  # shuffled passes over the clusters
         self.band = tuple(cfg.verifier_band)
-        self.prefill = questioner_prefill(cfg.questioner_prefill, cfg.compact_prompts)  # the reply's start
-        self.verdict_prefill = verifier_prefill(cfg.verifier_prefill, cfg.compact_prompts)
-        self.warm = None  # the warm-up's balanced pairs, labelled by the rule score
-        if cfg.verifier_warmup_steps:
-            pairs = read_pairs(cfg.verifier_warmup_data, lambda c, g: cover_em_many(c, g, self.checker.equal_many),
-                               cfg.eval_verify_data if cfg.heldout_eval else "")
-            self.warm = Balanced(pairs, self.rng, f"verifier_warmup_data: {cfg.verifier_warmup_data}")
+        self.prefill = prefill(QUESTIONER_PREFILL, cfg.questioner_prefill, cfg.compact_prompts)  # the reply's start
+        self.verdict_prefill = prefill(VERIFIER_PREFILL, cfg.verifier_prefill, cfg.compact_prompts)
+        self.warm = warmup_pairs(cfg, lambda c, g: cover_em_many(c, g, self.checker.equal_many), self.rng)
 
     # ---- the loop -------------------------------------------------------------------
     def collect(self, step: int):
         cfg = self.cfg
         if step <= cfg.verifier_warmup_steps:
-            return self.warmup_step()
+            return warmup_step(self)
         groups, asked, rounds = episode.RoleGroups(), [], 0
         while len(groups.responder) < cfg.rollout_batch_size and rounds < cfg.max_refill_rounds:
             rounds += 1
@@ -120,21 +110,6 @@ class SpellRecipe(Recipe):
         for role, b in batches.items():
             metrics[f"train/{role}_seqs"] = len(b.response_ids) if b is not None else 0
         return TrainBatch.concat(list(batches.values())), metrics
-
-    def warmup_step(self):
-        """A verifier warm-up step (not SPELL's: its verifier trains only where its majority agrees
-        with the rule score, which an always-YES verifier never reaches): balanced labelled training
-        pairs, one GRPO group of verdicts each, rewarded against the pair's rule label."""
-        cfg = self.cfg
-        pairs = self.warm.take(cfg.verifier_warmup_pairs)
-        with self.timed("verifier"):
-            groups = self.sample([self.chat_prompt(verifier_prompt(p.question, p.candidate, p.gold, cfg.compact_prompts),
-                                                   prefill=self.verdict_prefill) for p in pairs],
-                                 cfg.verifier_warmup_samples, cfg.verifier_max_len)
-        verdicts = [[parse_judgment(self.verdict_prefill + c.text) for c in g] for g in groups]
-        batch = self.group_batch(groups, [label_rewards(v, p.label) for v, p in zip(verdicts, pairs)])
-        batch = batch and batch.nonzero_rows()
-        return batch, episode.warmup_metrics(pairs, verdicts) | {"train/verifier_seqs": len(batch.response_ids) if batch else 0}
 
     # ---- stages -----------------------------------------------------------------------
     def next_clusters(self, n: int):
