@@ -7,7 +7,6 @@ import torch
 from serl.data.corpus import Cluster
 from serl.engines.base import Completion, TrainBatch
 from serl.recipes.spell import episode
-from serl.rewards.judge import label_rewards, verdict_metrics
 from serl.recipes.spell.episode import is_bad_ground, parse_questioner, questioner_reward
 
 C = Cluster("c", ["p"], ["s"])
@@ -60,17 +59,6 @@ def test_settle_rule_only_by_hand():
     assert [r for _, r in g.verifier] == [] and g.responder == [(rule.responses, [1.0, 0.0, 0.0, 0.0])]
     with pytest.raises(ValueError, match="responder reward"):
         episode.settle(rule, responder="mean")
-
-
-def test_verdict_metrics_by_hand():
-    """The warm-up's metrics. Two items (right, wrong), 4 verdicts each: right gets YES, YES, NO, bad;
-    wrong gets YES, NO, NO, NO. Agreeing: 2 + 3 = 5 of 8; bad format 1 of 8; YES share 2/3 on right,
-    1/4 on wrong; rewards [1, 1, 0, -1] + [0, 1, 1, 1]: mean 4/8."""
-    m = verdict_metrics([1.0, 0.0], [[1, 1, 0, -1], [1, 0, 0, 0]])
-    assert m == {"accuracy": 5 / 8, "bad_format": 1 / 8, "yes_if_right": pytest.approx(2 / 3),
-                 "yes_if_wrong": 1 / 4, "reward_mean": 0.5}
-    assert label_rewards([1, 0, -1], 1.0) == [1.0, 0.0, -1.0] and label_rewards([1, 0, -1], 0.0) == [0.0, 1.0, -1.0]
-    assert math.isnan(verdict_metrics([1.0], [[-1]])["yes_if_right"])  # no valid verdict: nothing to measure
 
 
 def test_groups_per_role():
