@@ -25,7 +25,7 @@ each run is a fresh process doing ``--steps`` steps, the first of which is warm-
 medians and spreads of the timed steps are reported, with TRL's generate / sync / reward /
 learn split.
 
-    python bench/trl_vllm.py --trl-python /work/venv-trl/bin/python [--runs 2 --steps 3]
+    python bench/trl_vllm.py --trl-python ../venv-trl/bin/python [--runs 2 --steps 3]
 """
 from __future__ import annotations
 
