@@ -85,10 +85,14 @@ def plan_run(cfg) -> RunPlan:
         workers = cfg.ref_num_nodes * cfg.ref_num_gpus_per_node if cfg.ray else 0
         reference = "lora" if cfg.lora_rank else "workers" if workers > 0 else "learner"
     updates = recipe.updates_per_step(cfg)
+    objective = recipe.objective(cfg)
+    if cfg.importance_sampling_correction and objective == "dpo":  # no per-token policy gradient to weight
+        raise ConfigError(f"importance_sampling_correction: recipe '{cfg.recipe}' trains DPO pairs, which have "
+                          f"no per-token policy-gradient loss to weight; leave it out")
     return RunPlan(
         recipe=cfg.recipe, kl=kl, kl_coef=cfg.init_kl_coef if kl != "none" else 0.0, reference=reference,
         ref_workers=cfg.ref_num_nodes * cfg.ref_num_gpus_per_node if reference == "workers" else 0,
-        objective=recipe.objective(cfg), objective_args=dict(recipe.objective_args(cfg)),
+        objective=objective, objective_args=dict(recipe.objective_args(cfg)),
         train_batch_size=cfg.train_batch_size, epochs=int(learner.pop("ppo_epochs", 1)),
         updates_per_step=updates, total_steps=int(learner.pop("total_steps", cfg.steps * updates)),
         learner=learner)

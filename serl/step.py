@@ -19,7 +19,10 @@ log = logging.getLogger("serl")
 
 
 def run_step(recipe, step: int) -> dict[str, float]:
-    """One training step of ``recipe``; returns its metrics."""
+    """One training step of ``recipe``; returns its metrics. With --async_train or
+    --importance_sampling_correction the runner gave the recipe a ``frame`` (serl.async_frame)."""
+    if getattr(recipe, "frame", None) is not None:
+        return recipe.frame.step(step)
     recipe.times = {}
     fault_point("generate", step)
     with recipe.timed("step"):

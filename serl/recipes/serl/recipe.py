@@ -39,6 +39,7 @@ from serl.rewards.remote import load_source, score_for
 class SerlRecipe(Recipe):
     resume_fixed = ("enable_self_evolution", "reward_difficulty_bounds", "instructions_num_per_iteration",
                     "overlong_filter") + GUARD_OPTIONS
+    step_state = ("tally",)  # this step's counters, for after_update (serl.async_frame)
 
     @classmethod
     def prepare(cls, cfg):
@@ -96,10 +97,12 @@ class SerlRecipe(Recipe):
     # ---- the step (serl.step runs the update and the weight sync) ---------------------
     def collect(self, step: int):
         self.counts, metrics = dict.fromkeys(STEP_COUNTS, 0), {}
-        self.verify_before, self.carried = checker_counts(self.checker), len(self.carry)
+        verify_before, carried = checker_counts(self.checker), len(self.carry)
         rollouts, self.carry, rounds = fill_batch(                          # 1-4. rounds of: grow the
             self.cfg.rollout_batch_size, self.carry,                        # pool, roll out, reward,
             lambda: self.round(step, metrics), self.cfg.max_refill_rounds)  # difficulty-filter
+        self.tally = (self.counts, min(carried, len(rollouts)), len(self.carry), verify_before,
+                      checker_counts(self.checker))
         metrics["filter/rounds"], metrics["train/batch_prompts"] = rounds, len(rollouts)
         return (self.make_batch(rollouts, metrics) if rollouts else None), metrics  # 5. advantages
 
@@ -113,8 +116,7 @@ class SerlRecipe(Recipe):
     def after_update(self, step: int, metrics: dict, updated: bool) -> None:
         self.pool.flush(step)
         finalize(metrics)
-        metrics.update(batch_metrics(self.counts, min(self.carried, metrics["train/batch_prompts"]),
-                                     len(self.carry), self.verify_before, checker_counts(self.checker)))
+        metrics.update(batch_metrics(*self.tally))
         metrics.update(self.pool.stats())
 
     # ---- its own checkpointed state (step, RNGs and the generator: serl.run_state) -------

@@ -13,9 +13,9 @@ snapshot to the population when one is due.
 - Seats: the k-th game of each type seats the learner at k mod 2 (``--alternate_seats``).
 - A response cut off by the length limit is left out of the loss (``--mask_truncated``), as is a
   sample whose advantage is exactly 0 (``--filter_zero_adv``).
-- Resume: the checkpoint holds the RAE baselines and the population (snapshot paths and its RNG);
-  the RNG states and the generator's call count are ``serl.run_state``'s. A snapshot pushed out of the pool is deleted only once a
-  complete checkpoint newer than its eviction exists, so every kept checkpoint finds its snapshots.
+- Resume: the checkpoint holds the RAE baselines and the population (snapshot paths and its RNG); RNGs and
+  the generator's call count are ``serl.run_state``'s. A snapshot pushed out of the pool is deleted only
+  once a complete checkpoint newer than its eviction exists, so every kept checkpoint finds its snapshots.
 """
 from __future__ import annotations
 
@@ -47,6 +47,7 @@ class SpiralRecipe(Recipe):
                     "mask_truncated", "opponent", "population_size", "population_every", "alternate_seats",
                     "ppo_epochs", "show_legal_actions", "prompt_example", "action_parser", "generate_max_len",
                     "temperature", "top_p")
+    step_state = ("switch_counts",)  # snapshot loads and reads from the start to the end of collect
 
     # ---- rules read by the engine factory and the runner ----------------------------------------------
     @classmethod
@@ -105,19 +106,21 @@ class SpiralRecipe(Recipe):
 
     def collect(self, step: int):
         cfg = self.cfg
-        self.switch_counts = self.switch.loads, self.switch.reads
+        loads, reads = self.switch.loads, self.switch.reads
         self.trash.empty()
         games, seats, policies, kinds = self.deal(step)                             # 1. games, opponents
         turns, episodes = play_lockstep(games, seats, policies, rule=self.rule,      # 2. play
                                         max_turns=cfg.max_turns or None, prompt=self.prompt,
                                         parse_options=self.parse)
         self.switch.clear()
+        self.switch_counts = self.switch.loads - loads, self.switch.reads - reads  # this collect's
         with self.timed("advantages"):                                              # 3. RAE
             scored = turn_advantages(turns, episodes, CURRENT, self.baselines if cfg.rae else None)
         metrics = episode_metrics(turns, episodes, kinds, CURRENT)
         return self.make_batch(scored, metrics), metrics                            # 4. update, sync: serl.step
 
     def after_update(self, step: int, metrics: dict, updated: bool) -> None:
+        loads, reads = self.switch.loads, self.switch.reads  # this call's own loads count too
         if updated:  # the generator serves the weights just synced
             self.switch.serving_current()
         else:
@@ -125,9 +128,8 @@ class SpiralRecipe(Recipe):
         if self.pool is not None and self.pool.due(step):                           # 5. population
             with self.timed("snapshot"):
                 self.add_snapshot(step)
-        loads, reads = self.switch_counts
-        metrics["spiral/snapshot_loads"] = self.switch.loads - loads
-        metrics["spiral/snapshot_reads"] = self.switch.reads - reads
+        metrics["spiral/snapshot_loads"] = self.switch_counts[0] + self.switch.loads - loads
+        metrics["spiral/snapshot_reads"] = self.switch_counts[1] + self.switch.reads - reads
         if self.pool is not None:
             metrics["spiral/population/size"] = len(self.pool.entries())
         metrics.update({f"spiral/baseline/{g}/role{r}": b for (g, r), b in sorted(self.baselines.values.items())})
@@ -178,8 +180,7 @@ class SpiralRecipe(Recipe):
 
     def make_batch(self, scored, metrics: dict) -> TrainBatch | None:
         """One sample per learner turn with its episode's advantage; truncated and A == 0 left out."""
-        cfg, rows = self.cfg, []
-        masked = zero = 0
+        cfg, rows, masked, zero = self.cfg, [], 0, 0
         for turn, adv in scored:
             c = turn.output
             if masked_overlong(c, cfg.mask_truncated):
@@ -188,8 +189,7 @@ class SpiralRecipe(Recipe):
                 zero += 1
             elif c.token_ids:
                 rows.append((c, float(adv)))
-        metrics.update({"train/samples": len(rows), "train/masked_truncated": masked,
-                        "train/filtered_zero_adv": zero,
+        metrics.update({"train/samples": len(rows), "train/masked_truncated": masked, "train/filtered_zero_adv": zero,
                         "train/adv_mean": sum(a for _, a in rows) / len(rows) if rows else 0.0,
                         "train/adv_abs_mean": sum(abs(a) for _, a in rows) / len(rows) if rows else 0.0})
         if not rows:
