@@ -2,13 +2,11 @@
 its learner calls wait for the update, the weight sync follows the collect, after_update(t) sees
 collect(t)'s step state, and a checkpoint's frame state resumes the same steps."""
 import threading
-from types import SimpleNamespace
-
 import pytest
 import torch
 
 from serl.async_frame import Frame, GatedLearner, RecordingGenerator
-from serl.engines.base import Completion, TrainBatch
+from serl.engines.base import Completion, Sampling, TrainBatch
 from serl.recipes.base import Recipe
 
 
@@ -51,7 +49,7 @@ class Toy(Recipe):
 
     def collect(self, step):
         self.log.append(("collect", step))
-        groups = self.generator.generate([[step]], 2, SimpleNamespace(greedy=False, logprobs=False))
+        groups = self.generator.generate([[step]], 2, Sampling(4, 1.0))
         self.learner.logprobs([[step]], [[1]])
         self.tally = step
         c = [x for g in groups for x in g]
