@@ -38,6 +38,12 @@ def main(argv=None) -> int:
     ap.add_argument("--show", type=int, default=5, help="print this many raw replies")
     ap.add_argument("--dump", default="", help="write every reply (prefill included) to this JSONL file")
     args = ap.parse_args(argv)
+    print(json.dumps(run(args)))
+    return 0
+
+
+def run(args) -> dict:
+    """The probe's counts (and up to 5 parsed examples) for the parsed arguments."""
 
     from run import wilson
 
@@ -78,8 +84,7 @@ def main(argv=None) -> int:
            "wilson95": [round(lo, 3), round(hi, 3)],
            "new_tokens_mean": sum(len(g[0].token_ids) for g in groups) / len(groups),
            "examples": [qa for _, qa in parsed if qa][:5]}
-    print(json.dumps(out))
-    return 0
+    return out
 
 
 if __name__ == "__main__":

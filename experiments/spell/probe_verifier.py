@@ -7,7 +7,16 @@ template, with and without a prefill of the reply (the parser reads prefill + re
 recipe does). Prints, per variant, the valid-verdict rate and the accuracy on the valid
 ones, with Wilson 95% intervals.
 
+Calibration against the rule score (issue 33): each item's candidate also gets the recipe's rule
+score (cover-EM against the gold, ``serl.rewards.qa.cover_em_many``), the signal the verifier is
+trained to agree with. Per variant: the YES share among valid verdicts when the rule says right
+and when it says wrong, and their gap. The verifier counts as **calibrated** (``calibrated``, a
+rule fixed before any Qwen probe ran) when at most 20% of its verdicts are malformed and its YES
+share is at least 0.4 higher on rule-right candidates than on rule-wrong ones; an always-YES
+verifier (SmolLM2's) has a gap near 0.
+
     python experiments/spell/probe_verifier.py --n 60 --temperature 0 --prefill '' --prefill '[['
+    python experiments/spell/probe_verifier.py --model qwen2.5-coder-0.5b --n 120 --out runs/spell_qwen/probe_verifier.json
 """
 from __future__ import annotations
 
@@ -31,7 +40,34 @@ def main(argv=None) -> int:
     ap.add_argument("--generator", default="hf")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--show", type=int, default=3, help="print this many raw replies per variant")
+    ap.add_argument("--out", default="", help="also write the variants' results (no text) to this JSON file")
     args = ap.parse_args(argv)
+    rows = probe(args)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps({"model": args.model, "n": args.n, "seed_corpus": args.seed_corpus,
+                                              "temperature": args.temperature, "variants": rows}, indent=1) + "\n")
+    return 0
+
+
+MAX_BAD_FORMAT, MIN_GAP = 0.2, 0.4
+
+
+def calibration(got: list[int], rule: list[float]) -> dict:
+    """YES share of valid verdicts on rule-right and rule-wrong candidates, and the verdict."""
+    def yes_share(want: float):
+        v = [j for j, r in zip(got, rule) if j != -1 and r == want]
+        return sum(j == 1 for j in v) / len(v) if v else None
+
+    right, wrong = yes_share(1.0), yes_share(0.0)
+    gap = None if right is None or wrong is None else right - wrong
+    bad = sum(j == -1 for j in got) / len(got)
+    return {"rule_right": sum(r == 1.0 for r in rule), "yes_if_rule_right": right, "yes_if_rule_wrong": wrong,
+            "gap": gap, "agree_with_rule": sum(j == r for j, r in zip(got, rule)) / len(got), "bad_format": bad,
+            "calibrated": gap is not None and bad <= MAX_BAD_FORMAT and gap >= MIN_GAP}
+
+
+def probe(args) -> list[dict]:
 
     from run import wilson
 
@@ -41,11 +77,14 @@ def main(argv=None) -> int:
     from serl.models import load_tokenizer, resolve_model
     from serl.recipes.spell.prompts import verifier_prompt
     from serl.rewards.judge import parse_judgment
+    from serl.rewards.qa import cover_em_many
 
     path = resolve_model(args.model)
     tok = load_tokenizer(path)
     items = make_corpus(n_train=0, n_heldout=max(1, args.n // 10), seed=args.seed_corpus)["verify"][:args.n]
     want = [1 if it["label"] == "yes" else 0 for it in items]
+    rule = cover_em_many([str(it["candidate"]) for it in items], [str(it["gold"]) for it in items])
+    rows = []
     chats = [tok.apply_chat_template([{"role": "user", "content": verifier_prompt(
         it["question"], it["candidate"], it["gold"], compact=True)}], add_generation_prompt=True, tokenize=False)
         for it in items]
@@ -57,14 +96,17 @@ def main(argv=None) -> int:
         right = sum(j == w for j, w in valid)
         for g in groups[:args.show]:
             print(f"---- prefill {prefill!r}\n{prefill}{g[0].text}", file=sys.stderr)
-        print(json.dumps({"prefill": prefill, "temperature": args.temperature, "n": len(items),
-                          "valid": len(valid), "valid_rate": len(valid) / len(items),
-                          "valid_wilson95": [round(x, 3) for x in wilson(len(valid), len(items))],
-                          "yes_share": sum(j == 1 for j, _ in valid) / len(valid) if valid else None,
-                          "accuracy_all": right / len(items),
-                          "accuracy_all_wilson95": [round(x, 3) for x in wilson(right, len(items))]}))
+        row = {"prefill": prefill, "temperature": args.temperature, "n": len(items),
+               "valid": len(valid), "valid_rate": len(valid) / len(items),
+               "valid_wilson95": [round(x, 3) for x in wilson(len(valid), len(items))],
+               "yes_share": sum(j == 1 for j, _ in valid) / len(valid) if valid else None,
+               "accuracy_all": right / len(items),
+               "accuracy_all_wilson95": [round(x, 3) for x in wilson(right, len(items))],
+               **calibration(got, rule)}
+        rows.append(row)
+        print(json.dumps(row))
     gen.close() if hasattr(gen, "close") else None
-    return 0
+    return rows
 
 
 if __name__ == "__main__":

@@ -136,20 +136,103 @@ def plot(run: Path, path: Path) -> None:
         ax.set_title(key, fontsize=10)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
-    fig.suptitle("SPELL on SmolLM2-135M-Instruct: per-step role metrics")
+    import yaml
+
+    cfg = run / "config.yaml"
+    model = (yaml.safe_load(cfg.read_text()) or {}).get("model") if cfg.is_file() else None
+    name = "SmolLM2-135M-Instruct" if model in (None, "", "smollm2") else Path(str(model)).name
+    fig.suptitle(f"SPELL on {name}: per-step role metrics ({run.name})")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
+def main_stronger(args, extra: list[str]) -> int:
+    """Issue 33's plan (stronger.py): probes, then the arms, then the comparison across arms."""
+    import time
+
+    import stronger
+
+    out = Path(args.out)
+    if out.exists() and any(out.iterdir()) and not args.resume:
+        raise SystemExit(f"{out} exists: use --resume, or another --out")
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    decision = stronger.probes(args, out)
+    stronger.log(f"probe decision: {json.dumps(decision)}")
+    if not decision["calibrated"] and not args.allow_uncalibrated:
+        raise SystemExit("the untrained verifier is not calibrated on the probe items (calibration above). "
+                         "Issue 33 asks for a first stage that trains the verifier on labelled training pairs, "
+                         "which serl does not have yet; rerun with --resume --allow_uncalibrated to train the "
+                         "recipe as it is, and report that it started uncalibrated.")
+    settings = {"model": args.model, "smoke": args.smoke, "generator": args.generator, "arms": args.arms,
+                "decision": decision, "extra": extra, "allow_uncalibrated": args.allow_uncalibrated}
+    setup = out / "setup.json"
+    if setup.exists():
+        saved = json.loads(setup.read_text())["settings"]
+        diff = {k: (saved.get(k), v) for k, v in settings.items() if saved.get(k) != v and k != "allow_uncalibrated"}
+        if diff:
+            raise SystemExit(f"{setup}: settings differ from this command's: {diff}; use another --out")
+    else:
+        setup.write_text(json.dumps({"settings": settings, "date": time.strftime("%Y-%m-%d %H:%M %Z")}, indent=1))
+    flags = [*(stronger.SMOKE if args.smoke else stronger.FULL), *stronger.LORA,
+             "--questioner_prefill", decision["questioner_prefill"], "--verifier_prefill", decision["verifier_prefill"]]
+    for arm in args.arms:
+        if stronger.ARMS[arm] is None:
+            continue  # no training: the step-0 evaluation of the trained arms
+        run = out / arm
+        if (run / "report" / "summary.md").is_file():
+            stronger.log(f"{arm}: finished earlier, kept")
+            continue
+        if (run / "config.yaml").is_file():
+            cmd = ["--resume", str(run)]
+        else:
+            cmd = ["--recipe", "spell", "--model", args.model, "--run_dir", str(run), "--generator", args.generator,
+                   "--progress", "plain", *flags, *stronger.ARMS[arm], *extra]
+        stronger.log(f"{arm}: serl train {' '.join(cmd[:4])} ...")
+        t1 = time.time()
+        r = subprocess.run([sys.executable, "-m", "serl.cli", "train", *cmd], cwd=ROOT)
+        with open(out / "timing.jsonl", "a") as f:
+            import resource  # the largest resident set of any finished child so far (KiB), not their sum
+
+            rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2 ** 20
+            f.write(json.dumps({"arm": arm, "wall_s": round(time.time() - t1, 1), "rc": r.returncode,
+                                "max_child_rss_gib": round(rss, 2)}) + "\n")
+        if r.returncode:
+            raise SystemExit(f"{arm}: serl train exited with {r.returncode}; rerun with --resume")
+    print(stronger.report(args, out, args.arms, decision))
+    if args.export:
+        for p in stronger.export(out, Path(args.export)):
+            print(p)
+    stronger.log(f"done in {(time.time() - t0) / 60:.1f} min: {out / 'results_stronger.md'}")
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="SPELL before/after on the embedded model")
+    ap.add_argument("--model", default="smollm2", help="smollm2 (the embedded model: the measured round) or an "
+                    "opt-in one such as qwen2.5-coder-0.5b (the stronger plan)")
+    ap.add_argument("--plan", default="auto", choices=("auto", "round1", "stronger"),
+                    help="auto: round1 for smollm2, stronger otherwise (stronger.py: probes, LoRA, three arms)")
+    ap.add_argument("--arms", default="full,frozen_verifier,no_training", help="stronger plan: arms to run")
+    ap.add_argument("--allow_uncalibrated", action="store_true",
+                    help="stronger plan: train even if the probe finds the untrained verifier uncalibrated")
+    ap.add_argument("--export", default="", help="stronger plan: copy per-item results (no text) to this folder")
     ap.add_argument("--out", default=str(ROOT / "runs/spell_experiment"), help="output folder (the run and its analysis)")
     ap.add_argument("--resume", action="store_true", help="continue OUT/run, then analyse")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: check the pipeline only")
     ap.add_argument("--generator", default="auto", help="auto (vLLM when installed), vllm or hf")
     ap.add_argument("--analyse_only", action="store_true", help="only (re)write the tables and curves")
     args, extra = ap.parse_known_args(argv)
+    if args.plan == "stronger" or (args.plan == "auto" and args.model != "smollm2"):
+        import stronger
+
+        args.arms = [x.strip() for x in args.arms.split(",") if x.strip()]
+        if not args.arms or set(args.arms) - set(stronger.ARMS) or all(stronger.ARMS[x] is None for x in args.arms):
+            raise SystemExit(f"--arms: a training arm and any of {', '.join(stronger.ARMS)}")
+        if args.out == str(ROOT / "runs/spell_experiment"):
+            args.out = str(ROOT / f"runs/spell_{args.model}")
+        return main_stronger(args, extra)
     out = Path(args.out)
     run = out / "run"
     if not args.analyse_only:

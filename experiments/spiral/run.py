@@ -14,6 +14,15 @@ under the parser used (--action_parser, lenient by default here) and under upstr
 per info state. The arms differ only in --rae (on: role baselines, EMA 0.95; off: the step's mean return
 as the baseline). The table (results.md), results.json and the curves (PNG) go to --out; each arm's wall
 and CPU time go to timing.json, and --smoke prints what the FULL run would take on this machine.
+
+The stronger-model plan (issue 33; README, "Plan for the Qwen run"): any --model but the embedded
+one, or --plan stronger, runs stronger.py's stages instead: the probe that fixes the token limit
+and the parser, the two training arms on Kuhn Poker and TicTacToe with LoRA, then paired games,
+exploitability with intervals and math transfer for θ0 (the no-training arm) and both arms.
+
+    .venv/bin/python experiments/spiral/run.py --model qwen2.5-coder-0.5b            # runs/spiral_qwen2.5-coder-0.5b
+    .venv/bin/python experiments/spiral/run.py --model qwen2.5-coder-0.5b --resume   # after a stop
+    .venv/bin/python experiments/spiral/run.py --plan stronger --smoke --generator hf --out runs/spiral_stronger_smoke
 """
 from __future__ import annotations
 
@@ -39,35 +48,70 @@ FULL = dict(steps=12, games_per_step=32, eval_every=6, eval_games=400, exploit_s
 SMOKE = dict(steps=2, eval_every=2, population_every=1, save_steps=1)
 
 
-def parse() -> argparse.Namespace:
+def parse(argv=None) -> argparse.Namespace:
+    import stronger
+
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--model", default="smollm2")
+    pre.add_argument("--plan", default="auto", choices=("auto", "round1", "stronger"))
+    pre.add_argument("--smoke", action="store_true")
+    known = pre.parse_known_args(argv)[0]
+    plan = known.plan if known.plan != "auto" else ("round1" if known.model == "smollm2" else "stronger")
+    full = FULL if plan == "round1" else {**stronger.FULL, **(stronger.POST_SMOKE if known.smoke else stronger.POST)}
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", default="runs/spiral_experiment", help="folder of the two runs and the results")
+    p.add_argument("--model", default="smollm2", help="the model every arm starts from (smollm2: the embedded "
+                   "SmolLM2-135M; an opt-in one such as qwen2.5-coder-0.5b runs the stronger plan)")
+    p.add_argument("--plan", default="auto", choices=("auto", "round1", "stronger"),
+                   help="round1: the measured SmolLM2 experiment; stronger: issue 33's (probe, LoRA, two games, "
+                        "paired evaluations, math transfer); auto: round1 for smollm2, stronger otherwise")
+    p.add_argument("--out", default=None, help="folder of the runs and the results (default runs/spiral_experiment; "
+                   "stronger plan: runs/spiral_<model>)")
     p.add_argument("--resume", action="store_true", help="continue arms whose run directory exists")
-    p.add_argument("--smoke", action="store_true", help="the FULL step and evaluation twice, and a time estimate")
-    p.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated arms to run: {', '.join(ARMS)}")
-    for name, value in FULL.items():
-        p.add_argument(f"--{name}", type=int, default=value)
-    p.add_argument("--lr", type=float, default=1e-5)
+    p.add_argument("--smoke", action="store_true", help="the FULL step and evaluation twice, and a time estimate "
+                   "(stronger plan: every stage at tiny sizes)")
+    arms = ARMS if plan == "round1" else {**ARMS, "no_training": None}
+    p.add_argument("--arms", default=",".join(arms), help=f"comma-separated arms to run: {', '.join(arms)}")
+    p.add_argument("--games", default="kuhn_poker" if plan == "round1" else stronger.GAMES)
+    for name, value in full.items():
+        if name != "generate_max_len":
+            p.add_argument(f"--{name}", type=type(value), default=value)
+    p.add_argument("--lr", type=float, default=1e-5 if plan == "round1" else stronger.LR)
     p.add_argument("--bf16", default="true", choices=("true", "false"), help="bf16 autocast in the learner")
     p.add_argument("--generator", default="auto", help="auto (vLLM when installed), vllm or hf")
-    p.add_argument("--action_parser", default="mention", choices=("strict", "lenient", "mention"),
+    p.add_argument("--generate_max_len", type=int, default=FULL["generate_max_len"] if plan == "round1" else 0,
+                   help="new tokens per move (stronger plan: 0 = the probe's choice)")
+    p.add_argument("--action_parser", default="mention" if plan == "round1" else "",
+                   choices=("", "strict", "lenient", "mention"),
                    help="how a response becomes a move; mention (default here): SmolLM2 never uses the box "
                         "at step 0 (README), so the legal action it names last is taken; the strict rate "
-                        "is reported as well")
+                        "is reported as well (stronger plan: '' = the probe's choice)")
+    p.add_argument("--export", default="", help="stronger plan: copy per-item results (no text) to this folder")
     p.add_argument("--seed", type=int, default=1)
-    a = p.parse_args()
+    a = p.parse_args(argv)
+    a.plan = plan
     a.arms = [x.strip() for x in a.arms.split(",") if x.strip()]
-    if not a.arms or set(a.arms) - set(ARMS):
-        p.error(f"--arms: choose among {', '.join(ARMS)}")
-    if a.smoke:
+    if not a.arms or set(a.arms) - set(arms):
+        p.error(f"--arms: choose among {', '.join(arms)}")
+    if a.out is None:
+        a.out = "runs/spiral_experiment" if plan == "round1" else f"runs/spiral_{a.model}"
+    if a.smoke and plan == "round1":
         a.full = {k: getattr(a, k) for k in FULL}  # what the estimate scales to
         for k, v in SMOKE.items():
+            setattr(a, k, v)
+    elif a.smoke:
+        for k, v in stronger.SMOKE.items():
             setattr(a, k, v)
     return a
 
 
 def train_args(a, run_dir: Path, arm: list[str]) -> list[str]:
-    return ["--recipe", "spiral", "--run_dir", str(run_dir), "--games", "kuhn_poker", "--kuhn_rules", "standard",
+    if a.plan == "stronger":
+        import stronger
+
+        extra = ["--model", a.model, *stronger.TRAIN_FLAGS]
+    else:  # SmolLM2 runs past the limit in ~90% of its answers (README)
+        extra = ["--mask_truncated", "false", "--micro_train_batch_size", "4"]  # 4: ~1 GB less at the peak than 8
+    return ["--recipe", "spiral", "--run_dir", str(run_dir), "--games", a.games, "--kuhn_rules", "standard",
             "--opponent", "population", "--population_size", str(a.population_size),
             "--population_every", str(a.population_every), "--games_per_step", str(a.games_per_step),
             "--steps", str(a.steps), "--generate_max_len", str(a.generate_max_len), "--actor_learning_rate", str(a.lr),
@@ -75,8 +119,7 @@ def train_args(a, run_dir: Path, arm: list[str]) -> list[str]:
             "--eval_steps", str(a.eval_every), "--eval_games", str(a.eval_games),
             "--exploit_samples", str(a.exploit_samples), "--generator", a.generator, "--action_parser", a.action_parser,
             "--save_steps", str(a.save_steps), "--max_ckpt_num", "1", "--save_model", "false", "--seed", str(a.seed),
-            "--mask_truncated", "false",  # SmolLM2 runs past the limit in ~90% of its answers (README)
-            "--micro_train_batch_size", "4", "--progress", "plain", *arm]  # 4: ~1 GB less at the peak than 8
+            "--progress", "plain", *extra, *arm]
 
 
 def run_arm(a, name: str, arm: list[str]) -> Path:
@@ -94,7 +137,9 @@ def run_arm(a, name: str, arm: list[str]) -> Path:
     print(f"{name}: serl {' '.join(cmd)}", flush=True)
     wall, cpu = time.time(), cpu_seconds()
     code = train(cmd)
-    timing = {"wall_s": round(time.time() - wall, 1), "cpu_s": round(cpu_seconds() - cpu, 1), "command": cmd[:3]}
+    timing = {"wall_s": round(time.time() - wall, 1), "cpu_s": round(cpu_seconds() - cpu, 1), "command": cmd[:3],
+              # the largest resident set of any finished child process so far (Linux: KiB), not their sum
+              "max_child_rss_gib": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2 ** 20, 2)}
     with open(run_dir / "timing.jsonl", "a") as f:  # one line per (re)start of the arm
         f.write(json.dumps(timing) + "\n")
     if code:
@@ -170,7 +215,8 @@ def table(results: dict[str, dict[int, dict]]) -> str:
     return "\n".join(lines)
 
 
-def plot(results: dict[str, dict[int, dict]], out: Path) -> None:
+def plot(results: dict[str, dict[int, dict]], out: Path,
+         title: str = "SPIRAL on Kuhn Poker (SmolLM2-135M): RAE + population vs RAE off") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -197,12 +243,54 @@ def plot(results: dict[str, dict[int, dict]], out: Path) -> None:
         ax.legend()
     axes[0].axhline(11 / 24, color="grey", linestyle=":", linewidth=1)  # uniform random
     axes[1].axhline(0, color="grey", linestyle=":", linewidth=1)
-    fig.suptitle("SPIRAL on Kuhn Poker (SmolLM2-135M): RAE + population vs RAE off")
+    fig.suptitle(title)
     fig.savefig(out / "curves.png", dpi=110)
+
+
+def main_stronger(a) -> int:
+    """The stronger-model plan (stronger.py's module doc): probe, arms, paired evaluations, report."""
+    import stronger
+
+    out = Path(a.out)
+    if out.exists() and any(out.iterdir()) and not a.resume:
+        sys.exit(f"{out} exists: pass --resume to continue it, or choose another --out")
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    fixed = stronger.probe_stage(a, out)
+    a.generate_max_len, a.action_parser = fixed["generate_max_len"], fixed["action_parser"]
+    settings = {k: v for k, v in vars(a).items() if k not in ("resume", "export", "out", "full")}
+    setup = out / "setup.json"
+    if setup.exists():  # a resume continues the same experiment, never a changed one
+        saved = json.loads(setup.read_text())["settings"]
+        diff = {k: (saved.get(k), v) for k, v in settings.items() if saved.get(k) != v}
+        if diff:
+            sys.exit(f"{setup}: settings differ from this command's: {diff}; use another --out")
+    else:
+        setup.write_text(json.dumps({"settings": settings, "probe_override": fixed["overridden"],
+                                     "date": time.strftime("%Y-%m-%d %H:%M %Z"), "cores": os.cpu_count()},
+                                    indent=1) + "\n")
+    stronger.log(stronger.projection(json.loads((out / "probe.json").read_text()), a))
+    trained = [x for x in a.arms if x in ARMS]
+    for name in trained:
+        run_arm(a, name, ARMS[name])
+    post = stronger.post_stages(a, out, a.arms)
+    print(stronger.report(a, out, post, settings))
+    if trained:
+        results = {name: evals(out / name) for name in trained}
+        plot(results, out, title=f"SPIRAL on Kuhn Poker ({a.model}): RAE + population vs RAE off")
+    with open(out / "timing.jsonl", "a") as f:
+        f.write(json.dumps({"command_wall_s": round(time.time() - t0, 1), "post_wall_s": post["post_wall_s"]}) + "\n")
+    if a.export:
+        for p in stronger.export(out, Path(a.export)):
+            print(p)
+    stronger.log(f"done in {(time.time() - t0) / 60:.1f} min: {out / 'results_stronger.md'}")
+    return 0
 
 
 def main() -> int:
     a = parse()
+    if a.plan == "stronger":
+        return main_stronger(a)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     results = {name: evals(run_arm(a, name, ARMS[name])) for name in a.arms}

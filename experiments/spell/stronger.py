@@ -1,0 +1,170 @@
+"""The stronger-model plan of the SPELL experiment (issue 33), driven by run.py (``--plan stronger``,
+the default for any --model but the embedded one).
+
+Stages, each cached in --out so that ``run.py --resume`` redoes only what is missing:
+  probe_verifier.json, probe_questioner.json   the untrained model on training-side material: fixes
+                                               the two prefills, and measures the verifier's calibration
+  full/, frozen_verifier/                      the two training runs (each evaluates itself greedily on
+                                               the held-out files before and after training)
+  results_stronger.{md,json}                   every arm against no training and against each other
+
+Arms. ``full``: the three-role recipe. ``frozen_verifier``: the same, with the verifier never
+trained (``--verifier_band 0 0``: no majority share lies in [0, 0]), so it keeps judging, and its
+YES still lifts the responder's reward, but it does not co-evolve. That is the control the current
+library can express without a code change, and it isolates the part that failed on SmolLM2 (the
+verifier never trained there). ``no_training``: the untrained model, i.e. the step-0 evaluation
+(greedy, so both runs' step-0 evaluations are identical; the report checks this).
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE.parents[1]), str(HERE)]
+
+ARMS = {"full": [], "frozen_verifier": ["--verifier_band", "0", "0"], "no_training": None}
+# Fixed before any Qwen run (README, "Plan for the Qwen run"): the SmolLM2 run's sizes (10 steps of 8
+# clusters, responder 8 samples, verifier 3 judgments, grounding 4, 2 refill rounds), longer replies
+# (128 new tokens for questioner and responder, 48 for the verifier), compact prompts (the model has
+# 0.5B parameters), questioner temperature 0.7, LoRA rank 32 / alpha 64 at 2e-5 (10x the SmolLM2 run's
+# full fine-tuning rate; Schulman et al., "LoRA Without Regret", Thinking Machines 2025), bf16, all
+# held-out items. The two prefills come from the probe.
+FULL = ["--steps", "10", "--rollout_batch_size", "8", "--n_samples_per_prompt", "8", "--verifier_samples", "3",
+        "--grounding_samples", "4", "--max_refill_rounds", "2", "--compact_prompts", "true",
+        "--questioner_temperature", "0.7", "--few_shot_questioner", "false",
+        "--questioner_max_len", "128", "--generate_max_len", "128", "--verifier_max_len", "48",
+        "--prompt_max_len", "1024", "--actor_learning_rate", "2e-5", "--temperature", "1.0", "--bf16", "true",
+        "--eval_qa_limit", "0", "--eval_verify_limit", "0", "--eval_questioner_limit", "20"]
+SMOKE = ["--steps", "2", "--rollout_batch_size", "2", "--n_samples_per_prompt", "2", "--verifier_samples", "2",
+         "--grounding_samples", "1", "--max_refill_rounds", "1", "--compact_prompts", "true",
+         "--questioner_temperature", "0.7", "--few_shot_questioner", "false", "--questioner_max_len", "48",
+         "--generate_max_len", "48", "--verifier_max_len", "24", "--prompt_max_len", "1024",
+         "--actor_learning_rate", "2e-5", "--eval_qa_limit", "8", "--eval_verify_limit", "8",
+         "--eval_questioner_limit", "2"]
+LORA = ["--lora_rank", "32", "--lora_alpha", "64", "--vllm_kv_cache_gib", "0.5", "--micro_train_batch_size", "4"]
+PROBE = dict(verifier_n=120, questioner_n=48)
+PROBE_SMOKE = dict(verifier_n=6, questioner_n=3)
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def probes(a, out: Path) -> dict:
+    """Run (or read) the two probes; the decision: each prefill on when it gives more valid replies
+    than none (greedy verifier on labelled items of a seed-7 corpus; questioner at 0.7 on the
+    training clusters), and the verifier's calibration under the chosen prefill."""
+    import probe_json
+    import probe_verifier
+
+    sizes = PROBE_SMOKE if a.smoke else PROBE
+    pv, pq = out / "probe_verifier.json", out / "probe_questioner.json"
+    if not pv.exists():
+        log(f"probe: verifier, {sizes['verifier_n']} items, prefills '' and '[['")
+        probe_verifier.main(["--model", a.model, "--n", str(sizes["verifier_n"]), "--prefill", "", "--prefill", "[[",
+                             "--temperature", "0", "--max_new_tokens", "24" if a.smoke else "48",
+                             "--generator", a.generator, "--out", str(pv)])
+    if not pq.exists():
+        rows = []
+        for prefill in (False, True):
+            log(f"probe: questioner, {sizes['questioner_n']} clusters, prefill {prefill}")
+            ns = SimpleNamespace(model=a.model, corpus=str(HERE.parents[1] / "dataset/docs_train.jsonl"), n=sizes["questioner_n"],
+                                 paragraphs=2, full=False, few_shot=False, prefill=prefill, stop=[], temperature=0.7,
+                                 max_new_tokens=48 if a.smoke else 128, generator=a.generator, seed=0, show=0, dump="")
+            r = probe_json.run(ns)
+            r.pop("examples", None)  # model text stays out of the file
+            rows.append(r)
+        pq.write_text(json.dumps({"model": a.model, "variants": rows}, indent=1) + "\n")
+    v = json.loads(pv.read_text())["variants"]
+    q = json.loads(pq.read_text())["variants"]
+    by_v = {r["prefill"]: r for r in v}
+    by_q = {r["prefill"]: r for r in q}
+    vp = "on" if by_v["[["]["valid_rate"] > by_v[""]["valid_rate"] else "off"
+    qp = "on" if by_q[True]["valid_json_rate"] > by_q[False]["valid_json_rate"] else "off"
+    chosen = by_v["[[" if vp == "on" else ""]
+    return {"verifier_prefill": vp, "questioner_prefill": qp, "calibrated": chosen["calibrated"],
+            "calibration": {k: chosen[k] for k in ("bad_format", "yes_if_rule_right", "yes_if_rule_wrong", "gap",
+                                                   "agree_with_rule", "accuracy_all")},
+            "valid": {"verifier": {p or "none": r["valid_rate"] for p, r in by_v.items()},
+                      "questioner": {str(p): r["valid_json_rate"] for p, r in by_q.items()}}}
+
+
+def compare(run_a: Path, run_b: Path, step_a: int, step_b: int) -> dict:
+    """Per-item paired changes between two evaluations (run_b@step_b minus run_a@step_a)."""
+    from run import paired, read_records
+
+    ra = read_records(run_a / "spell_eval" / f"step_{step_a}.jsonl")
+    rb = read_records(run_b / "spell_eval" / f"step_{step_b}.jsonl")
+    out = {}
+    for key in ("strict", "lenient"):
+        out[f"responder_{key}"] = paired([r[key] for r in ra["responder"]], [r[key] for r in rb["responder"]])
+    for name, fn in (("accuracy", lambda r: float(r["judgment"] == r["label"])),
+                     ("bad_format", lambda r: float(r["judgment"] == -1))):
+        out[f"verifier_{name}"] = paired([fn(r) for r in ra["verifier"]], [fn(r) for r in rb["verifier"]])
+    return out
+
+
+def last_step(run: Path) -> int:
+    return max(int(p.stem.split("_")[1]) for p in (run / "spell_eval").glob("step_*.jsonl"))
+
+
+def report(a, out: Path, arms: list[str], decision: dict) -> str:
+    from run import analyse
+
+    trained = [x for x in arms if ARMS.get(x) is not None]
+    res = {arm: analyse(out / arm, out / arm) for arm in trained}
+    base = out / trained[0]
+    lines = [f"# SPELL on {a.model}: results (written by run.py)", "",
+             f"Probe decision: `{json.dumps(decision)}`", "",
+             "Held-out, greedy; no training = the step-0 evaluation; changes are paired by item (95% bootstrap):", "",
+             "| measure | no training | " + " | ".join(f"{x} (after) | {x} - no training" for x in trained) + " |",
+             "|---|---|" + "---|---|" * len(trained)]
+    fmt = lambda r: f"{r['rate']:.3f} [{r['ci'][0]:.3f}, {r['ci'][1]:.3f}]"  # noqa: E731
+    ch = lambda c: f"{c['diff']:+.3f} [{c['ci'][0]:+.3f}, {c['ci'][1]:+.3f}]"  # noqa: E731
+    for key in ("responder_strict", "responder_lenient", "verifier_accuracy", "verifier_bad_format"):
+        row = f"| {key} | {fmt(res[trained[0]][key]['before'])} |"
+        for x in trained:
+            row += f" {fmt(res[x][key]['after'])} | {ch(res[x][key]['change'])} |"
+        lines.append(row)
+    for key in ("questioner_valid_json", "questioner_bad_ground"):
+        show = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
+        lines.append(f"| {key} | {show(res[trained[0]][key]['before'])} |"
+                     + "".join(f" {show(res[x][key]['after'])} | |" for x in trained))
+    if len(trained) == 2:
+        c = compare(out / trained[1], out / trained[0], last_step(out / trained[1]), last_step(out / trained[0]))
+        lines += ["", f"{trained[0]} minus {trained[1]} after training (paired by item): "
+                  + "; ".join(f"{k} {ch(v)}" for k, v in c.items())]
+        same = compare(out / trained[0], out / trained[1], 0, 0)
+        if any(v["diff"] != 0 for v in same.values()):
+            lines.append("WARNING: the two arms' step-0 evaluations differ; the greedy baseline is not reproducible")
+    text = "\n".join(lines) + "\n"
+    (out / "results_stronger.md").write_text(text)
+    (out / "results_stronger.json").write_text(json.dumps({"decision": decision, "arms": res}, indent=1))
+    return text
+
+
+def export(out: Path, dest: Path) -> list[Path]:
+    """Per-item held-out results without any text (model replies and generated questions dropped;
+    ``line`` points into the shipped labelled files), the probes, the report and the metrics."""
+    written = []
+
+    def put(rel: str, text: str) -> None:
+        p = dest / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+        written.append(p)
+
+    for src in sorted(out.glob("*/spell_eval/step_*.jsonl")):
+        rows = [{k: v for k, v in json.loads(x).items() if k not in ("reply", "qa")} for x in src.read_text().splitlines()]
+        put(f"{src.parent.parent.name}/{src.name}", "".join(json.dumps(r) + "\n" for r in rows))
+    for m in sorted(out.glob("*/metrics.jsonl")):
+        put(f"{m.parent.name}/metrics.jsonl", m.read_text())
+    for name in ("probe_verifier.json", "probe_questioner.json", "setup.json", "results_stronger.md",
+                 "results_stronger.json"):
+        if (out / name).exists():
+            put(name, (out / name).read_text())
+    return written
