@@ -87,6 +87,9 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None, prepared
         hf_logging.disable_progress_bar()
     t_start = time.time()
     np.random.seed(cfg.seed)  # library code that draws from numpy's global RNG is seeded too
+    import torch
+
+    torch.manual_seed(cfg.seed)  # a Ray driver builds no learner that would seed it; its state is saved
     ckpt = latest_checkpoint(run_dir) if resume_dir else None
     done = newest_step(run_dir) if ckpt else 0
     tok = run_tokenizer(model_path)  # prepare()'s length checks loaded it already

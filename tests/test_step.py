@@ -11,6 +11,7 @@ import torch
 from serl.engines.base import TrainBatch
 from serl.engines.factory import learner_config
 from serl.engines.learner_core import LearnerCore
+from serl.plan import plan_run
 from serl.recipes.base import Recipe, RunContext
 from serl.recipes.serl.config import SerlConfig
 
@@ -136,7 +137,7 @@ def test_train_batch_size_sets_the_optimizer_steps_of_every_recipe(tmp_path, bui
     for size in (0, 2):
         (tmp_path / str(size)).mkdir()
         recipe = build(tmp_path / str(size), size)
-        lc = learner_config(recipe.cfg)
+        lc = learner_config(recipe.cfg, plan_run(recipe.cfg))
         assert lc.mini_batch_size == size  # the flag reaches the learner
         recipe.learner = MiniBatching(recipe.learner, lc)
         m = recipe.step(1)

@@ -138,7 +138,7 @@ def test_instruct_and_a_tiny_train_run_outside_the_checkout(venv, tiny_model):
     py, serl, env, outside = venv
     # serl instruct: the default model, the documented seed path and the packaged template
     _run([serl, "instruct", "--seeds", "dataset/arith_seed.jsonl", "--out", "new.jsonl", "-n", "1",
-          "--n_shots", "2", "--prompts_per_call", "1", "--max_attempts", "1", "--max_new_tokens", "24"], outside, env)
+          "--n_shots", "2", "--prompts_per_call", "1", "--max_attempts", "2", "--max_new_tokens", "64"], outside, env)
     rows = [json.loads(line) for line in (outside / "new.jsonl").read_text().splitlines()]
     assert rows and all({"text", "passed", "parents"} <= set(r) for r in rows), rows
     # serl train with the default seed file (dataset/arith_seed.jsonl), one tiny step

@@ -18,7 +18,7 @@ from collections import Counter
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE.parents[1]), str(HERE)]  # this checkout's serl; run.py's wilson
+sys.path[:0] = [str(HERE.parents[1]), str(HERE)]  # this checkout's serl
 
 
 def main(argv=None) -> int:
@@ -45,7 +45,7 @@ def main(argv=None) -> int:
 def run(args) -> dict:
     """The probe's counts (and up to 5 parsed examples) for the parsed arguments."""
 
-    from run import wilson
+    from serl.eval.stats import wilson
 
     from serl.data.corpus import read_corpus, sample_evidence
     from serl.engines.base import Sampling

@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE.parents[1]), str(HERE)]  # this checkout's serl; run.py's wilson
+sys.path[:0] = [str(HERE.parents[1]), str(HERE)]  # this checkout's serl
 
 
 def main(argv=None) -> int:
@@ -69,7 +69,7 @@ def calibration(got: list[int], rule: list[float]) -> dict:
 
 def probe(args) -> list[dict]:
 
-    from run import wilson
+    from serl.eval.stats import wilson
 
     from serl.data.docs import make_corpus
     from serl.engines.base import Sampling

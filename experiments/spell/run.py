@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # this checkout's serl
 
-from serl.eval.stats import paired_bootstrap, wilson  # noqa: E402  (probe_*.py import wilson from here)
+from serl.eval.stats import paired_bootstrap, wilson  # noqa: E402
 
 # the bootstrap (probe_json.py, probe_verifier.py, README): the questioner's reply starts with
 # '{"question": "' and it samples at 0.7; the verifier's reply starts with '[['; the

@@ -23,7 +23,11 @@ from pathlib import Path
 import pytest
 
 pytestmark = pytest.mark.slow
-GOLDEN = Path(__file__).with_name("golden_metrics.jsonl")
+# The generator samples on the CPU's own kernels, so each kind of CPU has its own record: machines
+# with AMX (bf16 matrix tiles) decode differently from those without (kl/mean differs by 2e-4
+# relative at step 2 between the two, with identical code).
+AMX = Path("/proc/cpuinfo").is_file() and " amx_bf16" in Path("/proc/cpuinfo").read_text()
+GOLDEN = Path(__file__).with_name("golden_metrics.amx.jsonl" if AMX else "golden_metrics.jsonl")
 
 
 def _rows(path: Path) -> list[dict]:
@@ -38,6 +42,9 @@ def test_tiny_serl_run_matches_the_golden_metrics(tmp_path, serl_train, tiny_tra
     got = _rows(run / "metrics.jsonl")
     if os.environ.get("SERL_RECORD_GOLDEN") == "1":
         GOLDEN.write_text("".join(json.dumps(row, sort_keys=True) + "\n" for row in got))
+    if not GOLDEN.is_file():
+        pytest.skip(f"no record for this kind of CPU ({GOLDEN.name}); make one from a commit known to be right "
+                    "with SERL_RECORD_GOLDEN=1")
     want = _rows(GOLDEN)
     assert [g["step"] for g in got] == [w["step"] for w in want]
     for g, w in zip(got, want):
