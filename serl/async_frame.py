@@ -36,7 +36,7 @@ import torch
 
 from serl.checkpoint import fault_point
 from serl.engines.base import TrainBatch
-from serl.progress import stage
+from serl.step import finish, nothing_to_train, update
 
 log = logging.getLogger("serl")
 
@@ -119,15 +119,17 @@ class Collected:
 
 def stale_filter(batch: TrainBatch | None, versions: list, now: int, max_staleness: int | None):
     """``batch`` without the sequences more than ``max_staleness`` versions behind ``now`` (None: keep
-    all), and the lag metrics. Pair objectives (DPO) keep everything: they are off-policy by design."""
+    all), and the lag metrics of the sequences kept (what is trained). Pair objectives (DPO) keep
+    everything: they are off-policy by design."""
     if batch is None:
         return None, {}
-    lags = [now - v for v in versions if v is not None]
+    drop = max_staleness is not None and batch.pairs is None
+    keep = [i for i, v in enumerate(versions) if v is None or not drop or now - v <= max_staleness]
+    lags = [now - versions[i] for i in keep if versions[i] is not None]
     m = {"async/lag_mean": sum(lags) / len(lags) if lags else 0.0, "async/lag_max": float(max(lags, default=0)),
-         "async/unsampled": float(len(versions) - len(lags))}  # not the generator's (SPIN's human answers)
-    if max_staleness is None or batch.pairs is not None:
+         "async/unsampled": float(len(keep) - len(lags))}  # not the generator's (SPIN's human answers)
+    if not drop:
         return batch, m
-    keep = [i for i, v in enumerate(versions) if v is None or now - v <= max_staleness]
     m["async/dropped_stale"] = float(len(versions) - len(keep))
     if len(keep) == len(versions):
         return batch, m
@@ -137,19 +139,22 @@ def stale_filter(batch: TrainBatch | None, versions: list, now: int, max_stalene
 
 
 class Frame:
-    """One training step (``step``) for ``recipe``, with behaviour log-probs and, with ``asynchronous``,
-    the next collect overlapped with this update."""
+    """One training step (``step``) for ``recipe``, with behaviour log-probs and, with ``plan.async_train``,
+    the next collect overlapped with this update. The parts shared with the synchronous step (the update,
+    the empty step, the step's metrics) are ``serl.step``'s."""
 
-    def __init__(self, recipe, generator: RecordingGenerator, learner, asynchronous: bool,
-                 max_staleness: int, steps: int):
+    def __init__(self, recipe, generator: RecordingGenerator, learner, plan, steps: int):
         self.recipe, self.gen, self.learner = recipe, generator, learner  # learner: the real one
-        self.asynchronous, self.max_staleness, self.steps = asynchronous, max_staleness, steps
+        self.asynchronous, self.steps = plan.async_train, steps
+        self.max_staleness = plan.max_staleness if plan.async_train else None
+        self.gate = recipe.learner._open if isinstance(recipe.learner, GatedLearner) else None
         self.version = 0               # policy updates applied
         self.ahead: Collected | None = None
 
-    def _collect(self, step: int) -> Collected:
+    def _collect(self, step: int, version: int) -> Collected:
+        """collect(step) with the generator serving policy ``version``; ``self.recipe.times`` must be a fresh dict."""
         r = self.recipe
-        self.gen.recording, self.gen.version = True, self.version
+        self.gen.recording, self.gen.version = True, version
         try:
             batch, metrics = r.collect(step)
         finally:
@@ -175,39 +180,32 @@ class Frame:
             got, self.ahead = self.ahead, None
         else:
             r.times = {}
-            got = self._collect(step)
+            got = self._collect(step, self.version)
         batch, metrics = got.batch, got.metrics
-        if self.asynchronous or batch is not None:
-            batch, lag = stale_filter(batch, got.versions, self.version,
-                                      self.max_staleness if self.asynchronous else None)
+        if batch is not None:
+            batch, lag = stale_filter(batch, got.versions, self.version, self.max_staleness)
             metrics.update(lag)
         worker, box = None, {}
         if self.asynchronous and step < self.steps:
-            gate = getattr(r.learner, "_open", None)
-            if gate is not None:
-                gate.clear()
-            r.times = {}
+            if self.gate is not None:
+                self.gate.clear()
+            r.times, version = {}, self.version  # collect(t+1) samples with the weights served now
 
             def ahead():
                 try:
-                    box["got"] = self._collect(step + 1)
+                    box["got"] = self._collect(step + 1, version)
                 except BaseException as e:  # handed to the main thread below
                     box["error"] = e
             worker = threading.Thread(target=ahead, name=f"serl-collect-{step + 1}", daemon=True)
             worker.start()
         try:
             if batch is not None:
-                fault_point("learner", step)
-                t1, n = time.perf_counter(), len(batch.response_ids)
-                with stage("update", n, "seqs", r.progress) as st:
-                    metrics.update(self.learner.step(batch))
-                    st.update(n)
-                got.times["learner"] = got.times.get("learner", 0.0) + time.perf_counter() - t1
+                update(r, self.learner, batch, metrics, step, got.times)
                 self.version += 1
         finally:
             if worker is not None:
-                if gate is not None:
-                    gate.set()
+                if self.gate is not None:
+                    self.gate.set()
                 t2 = time.perf_counter()
                 worker.join()
                 got.times["collect_wait"] = time.perf_counter() - t2  # the next collect outlasted the update
@@ -218,14 +216,12 @@ class Frame:
         if batch is not None:
             r.sync_weights()
         else:
-            log.warning("step %d: nothing to train on (every sample was filtered out, masked or stale); "
-                        "no update this step", step)
+            nothing_to_train(step, "every sample was filtered out, masked or stale")
         self._after_update(step, metrics, got, batch is not None)
         if self.gen.logprobs:  # older samples are dropped as stale; a synchronous run keeps KEEP_VERSIONS
-            self.gen.prune(self.version - (self.max_staleness if self.asynchronous else KEEP_VERSIONS) - 1)
+            self.gen.prune(self.version - (self.max_staleness or KEEP_VERSIONS) - 1)
         r.times["step"] = time.perf_counter() - t0
-        r.step_done = step
-        return metrics | {f"time/{k}": v for k, v in r.times.items()}
+        return finish(r, step, metrics)
 
     def _after_update(self, step: int, metrics: dict, got: Collected, updated: bool) -> None:
         """``after_update(step)`` seeing the recipe's ``step_state`` as collect(step) left it."""
@@ -261,26 +257,20 @@ class Frame:
 
 
 def wrap_engines(cfg, plan, generator, learner):
-    """The generator and learner a recipe is given when the frame is in use (before the recipe is
-    built, so what it hands on is wrapped too): the generator records what it samples, and under
-    --async_train the learner is gated (the frame itself calls the real one)."""
-    if getattr(cfg, "collapse_guard", "off") != "off":
-        from serl.errors import ConfigError
-
-        raise ConfigError("async_train / importance_sampling_correction: not with --collapse_guard (its "
-                          "rollbacks would leave a batch sampled by a discarded policy)")
+    """The generator and learner a recipe is given when the frame is in use (``plan.framed``; before
+    the recipe is built, so what it hands on is wrapped too): the generator records what it samples,
+    and under --async_train the learner is gated (the frame itself calls the real one)."""
     temperature = float(plan.learner.get("temperature", 1.0))  # the learner scores at this temperature
-    if cfg.importance_sampling_correction and temperature != 1.0 and getattr(generator, "raw_logprobs_only", False):
+    if plan.is_cap and temperature != 1.0 and getattr(generator, "raw_logprobs_only", False):
         from serl.errors import ConfigError
 
         raise ConfigError(f"importance_sampling_correction: recipe '{cfg.recipe}' scores tokens at temperature "
                           f"{temperature:g}, and the vllm generator returns log-probs at temperature 1 only; "
                           f"use --generator hf, or leave the correction out")
-    gen = RecordingGenerator(generator, cfg.importance_sampling_correction, temperature)
-    return gen, (GatedLearner(learner) if cfg.async_train else learner)
+    gen = RecordingGenerator(generator, plan.is_cap > 0, temperature)
+    return gen, (GatedLearner(learner) if plan.async_train else learner)
 
 
-def attach_frame(recipe, learner) -> None:
+def attach_frame(recipe, plan, learner) -> None:
     """Put the frame in place for ``recipe`` (built on ``wrap_engines``' engines); ``learner``: the real one."""
-    cfg = recipe.cfg
-    recipe.frame = Frame(recipe, recipe.generator, learner, cfg.async_train, cfg.max_staleness, cfg.steps)
+    recipe.frame = Frame(recipe, recipe.generator, learner, plan, recipe.cfg.steps)

@@ -7,6 +7,7 @@ import torch
 
 from serl.async_frame import Frame, GatedLearner, RecordingGenerator
 from serl.engines.base import Completion, Sampling, TrainBatch
+from serl.plan import RunPlan
 from serl.recipes.base import Recipe
 
 
@@ -60,12 +61,24 @@ class Toy(Recipe):
         metrics["tally"] = self.tally
 
 
-def _frame(steps, asynchronous=True):
+class Carrying(Toy):
+    """Trains, besides its own two samples, the first of the previous collect's (as SeRL's carried groups)."""
+
+    def collect(self, step):
+        batch, m = super().collect(step)
+        last, self.last = getattr(self, "last", None), (batch.prompt_ids[0], batch.response_ids[0])
+        if last is not None:
+            batch = TrainBatch(batch.prompt_ids + [last[0]], batch.response_ids + [last[1]], batch.advantages * 2)
+        return batch, m
+
+
+def _frame(steps, asynchronous=True, max_staleness=1, recipe=Toy):
     log = []
     learner = Learner(log)
     gen = RecordingGenerator(Gen(log), logprobs=True)
-    r = Toy(log, gen, GatedLearner(learner) if asynchronous else learner)
-    r.frame = Frame(r, gen, learner, asynchronous, max_staleness=1, steps=steps)
+    r = recipe(log, gen, GatedLearner(learner) if asynchronous else learner)
+    plan = RunPlan("toy", async_train=asynchronous, max_staleness=max_staleness, is_cap=2.0)
+    r.frame = Frame(r, gen, learner, plan, steps)
     return r, log
 
 
@@ -88,6 +101,24 @@ def test_order_and_step_state():
     assert all(e[2] for e in log if e[0] == "generate")  # log-probs were asked for while collecting
     gens = [e[1] for e in log if e[0] == "generate"]
     assert gens == [0, 0, 1]  # collect(2) during update 1 still sampled version 0
+
+
+@pytest.mark.parametrize("max_staleness", [1, 2])
+def test_samples_older_than_max_staleness_are_not_trained(max_staleness):
+    # collect(1) and collect(2) sample version 0 (collect(2) runs during update 1), collect(3) version 1.
+    # Step 3 trains at version 2: its own samples lag 1, the one carried from collect(2) lags 2.
+    r, log = _frame(3, max_staleness=max_staleness, recipe=Carrying)
+    seen = []
+    step = r.frame.learner.step
+    r.frame.learner.step = lambda batch: seen.append(len(batch.response_ids)) or step(batch)
+    out = [r.frame.step(s) for s in (1, 2, 3)]
+    assert [m["async/lag_max"] for m in out] == [0.0, 1.0, float(max_staleness)]
+    assert all(m["async/lag_max"] <= max_staleness for m in out)
+    if max_staleness == 1:
+        assert [m["async/dropped_stale"] for m in out] == [0.0, 0.0, 1.0]
+        assert seen == [2, 3, 2]  # the stale carried sample never reached the learner
+    else:
+        assert [m["async/dropped_stale"] for m in out] == [0.0, 0.0, 0.0] and seen == [2, 3, 3]
 
 
 def test_the_frame_state_resumes_the_same_steps():
