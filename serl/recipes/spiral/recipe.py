@@ -47,7 +47,7 @@ class SpiralRecipe(Recipe):
                     "mask_truncated", "opponent", "population_size", "population_every", "alternate_seats",
                     "ppo_epochs", "show_legal_actions", "prompt_example", "action_parser", "generate_max_len",
                     "temperature", "top_p")
-    step_state = ("switch_counts",)  # snapshot loads and reads from the start to the end of collect
+    step_state = ("switch_counts", "baseline_metrics")  # this collect's snapshot loads/reads and RAE baselines
 
     # ---- rules read by the engine factory and the runner ----------------------------------------------
     @classmethod
@@ -116,6 +116,8 @@ class SpiralRecipe(Recipe):
         self.switch_counts = self.switch.loads - loads, self.switch.reads - reads  # this collect's
         with self.timed("advantages"):                                              # 3. RAE
             scored = turn_advantages(turns, episodes, CURRENT, self.baselines if cfg.rae else None)
+        self.baseline_metrics = {f"spiral/baseline/{g}/role{r}": v
+                                 for (g, r), v in sorted(self.baselines.values.items())}
         metrics = episode_metrics(turns, episodes, kinds, CURRENT)
         return self.make_batch(scored, metrics), metrics                            # 4. update, sync: serl.step
 
@@ -132,7 +134,7 @@ class SpiralRecipe(Recipe):
         metrics["spiral/snapshot_reads"] = self.switch_counts[1] + self.switch.reads - reads
         if self.pool is not None:
             metrics["spiral/population/size"] = len(self.pool.entries())
-        metrics.update({f"spiral/baseline/{g}/role{r}": b for (g, r), b in sorted(self.baselines.values.items())})
+        metrics.update(self.baseline_metrics)  # as collect left them (under --async_train the next has run)
 
     # ---- stages ----------------------------------------------------------------------------------------
     def deal(self, step: int):
