@@ -3,6 +3,7 @@ correction: it trains (the weights move), every trained sample is at most --max_
 versions old, the importance weights are logged and capped, and a run killed at the start of a step
 and resumed matches the uninterrupted one exactly (every metric and the final weights)."""
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -21,7 +22,7 @@ def _metrics(run_dir):
 
 
 def _weights(path):
-    return load_file(str(path / "model.safetensors"))
+    return load_file(str(Path(path) / "model.safetensors"))
 
 
 def _moved(a: dict, b: dict) -> int:
