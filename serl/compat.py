@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 
-from serl.config import ConfigError
+from serl.config import ConfigError, _flag_value, _read_yaml
 
 # a flag of another project -> (serl flag, recipes it applies to; None = every recipe)
 FLAGS = {
@@ -30,6 +30,11 @@ FLAGS = {
     "env_ids": ("games", ("spiral",)),            # spiral-rl: TextArena ids, space-separated
     "env_id": ("games", ("spiral",)),
     "num_ppo_epochs": ("ppo_epochs", ("spiral",)),
+    # spiral-rl's gamma discounts a player's earlier turns (A * gamma**k, k = its later turns), not tokens
+    "gamma": ("turn_discount", ("spiral",)),
+    "role_baseline_ema_gamma": ("rae_alpha", ("spiral",)),
+    "use_role_baseline": ("rae", ("spiral",)),
+    "fsp_update_interval": ("population_every", ("spiral",)),
     "generate_max_length": ("generate_max_len", None),
     # truncated importance sampling: OpenRLHF's and TRL's names (docs/async.md)
     "enable_vllm_is_correction": ("importance_sampling_correction", None),
@@ -88,7 +93,8 @@ def _recipe(argv: list[str]) -> str:
         m = _OVERRIDE.match(a)
         if m and m.group(1) == "recipe":
             return m.group(2)
-    return ""
+    conf = _flag_value(argv, "--config")  # a flat YAML file naming the recipe
+    return str(_read_yaml(conf)[1].get("recipe") or "") if conf else ""
 
 
 def _values(argv: list[str], i: int) -> tuple[list[str], int]:
@@ -139,6 +145,13 @@ def rewrite(argv: list[str]) -> list[str]:
             out += ["--opponent", "population"] if on else []
             i = j
             continue
+        if name == "fsp_pool_size" and recipe == "spiral":  # spiral-rl counts snapshots; serl the current too
+            vals, j = ([inline], i + 1) if eq else _values(argv, i)
+            if len(vals) != 1 or not vals[0].strip().isdigit() or int(vals[0]) < 1:
+                raise ConfigError(f"--fsp_pool_size: expected a whole number >= 1, got {' '.join(vals) or 'no value'}")
+            out += ["--population_size", str(int(vals[0]) + 1)]
+            i = j
+            continue
         if name == "beta" and recipe == "spiral":  # spiral-rl's --beta is the KL coefficient
             out.append(f"--init_kl_coef={inline}" if eq else "--init_kl_coef")
             i += 1
@@ -187,8 +200,6 @@ def _expand_yaml(argv: list[str]) -> list[str]:
             a.split("=", 1)[1] if a.startswith("--config=") else None)
         if path is None:
             continue
-        from serl.config import _read_yaml
-
         p, data = _read_yaml(path)
         if not any(isinstance(v, dict) for v in data.values()):
             return argv  # a flat file: the parser reads it as always

@@ -37,6 +37,22 @@ def test_spiral_names_and_textarena_ids():
         check_game_names("Chess-v0")
 
 
+def test_spiral_rl_draw_fsp_and_gamma_names(tmp_path):
+    cfg = cfg_of("--recipe", "spiral", "--gamma", "0.9", "filter_draw=True", "max_draw_retries=2", "fsp_enabled=True",
+                 "fsp_start_from=3", "fsp_pool_size=25", "fsp_update_interval=4", "role_baseline_ema_gamma=0.9",
+                 "use_role_baseline=False")
+    assert (cfg.turn_discount, cfg.filter_draw, cfg.max_draw_retries, cfg.opponent) == (0.9, True, 2, "population")
+    # spiral-rl's pool counts past snapshots only; serl's population_size counts the current policy too
+    assert (cfg.fsp_start_from, cfg.population_size, cfg.population_every) == (3, 26, 4)
+    assert (cfg.rae_alpha, cfg.rae) == (0.9, False)
+    assert cfg_of("--recipe", "serl", "--gamma", "0.9").gamma == 0.9  # elsewhere gamma is the token discount
+    y = tmp_path / "spiral.yaml"
+    y.write_text("recipe: spiral\ngames: nim\n")  # the recipe named by a flat YAML file
+    assert cfg_of("--config", str(y), "--gamma", "0.5").turn_discount == 0.5
+    with pytest.raises(ConfigError, match="--fsp_pool_size: expected a whole number >= 1, got 0"):
+        rewrite(["--recipe", "spiral", "fsp_pool_size=0"])
+
+
 def test_verl_dotted_overrides_and_nested_yaml(tmp_path):
     cfg = cfg_of("recipe=spin", "spin_mode=online", "algorithm.dpo_beta=0.2", "trainer.ref_update_freq=2",
                  "trainer.save_freq=2", "actor_rollout_ref.actor.optim.lr=3e-7",

@@ -96,7 +96,6 @@ def test_a_reward_server_that_goes_down_stops_the_run_with_the_last_checkpoint_i
     assert ckpts == ["step_1"] or all("_1" in c for c in ckpts), ckpts
 
 
-@pytest.mark.xfail(strict=False, reason="open (issue 34): spiral-rl's README sets gamma, which the option sections (issue 32) now refuse for SPIRAL; compat must map or drop it knowingly")
 def test_spiral_readme_command(serl_train, tmp_path):
     # spiral-rl's README: python train_spiral.py --env_ids KuhnPoker-v1 ... --pretrain ... --learning_rate
     # 0.000001 --num_ppo_epochs 2 --gamma 1 --beta 0 --temperature 1.0 --top_p 1
@@ -106,7 +105,8 @@ def test_spiral_readme_command(serl_train, tmp_path):
                    "--generate_max_len", "8", "--steps", "1", "--run_dir", tmp_path / "run", "--device", "cpu", *SMALL)
     assert r.returncode == 0, r.stderr[-3000:]
     (row,) = rows(tmp_path / "run")
-    assert any(k.startswith("game/tictactoe") for k in row) and any(k.startswith("game/kuhn_poker") for k in row)
+    assert any(k.startswith("spiral/tictactoe/") for k in row) and any(k.startswith("spiral/kuhn_poker/") for k in row)
+    assert "turn_discount: 1.0" in (tmp_path / "run" / "config.yaml").read_text()  # spiral-rl's --gamma 1
 
 
 def test_verl_spin_command_with_a_verl_parquet(serl_train, tmp_path):

@@ -3,7 +3,8 @@
 One exponential-moving-average baseline ``b`` per (game, role), where role is the seat (0 moves first).
 For each episode's return ``R`` of a role, the advantage is ``A = R - b`` with ``b`` from before this
 step's update; then ``b <- alpha * b + (1 - alpha) * mean(R)`` over that role's episodes of the step
-(alpha = 0.95 upstream). Every turn of that player in that episode gets the same ``A`` (gamma = 1).
+(alpha = 0.95 upstream). Every turn of that player in that episode gets ``A * gamma**k``, k the number of
+that player's later turns in the episode (spiral-rl's ``gamma``, 1 by default: every turn the same ``A``).
 
 This is what spiral-rl 0.2.0 (PyPI; its Tinker trainer) does: advantages use the baseline read before
 the batch, then each (game, role) EMA takes one update per batch from that role's mean raw return.
@@ -15,7 +16,7 @@ there too.
 """
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from typing import Sequence
 
 
@@ -65,12 +66,13 @@ class RoleBaselines:
 
 
 def turn_advantages(turns: Sequence, episodes: Sequence, learner: str = "current",
-                    baselines: RoleBaselines | None = None) -> list[tuple[object, float]]:
+                    baselines: RoleBaselines | None = None, gamma: float = 1.0) -> list[tuple[object, float]]:
     """``(turn, A)`` for every turn the ``learner`` played (``serl.games.lockstep`` Turn/Episode records).
 
     Each seat the learner held in an episode is one return ``R`` of role = seat. With ``baselines``
     A = R - b(game, role) and the baselines take this step's update; without, A = R - mean of all the
-    learner's returns in the batch (the plain batch baseline of the no-RAE control)."""
+    learner's returns in the batch (the plain batch baseline of the no-RAE control). ``turns`` are in
+    play order; a turn followed by k more of the same player's in its episode gets ``A * gamma**k``."""
     keys = [(ep.index, role) for ep in episodes for role in (0, 1) if ep.seats[role] == learner]
     by_index = {ep.index: ep for ep in episodes}
     returns = [(by_index[i].game, role, by_index[i].rewards[role]) for i, role in keys]
@@ -80,4 +82,10 @@ def turn_advantages(turns: Sequence, episodes: Sequence, learner: str = "current
         mean = sum(r for _, _, r in returns) / len(returns) if returns else 0.0
         adv = [r - mean for _, _, r in returns]
     table = dict(zip(keys, adv))
-    return [(t, table[(t.episode, t.player)]) for t in turns if t.policy == learner]
+    mine = [t for t in turns if t.policy == learner]
+    left = Counter((t.episode, t.player) for t in mine)  # turns still to come, this one included
+    out = []
+    for t in mine:
+        left[(t.episode, t.player)] -= 1
+        out.append((t, table[(t.episode, t.player)] * gamma ** left[(t.episode, t.player)]))
+    return out

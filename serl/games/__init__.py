@@ -1,7 +1,7 @@
 """Two-player zero-sum text games and the code that plays them with text policies.
 
-Environments: the four games SPIRAL trains on (Liu et al., 2025), written for serl behind one protocol
-(``base.Game``), and this registry. Around them: ``prompts`` (the text of one turn), ``actions`` (a
+Environments: the four games SPIRAL trains on (Liu et al., 2025) and Nim, written for serl behind one
+protocol (``base.Game``), and this registry. Around them: ``prompts`` (the text of one turn), ``actions`` (a
 response -> a legal move), ``lockstep`` (the actor: plays B games at once, one policy call per round and
 policy) and ``exploit`` (Kuhn Poker's exact best response and exploitability). Nothing here loads a
 model; recipes (``serl.recipes.spiral``) and ``serl eval --games`` (``serl.eval.games``) build on it."""
@@ -11,6 +11,7 @@ from .base import Game, make_rng
 from .kuhn import KuhnPoker
 from .liars_dice import LiarsDice
 from .negotiation import SimpleNegotiation
+from .nim import Nim
 from .tictactoe import TicTacToe
 
 GAMES: dict[str, type[Game]] = {
@@ -18,6 +19,7 @@ GAMES: dict[str, type[Game]] = {
     "kuhn_poker": KuhnPoker,
     "simple_negotiation": SimpleNegotiation,
     "liars_dice": LiarsDice,
+    "nim": Nim,  # not one of SPIRAL's games: a small deterministic one of our own
 }
 
 
@@ -49,5 +51,5 @@ def make_game(name: str, *, kuhn_rules: str = "standard", **options) -> Game:
     return GAMES[name](**options)
 
 
-__all__ = ["GAMES", "Game", "KuhnPoker", "LiarsDice", "SimpleNegotiation", "TicTacToe", "check_game_names",
+__all__ = ["GAMES", "Game", "KuhnPoker", "LiarsDice", "Nim", "SimpleNegotiation", "TicTacToe", "check_game_names",
            "make_game", "make_rng"]

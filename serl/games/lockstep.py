@@ -5,13 +5,14 @@ move and each policy is called once per round with all of its requests: in self-
 the round goes into one call to the learner; each opponent snapshot gets one call for its games.
 Responses are parsed with ``actions.parse_action``; a move that is missing or illegal ends its game
 (the offender gets ``invalid``, the other player ``invalid_opponent``), a game still running after
-``max_turns`` moves is a draw, otherwise the game's outcome gives the rewards.
+``max_turns`` moves is a draw, otherwise the game's outcome gives the rewards. ``replay_draws`` plays a
+drawn game again on a new deal (spiral-rl's ``filter_draw`` / ``max_draw_retries``).
 """
 from __future__ import annotations
 
 import random
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
 from .actions import parse_action
@@ -172,3 +173,24 @@ def play_lockstep(games: Sequence[Game], seats: Sequence[tuple[str, str]], polic
                     close(i, rewards=(rule.draw, rule.draw), payoffs=(0.0, 0.0), winner=None,
                           invalid_player=None, truncated=True)
     return turns, episodes
+
+
+def replay_draws(turns: list[Turn], episodes: list[Episode], redeal: Callable[[int], Game], retries: int,
+                 seats: Sequence[tuple[str, str]], policies: dict[str, Policy], **play) -> tuple[list, list, int]:
+    """spiral-rl's draw retry (``filter_draw``, ``max_draw_retries``; spiral/tinker/training/rollouts.py):
+    a game that ended without a winner (a drawn position or the turn limit) is played again, same
+    seats, on the new deal ``redeal(i)``, up to ``retries`` times; after that its last draw stands.
+    The turns of a replaced game are dropped. Replays of one round are played together in lockstep.
+    Returns the turns, the episodes (game order kept) and the number of replays."""
+    episodes, replays = list(episodes), 0
+    for _ in range(retries):
+        drawn = [i for i, ep in enumerate(episodes) if ep.winner is None]
+        if not drawn:
+            break
+        new_turns, new_eps = play_lockstep([redeal(i) for i in drawn], [seats[i] for i in drawn], policies, **play)
+        gone = set(drawn)
+        turns = [t for t in turns if t.episode not in gone] + [replace(t, episode=drawn[t.episode]) for t in new_turns]
+        for k, ep in enumerate(new_eps):
+            episodes[drawn[k]] = replace(ep, index=drawn[k])
+        replays += len(drawn)
+    return turns, episodes, replays

@@ -15,7 +15,7 @@ def play(game, actions):
 
 # --- registry ---------------------------------------------------------------------------------------
 def test_registry_names():
-    assert list(GAMES) == ["tictactoe", "kuhn_poker", "simple_negotiation", "liars_dice"]
+    assert list(GAMES) == ["tictactoe", "kuhn_poker", "simple_negotiation", "liars_dice", "nim"]
     assert check_game_names("kuhn_poker, tictactoe") == ["kuhn_poker", "tictactoe"]
 
 
@@ -23,7 +23,7 @@ def test_registry_names():
 def test_unknown_game_lists_known_ones(bad):
     with pytest.raises(ValueError) as e:
         check_game_names(bad)
-    assert "tictactoe, kuhn_poker, simple_negotiation, liars_dice" in str(e.value)
+    assert "tictactoe, kuhn_poker, simple_negotiation, liars_dice, nim" in str(e.value)
 
 
 def test_make_game_options():

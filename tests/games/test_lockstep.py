@@ -2,7 +2,7 @@ import pytest
 
 from serl.games import GAMES, KuhnPoker, TicTacToe, make_game
 from serl.games.lockstep import (MoveRequest, RandomPolicy, RewardRule, pair_seats, play_lockstep,
-                                          text_policy)
+                                 replay_draws, text_policy)
 
 
 class Recorder:
@@ -35,7 +35,7 @@ def test_random_games_of_every_kind():
     games = [make_game(name).reset(seed) for seed in range(3) for name in GAMES]
     seats = pair_seats(["random"] * len(games))
     turns, episodes = play_lockstep(games, seats, {"current": RandomPolicy(0), "random": RandomPolicy(1)})
-    assert [ep.index for ep in episodes] == list(range(12)) and all(g.done for g in games)
+    assert [ep.index for ep in episodes] == list(range(3 * len(GAMES))) and all(g.done for g in games)
     for ep in episodes:
         mine = [t for t in turns if t.episode == ep.index]
         assert len(mine) == ep.turns and all(t.status == "ok" and t.action for t in mine)
@@ -143,3 +143,37 @@ def test_random_policy_answers_legal_boxed_moves():
     req = MoveRequest(0, "kuhn_poker", 0, "p", ("[check]", "[bet]"))
     answers = set(RandomPolicy(0)([req] * 50))
     assert answers == {"\\boxed{check}", "\\boxed{bet}"}
+
+
+def lowest_cell(requests):
+    """TicTacToe's lowest free cell: X takes 0, 2, 4, 6 and wins on the 7th move (diagonal 2-4-6)."""
+    return [f"\\boxed{{{r.legal_actions[0].strip('[]')}}}" for r in requests]
+
+
+def capped(limit):
+    game = TicTacToe().reset(0)
+    game.max_turns = limit  # cut after `limit` moves: a draw by the turn limit
+    return game
+
+
+@pytest.mark.parametrize("retries,replays,winner1,turns1", [(0, 0, None, 2), (3, 1, 0, 7)])
+def test_a_drawn_game_is_replayed_on_a_new_deal(retries, replays, winner1, turns1):
+    games, seats, pols = [TicTacToe().reset(0), capped(2)], [("x", "x")] * 2, {"x": lowest_cell}
+    turns, eps = play_lockstep(games, seats, pols)
+    assert [e.winner for e in eps] == [0, None] and eps[1].truncated
+    dealt = []
+    redeal = lambda i: dealt.append(i) or TicTacToe().reset(1)  # noqa: E731
+    turns, eps, n = replay_draws(turns, eps, redeal, retries, seats, pols)
+    assert n == replays and dealt == [1] * replays
+    assert [e.index for e in eps] == [0, 1] and eps[0].winner == 0 and eps[1].winner == winner1
+    assert [sum(t.episode == i for t in turns) for i in (0, 1)] == [7, turns1] == [eps[0].turns, eps[1].turns]
+    mine = [t.action for t in turns if t.episode == 1 and t.player == 0]
+    assert mine == (["[0]"] if turns1 == 2 else ["[0]", "[2]", "[4]", "[6]"])  # the replay's own moves, in order
+
+
+def test_draws_that_stay_draws_are_accepted_after_the_retries():
+    games, seats = [capped(2), capped(2)], [("x", "y"), ("y", "x")]
+    turns, eps = play_lockstep(games, seats, {"x": lowest_cell, "y": lowest_cell})
+    turns, eps, n = replay_draws(turns, eps, lambda i: capped(2), 2, seats, {"x": lowest_cell, "y": lowest_cell})
+    assert n == 4 and all(e.winner is None and e.rewards == (0.0, 0.0) for e in eps)
+    assert len(turns) == 4 and [e.seats for e in eps] == seats  # seats (and opponents) kept

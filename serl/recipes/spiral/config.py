@@ -21,18 +21,23 @@ OPPONENT_MODES = ("self", "random", "population")  # plus "fixed:PATH"
 class SpiralOptions:
     games: str = option("kuhn_poker,tictactoe", "comma-separated games to train on (each step cycles "
                                                 "through them): tictactoe, kuhn_poker, simple_negotiation, "
-                                                "liars_dice")
+                                                "liars_dice, nim")
     kuhn_rules: str = option("standard", "Kuhn Poker payoffs: standard (bets and calls grow the pot) or "
                                          "spiral (upstream's fixed pot of 1 chip)", choices=("standard", "spiral"))
     games_per_step: int = option(16, "games played per training step, split evenly over --games")
     max_turns: int = option(0, "moves after which a game is a draw (0 = each game's own limit)")
     invalid_penalty: float = option(-1.5, "reward of a player whose move is missing or illegal (ends the game)")
     invalid_opponent_reward: float = option(0.5, "reward of the other player when a move is invalid")
+    filter_draw: bool = option(False, "replay a game that ends without a winner (turn limit included) on a new "
+                                      "deal, up to --max_draw_retries times; then its draw stands (spiral-rl)")
+    max_draw_retries: int = option(5, "with --filter_draw: replays of a drawn game before its draw is accepted")
     use_payoffs: bool = option(False, "reward normal endings with the game's payoffs (chips in Kuhn Poker) "
                                       "instead of win +1 / loss -1 / draw 0")
     rae: bool = option(True, "role-conditioned advantages: A = R - EMA baseline per (game, role); "
                              "off = A = R - mean return of the step (the control)")
     rae_alpha: float = option(0.95, "EMA decay of the RAE baselines")
+    turn_discount: float = option(1.0, "spiral-rl's gamma: a learner turn followed by k more of its turns in the "
+                                       "episode gets advantage A * turn_discount**k (1 = all turns A)")
     filter_zero_adv: bool = option(True, "leave samples whose advantage is exactly 0 out of the update")
     mask_truncated: bool = option(True, "leave responses cut off by --generate_max_len out of the loss")
     opponent: str = option("self", "who sits in the other seat: self (current policy), random (uniform "
@@ -40,6 +45,8 @@ class SpiralOptions:
                                    "of the same architecture) or population (past snapshots + current)")
     population_size: int = option(25, "population: entries drawn from, the current policy included")
     population_every: int = option(5, "population: add a snapshot of the policy every N steps")
+    fsp_start_from: int = option(0, "population: self-play until this many steps have trained, then the "
+                                    "population; no snapshot before (spiral-rl)")
     alternate_seats: bool = option(True, "alternate the learner between seat 0 and seat 1 over the games "
                                          "(upstream always seats it first)")
     ppo_epochs: int = option(2, "optimizer steps over each step's batch (PPO epochs)")
@@ -92,14 +99,17 @@ class Config(SpiralOptions, TrainConfig):
             raise ConfigError(f"opponent: snapshot path {str(path)!r} does not exist")
         if path is not None and path.is_dir() and not list(path.glob("*.safetensors")):
             raise ConfigError(f"opponent: {str(path)!r} holds no .safetensors weights")
-        if self.population_size < 1:
-            raise ConfigError(f"population_size: must be >= 1, got {self.population_size}")
-        for name in ("population_every", "games_per_step", "ppo_epochs"):
+        for name in ("population_size", "population_every", "games_per_step", "ppo_epochs"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name}: must be >= 1, got {getattr(self, name)}")
-        if self.max_turns < 0 or self.eval_games < 0 or self.exploit_samples < 0:
-            raise ConfigError("max_turns / eval_games / exploit_samples: must be >= 0")
-        if not 0.0 <= self.rae_alpha <= 1.0:
-            raise ConfigError(f"rae_alpha: must be in [0, 1], got {self.rae_alpha}")
+        for name in ("max_turns", "eval_games", "exploit_samples", "max_draw_retries", "fsp_start_from"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name}: must be >= 0, got {getattr(self, name)}")
+        if self.fsp_start_from and self.opponent != "population":
+            raise ConfigError(f"fsp_start_from: delays the population, but --opponent is {self.opponent!r}; "
+                              f"use --opponent population (spiral-rl: fsp_enabled=True)")
+        for name in ("rae_alpha", "turn_discount"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ConfigError(f"{name}: must be in [0, 1], got {getattr(self, name)}")
         if self.exploit_samples and "kuhn_poker" not in self.game_list():
             raise ConfigError("exploit_samples: the exploitability is Kuhn Poker's; add kuhn_poker to --games")

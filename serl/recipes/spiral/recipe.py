@@ -11,6 +11,8 @@ snapshot to the population when one is due.
   uniformly per game). Snapshots are served from the same generator through ``load_weights``
   (``serl.engines.snapshots.WeightSwitcher``: loads only on a change, caches the files read in a step).
 - Seats: the k-th game of each type seats the learner at k mod 2 (``--alternate_seats``).
+- spiral-rl's options: ``--filter_draw`` replays drawn games on new deals (``serl.games.lockstep.replay_draws``),
+  ``--fsp_start_from`` keeps self-play until the population starts, ``--turn_discount`` is its ``gamma``.
 - A response cut off by the length limit is left out of the loss (``--mask_truncated``), as is a
   sample whose advantage is exactly 0 (``--filter_zero_adv``).
 - Resume: the checkpoint holds the RAE baselines and the population (snapshot paths and its RNG); RNGs and
@@ -31,7 +33,7 @@ from serl.engines.snapshots import CURRENT, SnapshotTrash, WeightSwitcher, save_
 from serl.eval.games import evaluate_games
 from serl.games import make_game
 from serl.games.actions import parser_options
-from serl.games.lockstep import RandomPolicy, RewardRule, play_lockstep
+from serl.games.lockstep import RandomPolicy, RewardRule, play_lockstep, replay_draws
 from serl.games.prompts import render_prompt
 from serl.recipes.base import Recipe, RunContext, masked_overlong
 
@@ -109,16 +111,20 @@ class SpiralRecipe(Recipe):
         loads, reads = self.switch.loads, self.switch.reads
         self.trash.empty()
         games, seats, policies, kinds = self.deal(step)                             # 1. games, opponents
-        turns, episodes = play_lockstep(games, seats, policies, rule=self.rule,      # 2. play
-                                        max_turns=cfg.max_turns or None, prompt=self.prompt,
-                                        parse_options=self.parse)
+        play = dict(rule=self.rule, max_turns=cfg.max_turns or None, prompt=self.prompt, parse_options=self.parse)
+        turns, episodes = play_lockstep(games, seats, policies, **play)             # 2. play
+        retries = cfg.max_draw_retries if cfg.filter_draw else 0                    # spiral-rl's draw retry
+        turns, episodes, replays = replay_draws(turns, episodes, lambda i: self.new_game(games[i].name), retries,
+                                                seats, policies, **play)
         self.switch.clear()
         self.switch_counts = self.switch.loads - loads, self.switch.reads - reads  # this collect's
         with self.timed("advantages"):                                              # 3. RAE
-            scored = turn_advantages(turns, episodes, CURRENT, self.baselines if cfg.rae else None)
+            scored = turn_advantages(turns, episodes, CURRENT, self.baselines if cfg.rae else None, cfg.turn_discount)
         self.baseline_metrics = {f"spiral/baseline/{g}/role{r}": v
                                  for (g, r), v in sorted(self.baselines.values.items())}
         metrics = episode_metrics(turns, episodes, kinds, CURRENT)
+        if cfg.filter_draw:
+            metrics["spiral/draw_replays"] = replays
         return self.make_batch(scored, metrics), metrics                            # 4. update, sync: serl.step
 
     def after_update(self, step: int, metrics: dict, updated: bool) -> None:
@@ -127,7 +133,7 @@ class SpiralRecipe(Recipe):
             self.switch.serving_current()
         else:
             self.switch.use(CURRENT)
-        if self.pool is not None and self.pool.due(step):                           # 5. population
+        if self.pool is not None and self.pool.due(step) and step >= self.cfg.fsp_start_from:  # 5. population
             with self.timed("snapshot"):
                 self.add_snapshot(step)
         metrics["spiral/snapshot_loads"] = self.switch_counts[0] + self.switch.loads - loads
@@ -141,12 +147,12 @@ class SpiralRecipe(Recipe):
         """B new games (types cycled), the opponent and seats of each, and the policies that play."""
         cfg, n = self.cfg, self.cfg.games_per_step
         names = [self.games[i % len(self.games)] for i in range(n)]
-        games = [make_game(g, kuhn_rules=cfg.kuhn_rules).reset(self.rng.randrange(2 ** 31)) for g in names]
+        games = [self.new_game(g) for g in names]
         policies = {CURRENT: self.policy(CURRENT)}
-        if cfg.opponent == "population":
+        if cfg.opponent == "population" and step > cfg.fsp_start_from:  # spiral-rl: batch index >= start
             drawn = self.pool.sample(n)
-        else:
-            drawn = [{"self": CURRENT, "random": "random"}.get(cfg.opponent, "fixed")] * n
+        else:  # the population plays only from --fsp_start_from on: self-play before
+            drawn = [{"self": CURRENT, "random": "random", "population": CURRENT}.get(cfg.opponent, "fixed")] * n
         ids = []
         for entry in drawn:
             if entry in (CURRENT, "random", "fixed"):
@@ -166,6 +172,9 @@ class SpiralRecipe(Recipe):
             seats.append((CURRENT, opp) if first else (opp, CURRENT))
         kinds = ["self" if i == CURRENT else i if i in ("random", "fixed") else "snapshot" for i in ids]
         return games, seats, policies, kinds
+
+    def new_game(self, name: str):
+        return make_game(name, kuhn_rules=self.cfg.kuhn_rules).reset(self.rng.randrange(2 ** 31))
 
     def policy(self, key: str):
         """A lockstep policy: the current weights or a snapshot's, served by the generator."""

@@ -16,11 +16,14 @@ def serl(*args):
 
 @pytest.mark.parametrize("flags,message", [
     (["--games", "kuhn_poker,chess"], "unknown game 'chess'; known games: tictactoe, kuhn_poker, "
-                                      "simple_negotiation, liars_dice"),
+                                      "simple_negotiation, liars_dice, nim"),
     (["--opponent", "population", "--population_size", "0"], "population_size: must be >= 1, got 0"),
     (["--opponent", "fixed:no/such/snapshot.safetensors"], "snapshot path 'no/such/snapshot.safetensors' "
                                                            "does not exist"),
     (["--opponent", "everyone"], "opponent: must be self, random, population or fixed:PATH"),
+    (["--fsp_start_from", "3"], "fsp_start_from: delays the population, but --opponent is 'self'"),
+    (["--filter_draw", "--max_draw_retries", "-1"], "max_draw_retries: must be >= 0, got -1"),
+    (["--gamma", "1.5"], "turn_discount: must be in [0, 1], got 1.5"),
 ])
 def test_train_refuses_with_exit_2_and_no_run_dir(tmp_path, flags, message):
     run_dir = tmp_path / "run"

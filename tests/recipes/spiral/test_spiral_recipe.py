@@ -7,7 +7,7 @@ import torch
 
 from serl import run_state
 from serl.config import parse_args
-from serl.engines.base import Completion
+from serl.engines.base import Completion, TrainBatch
 from serl.engines.snapshots import CURRENT, load_snapshot
 from serl.recipes.base import RunContext
 from serl.recipes.spiral.recipe import SpiralRecipe
@@ -171,9 +171,11 @@ class CallSeededGenerator(FakeGenerator):
         return super().generate(prompts, n, sampling)
 
 
-def test_a_resumed_step_equals_the_uninterrupted_one(tmp_path):
+@pytest.mark.parametrize("extra", [[], ["--filter_draw", "--max_turns", "3", "--fsp_start_from", "1",
+                                       "--turn_discount", "0.5"]])
+def test_a_resumed_step_equals_the_uninterrupted_one(tmp_path, extra):
     flags = ["--games", "kuhn_poker,tictactoe", "--games_per_step", "6", "--opponent", "population",
-             "--population_size", "3", "--population_every", "1", "--rae_alpha", "0.5"]
+             "--population_size", "3", "--population_every", "1", "--rae_alpha", "0.5", *extra]
     straight, *_ = make(tmp_path / "a", *flags, gen=CallSeededGenerator())
     expected = [straight.step(1), straight.step(2), straight.step(3)]
     first, _, learner = make(tmp_path / "b", *flags, gen=CallSeededGenerator())
@@ -187,6 +189,66 @@ def test_a_resumed_step_equals_the_uninterrupted_one(tmp_path):
     assert expected[2]["spiral/opponent/snapshot"] > 0  # the population took part
     assert resumed.state_dict()["pool"] == straight.state_dict()["pool"]
     assert resumed.baselines.values == straight.baselines.values
+
+
+class LegalTwice(FakeGenerator):
+    """Plays the first legal cell while 8 or more are free, then answers nonsense: in TicTacToe
+    seat 0 moves, seat 1 moves, and seat 0's second move is invalid."""
+
+    def generate(self, prompts, n, sampling):
+        self.calls += 1
+        out = []
+        for p in prompts:
+            legal = LEGAL.search("".join(map(chr, p))).group(1).split(", ")
+            move = legal[0].strip("[]") if len(legal) >= 8 else "nonsense"
+            out.append([Completion(f"\\boxed{{{move}}}", [1, 2, 3], [7, 8], "stop")])
+        return out
+
+
+def test_invalid_move_shaping_rae_and_turn_discount_by_hand(tmp_path):
+    # spiral-rl's shaping: the offender -1.5, the other +0.5 (spiral/tinker/training/env.py)
+    recipe, gen, learner = make(tmp_path, "--games", "tictactoe", "--games_per_step", "1", "--turn_discount", "0.5",
+                                gen=LegalTwice())
+    m = recipe.step(1)
+    assert isinstance(learner.batches[0], TrainBatch)  # the runner's batch type (serl/step.py)
+    # R = (-1.5, 0.5); fresh baselines: A0 = -1.5, A1 = 0.5; seat 0's first turn has one more after it
+    assert [a.tolist() for a in learner.batches[0].advantages] == [[-0.75] * 3, [0.5] * 3, [-1.5] * 3]
+    assert m["spiral/baseline/tictactoe/role0"] == pytest.approx(0.05 * -1.5)  # -0.075
+    assert m["spiral/baseline/tictactoe/role1"] == pytest.approx(0.05 * 0.5)  # 0.025
+    m = recipe.step(2)  # A0 = -1.5 + 0.075 = -1.425, A1 = 0.5 - 0.025 = 0.475
+    assert [float(a[0]) for a in learner.batches[1].advantages] == pytest.approx([-0.7125, 0.475, -1.425])
+    assert m["spiral/baseline/tictactoe/role0"] == pytest.approx(0.95 * -0.075 + 0.05 * -1.5)
+
+
+def test_filter_draw_replays_drawn_games(tmp_path):
+    flags = ["--games", "tictactoe", "--games_per_step", "2", "--max_turns", "2", "--filter_zero_adv", "false"]
+    recipe, gen, learner = make(tmp_path / "a", *flags, "--filter_draw", "--max_draw_retries", "2")
+    m = recipe.step(1)
+    # every game is cut at 2 moves (a draw): each is replayed twice, then its draw stands
+    assert m["spiral/draw_replays"] == 4 and gen.calls == 2 * 3  # one call per round, 2 rounds per play
+    assert m["spiral/learner_turns"] == 4 and m["spiral/tictactoe/role0/draw_rate"] == 1.0
+    recipe, gen, learner = make(tmp_path / "b", *flags)
+    m = recipe.step(1)
+    assert "spiral/draw_replays" not in m and gen.calls == 2
+
+
+def test_fsp_start_from_keeps_self_play_until_the_population_starts(tmp_path):
+    recipe, gen, learner = make(tmp_path, "--games", "kuhn_poker", "--games_per_step", "8", "--opponent", "population",
+                                "--population_size", "3", "--population_every", "1", "--fsp_start_from", "2")
+    m1, m2, m3 = recipe.step(1), recipe.step(2), recipe.step(3)
+    assert m1["spiral/opponent/self"] == m2["spiral/opponent/self"] == 1.0  # 0 and 1 steps trained: < 2
+    assert m1["spiral/population/size"] == 1 and m2["spiral/population/size"] == 2  # first snapshot: step 2
+    assert m3["spiral/opponent/snapshot"] > 0 and recipe.pool.snapshots[0] == "snapshots/step_000002.safetensors"
+
+
+def test_nim_trains_beside_a_spiral_game(tmp_path):
+    recipe, gen, learner = make(tmp_path, "--games", "nim,kuhn_poker", "--games_per_step", "4",
+                                "--filter_zero_adv", "false")
+    m = recipe.step(1)
+    for role in (0, 1):  # Nim always has a winner: the player who took the last stone
+        assert m[f"spiral/nim/role{role}/draw_rate"] == 0.0
+        assert m[f"spiral/nim/role{role}/win_rate"] + m[f"spiral/nim/role{role}/loss_rate"] == 1.0
+    assert m["spiral/invalid_rate"] == 0.0 and m["train/samples"] == m["spiral/learner_turns"]
 
 
 def test_async_train_logs_what_the_synchronous_run_logs(tmp_path):
