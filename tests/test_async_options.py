@@ -54,3 +54,21 @@ def test_spin_dpo_refuses_the_correction():
     cfg = cfg_of("--recipe", "spin", "--importance_sampling_correction")
     with pytest.raises(ConfigError, match="recipe 'spin' trains DPO pairs"):
         plan_run(cfg)
+
+
+def test_the_plan_holds_the_frame_and_the_learner_reads_the_cap_there():
+    from serl.engines.factory import learner_config
+
+    plain = plan_run(cfg_of())
+    assert not plain.framed and plain.is_cap == 0.0 and learner_config(cfg_of(), plain).is_cap == 0.0
+    cfg = cfg_of("--importance_sampling_correction", "--importance_sampling_cap", "3")
+    plan = plan_run(cfg)
+    assert plan.framed and not plan.async_train and plan.is_cap == 3.0 and learner_config(cfg, plan).is_cap == 3.0
+    plan = plan_run(cfg_of("--async_train", "--max_staleness", "2"))
+    assert plan.framed and plan.async_train and plan.max_staleness == 2 and plan.is_cap == 0.0
+    assert plan_run(cfg_of("--importance_sampling_cap", "3")).is_cap == 0.0  # a cap without the correction
+
+
+def test_the_collapse_guard_is_refused():
+    with pytest.raises(ConfigError, match="not with --collapse_guard"):
+        plan_run(cfg_of("--async_train", "--collapse_guard", "watch"))
