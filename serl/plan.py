@@ -5,8 +5,9 @@ the options, and returns a ``RunPlan``: the KL setting (none, in the reward, or 
 loss, with one coefficient), whether a reference model is needed and where it lives,
 the learner's objective and its arguments, mini-batch size, epochs, the optimizer
 steps the LR schedule spans, and the step frame (synchronous, or the asynchronous
-actor-learner of ``serl.async_frame``, with or without importance sampling). The engine factory, the Ray placement and the Ray driver
-read the plan; none of them asks the recipe again, so the engines never import it.
+actor-learner of ``serl.async_frame``, with or without importance sampling). The engine
+factory, the Ray placement, the Ray driver and the runner read the plan; none of them asks
+the recipe again, so the engines never import it.
 """
 from __future__ import annotations
 
