@@ -66,3 +66,37 @@ def test_weights_are_detached_and_capped():
     w = tis_weights(old, torch.tensor([-5.0, -1.0]), 2.0)
     assert not w.requires_grad
     assert w.tolist() == pytest.approx([2.0, math.exp(-2.0)])  # e^5 capped; e^-2 kept (no lower clamp)
+
+
+PROMPTS = [[3, 4, 5], [6, 7], [8, 9, 10, 11, 12], [6, 7]]
+RESPONSES = [[20, 21], [22, 23, 24, 25, 26], [27], [28, 29, 30, 31]]  # 12 tokens
+
+
+@pytest.mark.parametrize("micro", [1, 4])
+def test_the_learner_weights_each_token_by_its_own_ratio(tiny_path, micro):
+    """Through the learner (padding, micro-batches, the metrics' division by the step's tokens):
+    behaviour = learner log-prob - log r, so exp(old - behaviour) = r. Token by token, r cycles
+    through 0.5, 1.5, 4 (capped to 2) and unknown (NaN: 1), so the 12 tokens' weights are
+    [0.5, 1.5, 2, 1] x 3: mean 5/4, a quarter at the cap, max 2. pg, token mean:
+    loss = -sum(A * logp * w) / 12."""
+    from serl.engines.base import TrainBatch
+    from serl.engines.torch_learner import TorchLearner
+
+    cfg = LearnerConfig(lr=1e-2, warmup_ratio=0.0, total_steps=10, micro_batch_size=micro, max_grad_norm=0.0,
+                        objective="pg", is_cap=2.0)
+    learner = TorchLearner(tiny_path, cfg, need_ref=False)
+    lp = learner.logprobs(PROMPTS, RESPONSES)
+    ratios, weights = [0.5, 1.5, 4.0, float("nan")], [0.5, 1.5, 2.0, 1.0]
+    k, behaviour, w = 0, [], []
+    for t in lp:
+        r = torch.tensor([ratios[(k + j) % 4] for j in range(len(t))])
+        w.append(torch.tensor([weights[(k + j) % 4] for j in range(len(t))]))
+        behaviour.append(t - torch.log(r))  # NaN where r is NaN
+        k += len(t)
+    adv = [torch.full((len(t),), float(i) - 1.5) for i, t in enumerate(lp)]
+    want = -sum(float((a * l * x).sum()) for a, l, x in zip(adv, lp, w)) / 12
+    m = learner.step(TrainBatch(PROMPTS, RESPONSES, adv, behaviour_logprobs=behaviour))
+    assert m["loss/policy"] == pytest.approx(want, rel=1e-5)
+    assert m["actor/is_weight_mean"] == pytest.approx(1.25, rel=1e-5)
+    assert m["actor/is_capped_frac"] == pytest.approx(0.25)
+    assert m["actor/is_weight_max"] == pytest.approx(2.0)
