@@ -6,6 +6,12 @@ reward computed by serl's own vote code, GRPO group-normalised advantages, no KL
 AdamW at the same learning rate, the same micro-batch size and one optimizer step per
 16 prompts x 8 samples, bf16 autocast with fp32 weights. Prints one JSON line: the
 seconds of every optimizer step and of the generation and reward stages inside it.
+
+``--vllm`` generates with vLLM colocated in this process (``use_vllm=True,
+vllm_mode="colocate"``; bench/trl_vllm.py), the weights pushed into it before each
+rollout (timed as ``sync``, inside ``generate``); TRL's importance-sampling correction
+is off, as serl's synchronous step has none. ``--grad-checkpointing`` defaults to TRL's
+own default (on) for bench/rl_step.py; bench/trl_vllm.py sets it as serl's side has it.
 """
 from __future__ import annotations
 
@@ -27,6 +33,8 @@ def main() -> int:
     ap.add_argument("--lr", type=float, default=1e-6)
     ap.add_argument("--micro-batch", type=int, default=16)
     ap.add_argument("--root", required=True, help="serl checkout (for the reward code)")
+    ap.add_argument("--vllm", action="store_true", help="generate with vLLM, colocated")
+    ap.add_argument("--grad-checkpointing", choices=("on", "off"), default="on")
     a = ap.parse_args()
     sys.path.insert(0, a.root)
 
@@ -62,6 +70,9 @@ def main() -> int:
         temperature=1.0, top_p=1.0, beta=0.0, num_iterations=1, loss_type="grpo",
         scale_rewards="group", bf16=True, use_cpu=True, report_to=[], logging_steps=1,
         save_strategy="no", seed=0, dataloader_num_workers=0, disable_dropout=True,
+        gradient_checkpointing=a.grad_checkpointing == "on",
+        **(dict(use_vllm=True, vllm_mode="colocate", vllm_importance_sampling_correction=False)
+           if a.vllm else {}),
     )
     model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.float32)
     tok = AutoTokenizer.from_pretrained(a.model)
@@ -81,6 +92,8 @@ def main() -> int:
 
     trainer._generate = timed("generate", trainer._generate)
     trainer._calculate_rewards = timed("reward", trainer._calculate_rewards)
+    if a.vllm:  # the weight push, part of "generate" (reported apart as "sync")
+        trainer.vllm_generation.sync_weights = timed("sync", trainer.vllm_generation.sync_weights)
 
     steps: list[dict] = []
 
@@ -91,13 +104,18 @@ def main() -> int:
 
         def on_step_end(self, *args, **kw):
             total = time.perf_counter() - self.t
-            rest = total - sum(stages.values())
+            rest = total - sum(v for k, v in stages.items() if k != "sync")
             steps.append({"step": total, **dict(stages), "learn": rest})
 
     trainer.add_callback(StepTimer())
     trainer.train()
     checker.close()
-    print("TRL_RESULT " + json.dumps({"trl": trl.__version__, "steps": steps}))
+    extra = {}
+    if a.vllm:
+        import vllm
+
+        extra["vllm"] = vllm.__version__
+    print("TRL_RESULT " + json.dumps({"trl": trl.__version__, **extra, "steps": steps}))
     return 0
 
 

@@ -52,12 +52,13 @@ def parse_args(argv=None):
     return ap.parse_args(argv)
 
 
-def _run(cmd: list[str], cwd: Path, log: Path) -> tuple[int, str]:
+def _run(cmd: list[str], cwd: Path, log: Path, env: dict | None = None) -> tuple[int, str]:
     """Run in a new session with output to a file, then kill whatever it left behind: an
     engine process orphaned by a crash (e.g. the OOM killer) must not hang or load the
     next run."""
     with open(log, "w") as f:
-        p = subprocess.Popen(cmd, cwd=cwd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+        p = subprocess.Popen(cmd, cwd=cwd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True,
+                             env=None if env is None else {**os.environ, **env})
         code = p.wait()
     try:
         os.killpg(p.pid, signal.SIGKILL)
@@ -66,7 +67,7 @@ def _run(cmd: list[str], cwd: Path, log: Path) -> tuple[int, str]:
     return code, log.read_text(errors="replace")
 
 
-def run_serl(args, model: str, seeds: Path, work: Path, run: int) -> list[dict]:
+def run_serl(args, model: str, seeds: Path, work: Path, run: int, extra: tuple[str, ...] = ()) -> list[dict]:
     run_dir = work / f"serl-{run}"
     metrics = run_dir / "metrics.jsonl"
     if metrics.exists() and len(metrics.read_text().splitlines()) == args.steps:  # --work: done before
@@ -81,7 +82,7 @@ def run_serl(args, model: str, seeds: Path, work: Path, run: int) -> list[dict]:
            "--init_kl_coef", "0", "--actor_learning_rate", str(args.lr), "--lr_warmup_ratio", "0",
            "--min_lr_ratio", "1", "--micro_train_batch_size", str(args.micro_batch), "--bf16",
            "--generator", "vllm", "--save_steps", "0", "--save_model", "false", "--progress", "quiet",
-           "--system_prompt", SYSTEM]
+           "--system_prompt", SYSTEM, *extra]
     code, log = _run(cmd, ROOT, run_dir.with_suffix(".log"))
     if code != 0:
         raise SystemExit(f"serl train failed (exit {code}); its log: {run_dir.with_suffix('.log')}\n{log[-3000:]}")
@@ -93,8 +94,8 @@ def _serl_steps(metrics: Path) -> list[dict]:
     return [{"step": m["time/step"], **{s: m.get(f"time/{s}", 0.0) for s in SERL_STAGES}} for m in rows]
 
 
-def run_trl(args, python: str, model: str, messages: list[str], work: Path, run: int
-            ) -> tuple[str, list[dict]]:
+def run_trl(args, python: str, model: str, messages: list[str], work: Path, run: int,
+            extra: tuple[str, ...] = (), env: dict | None = None) -> tuple[str, list[dict]]:
     logf = work / f"trl-{run}.log"
     done = _trl_result(logf.read_text(errors="replace")) if logf.exists() else None
     if done and len(done["steps"]) == args.steps:  # --work: done before
@@ -104,8 +105,8 @@ def run_trl(args, python: str, model: str, messages: list[str], work: Path, run:
     cmd = [python, str(ROOT / "bench" / "_trl_grpo.py"), "--model", model, "--prompts-file", str(pf),
            "--steps", str(args.steps), "--samples", str(args.samples), "--max-new-tokens",
            str(args.max_new_tokens), "--lr", str(args.lr), "--micro-batch", str(args.micro_batch),
-           "--root", str(ROOT)]
-    code, log = _run(cmd, work, logf)
+           "--root", str(ROOT), *extra]
+    code, log = _run(cmd, work, logf, env)
     res = _trl_result(log)
     if code != 0 or res is None:
         raise SystemExit(f"TRL run failed (exit {code}); its log: {logf}\n{log[-3000:]}")

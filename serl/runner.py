@@ -24,6 +24,7 @@ from serl.engines.vllm_quirks import EngineDied
 from serl.eval.sets import eval_split, load_eval_sets  # noqa: F401 (their old home)
 from serl.models import ModelError, resolve_model
 from serl.resume import resume_config  # noqa: F401 (serl.train's API)
+from serl.rewards.remote_reply import RemoteRewardError
 
 log = logging.getLogger("serl")
 
@@ -187,6 +188,8 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None, prepared
     except EngineDied as e:
         keep_traceback(e, run_dir)
         raise
+    except RemoteRewardError as e:  # the step that asked was not trained: say what the run keeps
+        raise e.at_run(run_dir) from None
     finally:
         if recipe is not None:
             recipe.close()

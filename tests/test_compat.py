@@ -5,7 +5,7 @@ from serl.compat import rewrite
 from serl.config import ConfigError, parse_args
 from serl.data.seeds import DataError, read_seeds
 from serl.games import check_game_names
-from serl.recipes.spell.episode import difficulty_reward
+from serl.rewards.difficulty import difficulty_reward
 
 
 def cfg_of(*argv):

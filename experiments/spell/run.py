@@ -160,13 +160,20 @@ def main_stronger(args, extra: list[str]) -> int:
     t0 = time.time()
     decision = stronger.probes(args, out)
     stronger.log(f"probe decision: {json.dumps(decision)}")
-    if not decision["calibrated"] and not args.allow_uncalibrated:
-        raise SystemExit("the untrained verifier is not calibrated on the probe items (calibration above). "
-                         "Issue 33 asks for a first stage that trains the verifier on labelled training pairs, "
-                         "which serl does not have yet; rerun with --resume --allow_uncalibrated to train the "
-                         "recipe as it is, and report that it started uncalibrated.")
+    flags = [*(stronger.SMOKE if args.smoke else stronger.FULL), *stronger.LORA,
+             "--questioner_prefill", decision["questioner_prefill"], "--verifier_prefill", decision["verifier_prefill"]]
+    model = args.model
+    if not decision["calibrated"] and not args.no_warmup:  # the first stage issue 33 names: warm the verifier up
+        model = stronger.warm_up(args, out, flags + extra, decision)
+        stronger.log(f"after the warm-up: {json.dumps(decision['after_warmup'])}")
+    ready = decision["after_warmup"]["calibrated"] if "after_warmup" in decision else decision["calibrated"]
+    if not ready and not args.allow_uncalibrated:
+        raise SystemExit("the verifier is not calibrated on the probe items" + (" after the warm-up" if
+                         "after_warmup" in decision else "") + " (calibration above); rerun with --resume "
+                         "--allow_uncalibrated to train the recipe as it is, and report that it started uncalibrated.")
     settings = {"model": args.model, "smoke": args.smoke, "generator": args.generator, "arms": args.arms,
-                "decision": decision, "extra": extra, "allow_uncalibrated": args.allow_uncalibrated}
+                "decision": decision, "extra": extra, "allow_uncalibrated": args.allow_uncalibrated,
+                "no_warmup": args.no_warmup, "start_model": model}
     setup = out / "setup.json"
     if setup.exists():
         saved = json.loads(setup.read_text())["settings"]
@@ -175,31 +182,10 @@ def main_stronger(args, extra: list[str]) -> int:
             raise SystemExit(f"{setup}: settings differ from this command's: {diff}; use another --out")
     else:
         setup.write_text(json.dumps({"settings": settings, "date": time.strftime("%Y-%m-%d %H:%M %Z")}, indent=1))
-    flags = [*(stronger.SMOKE if args.smoke else stronger.FULL), *stronger.LORA,
-             "--questioner_prefill", decision["questioner_prefill"], "--verifier_prefill", decision["verifier_prefill"]]
     for arm in args.arms:
-        if stronger.ARMS[arm] is None:
-            continue  # no training: the step-0 evaluation of the trained arms
-        run = out / arm
-        if (run / "report" / "summary.md").is_file():
-            stronger.log(f"{arm}: finished earlier, kept")
-            continue
-        if (run / "config.yaml").is_file():
-            cmd = ["--resume", str(run)]
-        else:
-            cmd = ["--recipe", "spell", "--model", args.model, "--run_dir", str(run), "--generator", args.generator,
-                   "--progress", "plain", *flags, *stronger.ARMS[arm], *extra]
-        stronger.log(f"{arm}: serl train {' '.join(cmd[:4])} ...")
-        t1 = time.time()
-        r = subprocess.run([sys.executable, "-m", "serl.cli", "train", *cmd], cwd=ROOT)
-        with open(out / "timing.jsonl", "a") as f:
-            import resource  # the largest resident set of any finished child so far (KiB), not their sum
-
-            rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2 ** 20
-            f.write(json.dumps({"arm": arm, "wall_s": round(time.time() - t1, 1), "rc": r.returncode,
-                                "max_child_rss_gib": round(rss, 2)}) + "\n")
-        if r.returncode:
-            raise SystemExit(f"{arm}: serl train exited with {r.returncode}; rerun with --resume")
+        if stronger.ARMS[arm] is not None:  # no training: the step-0 evaluation
+            stronger.train(out, arm, ["--recipe", "spell", "--model", model, "--generator", args.generator,
+                                      "--progress", "plain", *flags, *stronger.ARMS[arm], *extra])
     print(stronger.report(args, out, args.arms, decision))
     if args.export:
         for p in stronger.export(out, Path(args.export)):
@@ -217,6 +203,8 @@ def main(argv=None) -> int:
     ap.add_argument("--arms", default="full,frozen_verifier,no_training", help="stronger plan: arms to run")
     ap.add_argument("--allow_uncalibrated", action="store_true",
                     help="stronger plan: train even if the probe finds the untrained verifier uncalibrated")
+    ap.add_argument("--no_warmup", action="store_true",
+                    help="stronger plan: no verifier warm-up even if the probe finds the verifier uncalibrated")
     ap.add_argument("--export", default="", help="stronger plan: copy per-item results (no text) to this folder")
     ap.add_argument("--out", default=str(ROOT / "runs/spell_experiment"), help="output folder (the run and its analysis)")
     ap.add_argument("--resume", action="store_true", help="continue OUT/run, then analyse")

@@ -13,7 +13,11 @@ distractors included. This module turns any text into such clusters:
   ``cluster_key`` (default ``cluster``) is present in a row, rows sharing its value
   form one group (the generated corpus of :mod:`serl.data.docs` is read this way).
 * **Parquet** (``.parquet``): each row's ``text_key`` column is a document and
-  ``cluster_key`` groups rows, as for JSONL (only those two columns are read).
+  ``cluster_key`` groups rows, as for JSONL (only those two columns are read). SPELL's
+  own layout (Tongyi-Zhiwen's ``dataset/*/train.parquet``: one cluster a row, its
+  documents a list of strings in ``paragraphs``, with ``question_id``) reads with
+  ``text_key="paragraphs"``: a list-valued text is the row's documents, grouped as one
+  cluster (by ``cluster_key`` when given, else by row).
 * **A folder**: every file above, recursively, in sorted path order; hidden files and
   other suffixes are ignored, files that are not UTF-8 (or not readable Parquet) are
   skipped and counted.
@@ -139,8 +143,10 @@ def _parquet_rows(p: Path, text_key: str, cluster_key: str | None, stats: Corpus
     try:
         names = pq.read_schema(p).names
         if text_key not in names:
+            hint = (" (SPELL's layout: --corpus_text_key paragraphs --corpus_cluster_key question_id)"
+                    if "paragraphs" in names else "")
             raise CorpusError(f"{p}: no column '{text_key}' (columns: {', '.join(names[:8])}); "
-                              f"set the text key")
+                              f"set the text key{hint}")
         cols = [text_key] + ([cluster_key] if cluster_key in names and cluster_key != text_key else [])
         rows = pq.read_table(p, columns=cols).to_pylist()
     except CorpusError:
@@ -166,16 +172,20 @@ def _row_docs(rows, text_key: str, cluster_key: str | None):
             raise CorpusError(f"{where}: missing key '{text_key}' (keys present: {keys}); "
                               f"set the text key")
         doc = row[text_key]
-        if not isinstance(doc, str):
-            raise CorpusError(f"{where}: key '{text_key}' must be a string, "
-                              f"got {type(doc).__name__}")
-        group = None
+        many = isinstance(doc, (list, tuple))  # SPELL's parquet: a row's documents as a list
+        for k, d in enumerate(doc if many else [doc]):
+            if not isinstance(d, str):
+                item = f" item {k}" if many else ""
+                raise CorpusError(f"{where}: key '{text_key}'{item} must be a string, got {type(d).__name__}")
+        group = where if many else None  # a row of documents is one cluster
         if cluster_key and row.get(cluster_key) not in (None, ""):
             group = row[cluster_key]
             if not isinstance(group, (str, int)) or isinstance(group, bool):
-                raise CorpusError(f"{where}: key '{cluster_key}' must be a string or integer")
+                raise CorpusError(f"{where}: key '{cluster_key}' must be a string or integer, "
+                                  f"got {type(group).__name__}")
             group = str(group)
-        yield doc, group, where
+        for d in doc if many else [doc]:
+            yield d, group, where
 
 
 def read_corpus(path: str | Path, *, cluster_size: int = 6, text_key: str = "text",

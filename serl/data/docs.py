@@ -34,8 +34,12 @@ line):
     ``{"cluster", "question", "candidate", "gold", "label", "kind"}``: labelled
     items for the verifier (``label`` is ``"yes"`` when ``candidate`` states the
     same answer as ``gold``, else ``"no"``), half of each.
+``docs_train_verify.jsonl``
+    the same kind of items on the **training** clusters (drawn from their own RNG, so
+    the other files do not change): what the SPELL recipe's verifier warm-up
+    (``--verifier_warmup_steps``) trains on.
 
-The labels are for evaluation only; training sees the documents alone.
+The held-out labels are for evaluation only; self-play sees the documents alone.
 """
 from __future__ import annotations
 
@@ -320,13 +324,16 @@ def heldout_items(rng: random.Random, w: World, cluster_id: str, docs: list[dict
 
 
 def make_corpus(n_train: int = 48, n_heldout: int = 20, seed: int = 2025) -> dict[str, list[dict]]:
-    """All four files' rows. Entity names are unique across both splits."""
+    """All five files' rows. Entity names are unique across both splits."""
     rng = random.Random(seed)
     names = NameFactory(rng)
-    out: dict[str, list[dict]] = {"train": [], "heldout": [], "qa": [], "verify": []}
+    out: dict[str, list[dict]] = {"train": [], "heldout": [], "qa": [], "verify": [], "train_verify": []}
+    worlds = []
     for i in range(n_train):
         w = make_world(rng, names)
-        out["train"].extend(cluster_docs(rng, w, f"train-{i:03d}"))
+        docs = cluster_docs(rng, w, f"train-{i:03d}")
+        out["train"].extend(docs)
+        worlds.append((w, docs))
     for i in range(n_heldout):
         w = make_world(rng, names)
         cid = f"heldout-{i:03d}"
@@ -335,15 +342,19 @@ def make_corpus(n_train: int = 48, n_heldout: int = 20, seed: int = 2025) -> dic
         out["heldout"].extend(docs)
         out["qa"].extend(qa)
         out["verify"].extend(verify)
+    train_rng = random.Random(seed + 1_000_003)  # its own stream: the four other files stay as they were
+    for i, (w, docs) in enumerate(worlds):
+        out["train_verify"].extend(heldout_items(train_rng, w, f"train-{i:03d}", docs)[1])
     return out
 
 
 FILES = {"train": "docs_train.jsonl", "heldout": "docs_heldout.jsonl",
-         "qa": "docs_heldout_qa.jsonl", "verify": "docs_heldout_verify.jsonl"}
+         "qa": "docs_heldout_qa.jsonl", "verify": "docs_heldout_verify.jsonl",
+         "train_verify": "docs_train_verify.jsonl"}
 
 
 def write(root: str | Path, n_train: int = 48, n_heldout: int = 20, seed: int = 2025) -> list[Path]:
-    """Write the four files into ``root``; returns their paths."""
+    """Write the five files into ``root``; returns their paths."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     rows = make_corpus(n_train, n_heldout, seed)

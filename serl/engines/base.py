@@ -93,6 +93,26 @@ class TrainBatch:
                           pick(self.old_logprobs), pick(self.ref_logprobs), pairs, self.objective,
                           pick(self.behaviour_logprobs))
 
+    def nonzero_rows(self) -> "TrainBatch | None":
+        """Without the sequences whose advantage is zero at every token (they would only
+        cost compute); None when none is left."""
+        keep = [i for i, a in enumerate(self.advantages) if bool(torch.any(a != 0))]
+        return self.subset(keep) if keep else None
+
+    @staticmethod
+    def concat(parts: "list[TrainBatch | None]") -> "TrainBatch | None":
+        """One batch of every sequence of ``parts`` (None and empty parts skipped; advantage
+        batches only: pairs and per-batch objectives do not combine); None when empty."""
+        parts = [b for b in parts if b is not None and b.response_ids]
+        if not parts:
+            return None
+        if any(b.pairs is not None or b.objective is not None for b in parts):
+            raise ValueError("TrainBatch.concat joins advantage batches only (no pairs, no objective)")
+        join = (lambda name: None if any(getattr(b, name) is None for b in parts)
+                else [x for b in parts for x in getattr(b, name)])
+        return TrainBatch(join("prompt_ids"), join("response_ids"), join("advantages"), join("old_logprobs"),
+                          join("ref_logprobs"))
+
 
 class Learner(Protocol):
     def logprobs(self, prompt_ids: list[list[int]], response_ids: list[list[int]],

@@ -79,6 +79,27 @@ def verifier_rewards(judgments: Sequence[int], majority: Majority) -> list[float
             for j in judgments]
 
 
+def label_rewards(judgments: Sequence[int], label: float) -> list[float]:
+    """Per judgment against a known label (the verifier warm-up): -1 bad format, 1 equal, 0 not."""
+    return [-1.0 if j == -1 else float(j == label) for j in judgments]
+
+
+def verdict_metrics(labels: Sequence[float], judgments: Sequence[Sequence[int]]) -> dict[str, float]:
+    """Judgments against known labels (one list per labelled item): accuracy, bad format, the YES
+    share of valid judgments on items labelled right and on those labelled wrong, mean reward."""
+    flat = [(j, y) for y, js in zip(labels, judgments) for j in js]
+    valid = [(j, y) for j, y in flat if j != -1]
+
+    def share(num: float, den: int) -> float:
+        return num / den if den else float("nan")  # nothing to measure: NaN (logged as null)
+
+    return {"accuracy": share(sum(j == y for j, y in flat), len(flat)),
+            "bad_format": share(len(flat) - len(valid), len(flat)),
+            "yes_if_right": share(sum(j == 1 for j, y in valid if y == 1.0), sum(y == 1.0 for _, y in valid)),
+            "yes_if_wrong": share(sum(j == 1 for j, y in valid if y == 0.0), sum(y == 0.0 for _, y in valid)),
+            "reward_mean": share(sum(label_rewards([j], y)[0] for j, y in flat), len(flat))}
+
+
 def verifier_train_mask(majority: Majority, rule: float,
                         bounds: tuple[float, float] = VERIFIER_SHARE_BOUNDS) -> bool:
     """Train the verifier on this answer's judgments only if the majority is valid, its

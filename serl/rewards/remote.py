@@ -9,37 +9,38 @@ Two kinds of source, one interface (``RewardSource.rewards(queries, prompts, lab
   ``no_answer``). This is the request OpenRLHF's ``remote_rm_utils`` sends
   (github.com/OpenRLHF/OpenRLHF, ``openrlhf/utils/remote_rm_utils.py``).
 * ``path/to/file.py``: a Python file with OpenRLHF's
-  ``reward_func(queries, prompts, labels)``, loaded once, in this process. It may return
-  a dict with ``"rewards"`` (a list or a tensor), or the rewards themselves.
+  ``reward_func(queries, prompts, labels)``, loaded once, in a worker process of its own
+  (serl.rewards.reward_file). It may return a dict with ``"rewards"`` (a list or a tensor),
+  or the rewards themselves.
 
 A batch never splits a prompt's group, so a majority vote on the far side sees whole
-groups. Each request has a deadline (``--remote_rm_timeout``, the whole reply included);
-a failed try (no connection, a timeout, a 5xx, a reply that is not the protocol) is
-retried ``--remote_rm_retries`` times with doubling back-off, and then the step fails
-with ``RemoteRewardError``, naming the URL (without any credentials or query string):
-no step trains on a reward that did not arrive, and no checkpoint is written for it.
-A 4xx is not retried (the request itself is wrong). An exception in a reward file is
-reported with the file and line where it was raised. Model output is sent as text and
-never evaluated here.
+groups. Each request, and each call of a file's ``reward_func``, has a deadline
+(``--remote_rm_timeout``, the whole reply included). A failed try of a URL (no connection,
+a timeout, a 5xx, a reply that is not the protocol) is retried ``--remote_rm_retries``
+times with doubling back-off, and then the step fails with ``RemoteRewardError``, naming
+the URL (without any credentials or query string); a ``reward_func`` call past its deadline
+is stopped and fails the step at once, naming the file and the function. No step trains on
+a reward that did not arrive, and no checkpoint is written for it; the runner adds the
+newest checkpoint to the message (``RemoteRewardError.at_run``). A 4xx is not retried (the
+request itself is wrong). An exception in a reward file is reported with the file and line
+where it was raised. Model output is sent as text and never evaluated here.
 """
 from __future__ import annotations
 
 import http.client
-import importlib.util
 import json
-import math
+import re
 import time
-import traceback
 import urllib.parse
-from dataclasses import dataclass
 from pathlib import Path
 
+from serl.rewards.remote_reply import RemoteRewardError, Reply, _logs_of, _rewards_of  # noqa: F401 (API)
+from serl.rewards.reward_file import FileReward
+
 MAX_REPLY_BYTES = 64 * 2**20
+# query keys that hold credentials (api_key=, token=, access_token=, sig=, ...)
+_SECRET_KEY = re.compile(r"key|token|secret|passw|auth|sig|credential", re.IGNORECASE)
 MAX_BACKOFF_S = 30.0
-
-
-class RemoteRewardError(RuntimeError):
-    """A reward that did not arrive (endpoint down, bad reply) or a reward file that failed."""
 
 
 def is_url(spec: str) -> bool:
@@ -63,6 +64,11 @@ def check_spec(spec: str) -> str | None:
         if u.username is not None or u.password is not None:
             return "a URL with user:password@ is refused (it would be saved in config.yaml); serve the " \
                    "reward without credentials on a trusted network, or use a reward file"
+        keys = [k for k, _ in urllib.parse.parse_qsl(u.query, keep_blank_values=True)]
+        secret = next((k for k in keys if _SECRET_KEY.search(k)), None)
+        if secret is not None:  # the key's name only, never its value
+            return f"a URL whose query carries a credential ({secret!r}) is refused (it would be saved in " \
+                   f"config.yaml); serve the reward without credentials on a trusted network, or use a reward file"
         try:
             u.port
         except ValueError:
@@ -73,35 +79,6 @@ def check_spec(spec: str) -> str | None:
     if not Path(spec).is_file():
         return f"reward file not found: {spec}"
     return None
-
-
-@dataclass
-class Reply:
-    rewards: list[float]
-    logs: dict[str, list]
-
-
-def _rewards_of(value, n: int, where: str) -> list[float]:
-    if hasattr(value, "tolist"):  # a tensor or an array
-        value = value.tolist()
-    if not isinstance(value, (list, tuple)) or len(value) != n:
-        got = f"{len(value)} entries" if isinstance(value, (list, tuple)) else type(value).__name__
-        raise RemoteRewardError(f"{where}: expected 'rewards' with {n} numbers, got {got}")
-    out = []
-    for i, v in enumerate(value):
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            raise RemoteRewardError(f"{where}: rewards[{i}] is not a finite number ({str(v)[:40]!r})")
-        out.append(float(v))
-    return out
-
-
-def _logs_of(value, n: int) -> dict[str, list]:
-    logs = {}
-    for k, v in (value or {}).items() if isinstance(value, dict) else ():
-        v = v.tolist() if hasattr(v, "tolist") else v
-        if isinstance(v, list) and len(v) == n:
-            logs[str(k)] = v
-    return logs
 
 
 class HttpReward:
@@ -144,7 +121,7 @@ class HttpReward:
         raise RemoteRewardError(
             f"remote reward {self.shown}: no rewards after {self.retries + 1} tries over "
             f"{time.monotonic() - t0:.1f} s (last: {last}); the step was not trained. Check that the "
-            f"server is up (e.g. `serl serve-reward --port PORT`), then --resume the run")
+            f"server is up (e.g. `serl serve-reward --port PORT`)")
 
     def _post(self, body: bytes) -> tuple[int, bytes]:
         """One POST; the whole exchange must finish within ``timeout`` seconds."""
@@ -181,50 +158,6 @@ def _error_text(data: bytes) -> str:
     return f" ({str(msg)[:200]})" if msg else ""
 
 
-class FileReward:
-    """A reward file with OpenRLHF's ``reward_func(queries, prompts, labels)``, loaded once."""
-
-    def __init__(self, path: str):
-        self.path = Path(path).resolve()
-        name = f"serl_user_reward_{abs(hash(str(self.path)))}"
-        spec = importlib.util.spec_from_file_location(name, self.path)
-        if spec is None or spec.loader is None:
-            raise RemoteRewardError(f"{path}: cannot be loaded as a Python file")
-        module = importlib.util.module_from_spec(spec)
-        try:
-            spec.loader.exec_module(module)
-        except SyntaxError as e:
-            raise RemoteRewardError(f"{e.filename or path}:{e.lineno}: syntax error in the reward file "
-                                    f"({e.msg})") from None
-        except Exception as e:
-            raise RemoteRewardError(f"{self._where(e)}: loading the reward file raised "
-                                    f"{type(e).__name__}: {str(e)[:300]}") from None
-        self.func = getattr(module, "reward_func", None)
-        if not callable(self.func):
-            raise RemoteRewardError(f"{path}: defines no reward_func(queries, prompts, labels)")
-        self.shown = str(path)
-
-    def _where(self, e: BaseException) -> str:
-        """``file:line`` of the deepest frame in the reward file (else the deepest frame)."""
-        frames = traceback.extract_tb(e.__traceback__)
-        mine = [f for f in frames if Path(f.filename).resolve() == self.path]
-        f = (mine or frames or [None])[-1]
-        return f"{f.filename}:{f.lineno}" if f is not None else str(self.path)
-
-    def rewards(self, queries, prompts, labels) -> Reply:
-        try:
-            out = self.func(list(queries), list(prompts), list(labels))
-        except Exception as e:
-            raise RemoteRewardError(f"{self._where(e)}: reward_func raised {type(e).__name__}: "
-                                    f"{str(e)[:300]}") from None
-        where = f"{self.shown}: reward_func"
-        if isinstance(out, dict):
-            if "rewards" not in out:
-                raise RemoteRewardError(f"{where} returned a dict without 'rewards'")
-            return Reply(_rewards_of(out["rewards"], len(queries), where), _logs_of(out.get("extra_logs"), len(queries)))
-        return Reply(_rewards_of(out, len(queries), where), {})
-
-
 _SOURCES: dict[tuple, object] = {}
 
 
@@ -234,7 +167,7 @@ def source_for(cfg):
     if key not in _SOURCES:
         spec = cfg.remote_rm_url
         _SOURCES[key] = (HttpReward(spec, cfg.remote_rm_timeout, cfg.remote_rm_retries) if is_url(spec)
-                         else FileReward(spec))
+                         else FileReward(spec, cfg.remote_rm_timeout))
     return _SOURCES[key]
 
 

@@ -13,7 +13,9 @@ class RemoteRewardOptions:
                                     "server (POST {query, prompts, labels} -> {rewards}; e.g. serl "
                                     "serve-reward) or a .py file with reward_func(queries, prompts, labels); "
                                     "'' = the built-in reward of --reward_mode")
-    remote_rm_timeout: float = option(60.0, "seconds one reward request may take, reply included")
+    remote_rm_timeout: float = option(60.0, "seconds one reward request (reply included), or one call of a reward "
+                                          "file's reward_func, may take; a call past it is stopped and the run "
+                                          "stops, naming the file")
     remote_rm_retries: int = option(3, "retries of a failed reward request (back-off 0.5 s, doubling); then "
                                        "the run stops, naming the URL, with no step trained on missing rewards")
     remote_rm_batch_size: int = option(0, "samples per reward request, whole prompt groups kept together "

@@ -213,3 +213,29 @@ def test_folder_with_parquet_skips_an_unreadable_one(tmp_path):
     c = read_corpus(tmp_path / "c")
     assert [c.paragraphs for c in c.clusters] == [["Text of a document in a folder."]]
     assert (c.stats.files, c.stats.skipped_unreadable) == (1, 1)
+
+
+def test_spell_parquet_layout(tmp_path):
+    """SPELL's own train.parquet: one cluster a row, documents as a list in 'paragraphs', with
+    question_id and data_source columns; layout errors name the file, row and field."""
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    rows = [{"question_id": "q1", "data_source": "docmath_qa", "paragraphs": ["First report, revenue 12 million.",
+                                                                             "Second report, costs 5 million."]},
+            {"question_id": "q2", "data_source": "docmath_qa", "paragraphs": ["A lone document about the harbour."]}]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "train.parquet")
+    c = read_corpus(tmp_path / "train.parquet", text_key="paragraphs", cluster_key="question_id")
+    assert [(x.id, len(x.paragraphs)) for x in c.clusters] == [("q1", 2), ("q2", 1)] and c.stats.documents == 3
+    by_row = read_corpus(tmp_path / "train.parquet", text_key="paragraphs", cluster_key=None)
+    assert [len(x.paragraphs) for x in by_row.clusters] == [2, 1]  # no cluster key: a row is a cluster
+    with pytest.raises(CorpusError, match=r"train.parquet: no column 'text' .*--corpus_text_key paragraphs"):
+        read_corpus(tmp_path / "train.parquet")
+    pq.write_table(pa.Table.from_pylist([{"question_id": "q", "paragraphs": ["fine text here", None]}]),
+                   tmp_path / "bad.parquet")
+    with pytest.raises(CorpusError, match=r"bad.parquet: row 0: key 'paragraphs' item 1 must be a string, got NoneType"):
+        read_corpus(tmp_path / "bad.parquet", text_key="paragraphs", cluster_key="question_id")
+    pq.write_table(pa.Table.from_pylist([{"question_id": 1.5, "paragraphs": ["fine text here"]}]),
+                   tmp_path / "badid.parquet")
+    with pytest.raises(CorpusError, match=r"badid.parquet: row 0: key 'question_id' must be a string or integer, got float"):
+        read_corpus(tmp_path / "badid.parquet", text_key="paragraphs", cluster_key="question_id")

@@ -72,13 +72,24 @@ def test_answers_sit_in_their_evidence_and_two_hop_needs_both(corpus):
 
 
 def test_verifier_labels_agree_with_cover_em(corpus):
-    for r in corpus["verify"]:
+    for r in corpus["verify"] + corpus["train_verify"]:
         assert cover_em(r["candidate"], r["gold"]) == (1.0 if r["label"] == "yes" else 0.0), r
+
+
+def test_training_side_verifier_items_are_on_training_clusters_only(corpus):
+    """The warm-up's labelled pairs: 12 per training cluster, half yes, none about a held-out world."""
+    items = corpus["train_verify"]
+    assert len(items) == 48 * 12 and sum(r["label"] == "yes" for r in items) == len(items) // 2
+    assert {r["cluster"] for r in items} == {d["cluster"] for d in corpus["train"]}
+    held = {d["title"] for d in corpus["heldout"]}  # names are unique across the splits
+    assert not any(t in r["question"] or t in r["candidate"] for r in items for t in held)
+    assert any(d["title"] in items[0]["question"] for d in corpus["train"] if d["cluster"] == items[0]["cluster"])
 
 
 def test_rows_are_json_lines_with_documented_keys():
     for name, keys in [("docs_train.jsonl", {"cluster", "doc", "kind", "distractor", "title", "text"}),
                        ("docs_heldout_qa.jsonl", {"cluster", "question", "answer", "hops", "kind", "evidence"}),
-                       ("docs_heldout_verify.jsonl", {"cluster", "question", "candidate", "gold", "label", "kind"})]:
+                       ("docs_heldout_verify.jsonl", {"cluster", "question", "candidate", "gold", "label", "kind"}),
+                       ("docs_train_verify.jsonl", {"cluster", "question", "candidate", "gold", "label", "kind"})]:
         for line in (ROOT / "dataset" / name).read_text().splitlines():
             assert set(json.loads(line)) == keys

@@ -1,8 +1,10 @@
 """serl.rewards.judge: verdict parsing, the majority of k, and the rewards built on it."""
+import math
+
 import pytest
 
-from serl.rewards.judge import (Majority, parse_judgment, responder_reward, verifier_majority, verifier_rewards,
-                                verifier_train_mask)
+from serl.rewards.judge import (Majority, label_rewards, parse_judgment, responder_reward, verdict_metrics,
+                                verifier_majority, verifier_rewards, verifier_train_mask)
 
 
 @pytest.mark.parametrize("text,expected", [
@@ -90,3 +92,14 @@ def test_empty_or_garbled_verdicts_never_win_the_majority():
         want = next((v for v in (1, 0) if all(counts[v] > counts[u] for u in (1, 0, -1) if u != v)), -1)
         assert m.label == want
         assert all(r == -1.0 for r, t in zip(verifier_rewards(judged, m), truth) if t == -1)
+
+
+def test_verdict_metrics_by_hand():
+    """The warm-up's metrics. Two items (right, wrong), 4 verdicts each: right gets YES, YES, NO, bad;
+    wrong gets YES, NO, NO, NO. Agreeing: 2 + 3 = 5 of 8; bad format 1 of 8; YES share 2/3 on right,
+    1/4 on wrong; rewards [1, 1, 0, -1] + [0, 1, 1, 1]: mean 4/8."""
+    m = verdict_metrics([1.0, 0.0], [[1, 1, 0, -1], [1, 0, 0, 0]])
+    assert m == {"accuracy": 5 / 8, "bad_format": 1 / 8, "yes_if_right": pytest.approx(2 / 3),
+                 "yes_if_wrong": 1 / 4, "reward_mean": 0.5}
+    assert label_rewards([1, 0, -1], 1.0) == [1.0, 0.0, -1.0] and label_rewards([1, 0, -1], 0.0) == [0.0, 1.0, -1.0]
+    assert math.isnan(verdict_metrics([1.0], [[-1]])["yes_if_right"])  # no valid verdict: nothing to measure

@@ -48,7 +48,14 @@ class SpellOptions:
                                                 "r is 0 or 1): gaussian (SPELL, peak at 0.5), azr (Absolute Zero: "
                                                 "1 - r) or rzero (R-Zero: 1 - 2|r - 0.5|)",
                                     choices=("gaussian", "azr", "rzero"))
-    memory_capacity: int = option(3, "history entries kept per cluster (SPELL: 3)")
+    memory_capacity: int = option(3, "history entries kept per cluster (SPELL: 3; 0 = no history memory)")
+    responder_reward: str = option("max", "max (SPELL: max of rule score and verifier majority) or rule (the rule "
+                                          "score alone; the verifier still judges and trains)", choices=("max", "rule"))
+    verifier_warmup_steps: int = option(0, "first steps (of --steps) that train only the verifier, on labelled pairs")
+    verifier_warmup_data: str = option("dataset/docs_train_verify.jsonl", "the warm-up's training-side pairs "
+                                       "(JSONL: question, candidate, gold; label: the rule score)")
+    verifier_warmup_pairs: int = option(16, "pairs per warm-up step, half rule-right and half rule-wrong")
+    verifier_warmup_samples: int = option(8, "verdicts per pair in a warm-up step (one GRPO group)")
     novelty_threshold: float = option(0.7, "drop a question whose ROUGE-L F1 with an earlier one on "
                                            "its cluster exceeds this")
     max_refill_rounds: int = option(2, "question rounds per step to refill groups with no reward spread")
@@ -91,9 +98,13 @@ class Config(SpellOptions, TrainConfig):
         if len(lo_hi) != 2 or not 0.0 <= float(lo_hi[0]) <= float(lo_hi[1]) <= 1.0:
             raise ConfigError(f"verifier_band: need two numbers 0 <= low <= high <= 1, got {lo_hi}")
         for name in ("cluster_size", "paragraphs_per_prompt", "questioner_max_len", "verifier_max_len",
-                     "verifier_samples", "grounding_samples", "memory_capacity", "max_refill_rounds"):
+                     "verifier_samples", "grounding_samples", "max_refill_rounds"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name}: must be >= 1, got {getattr(self, name)}")
+        for name, low in (("memory_capacity", 0), ("verifier_warmup_steps", 0), ("verifier_warmup_pairs", 2),
+                          ("verifier_warmup_samples", 2)):
+            if getattr(self, name) < low:
+                raise ConfigError(f"{name}: must be >= {low}, got {getattr(self, name)}")
         for name in ("questioner_max_len", "verifier_max_len"):
             if getattr(self, name) > self.generate_max_len:  # vLLM's context is prompt + generate_max_len
                 raise ConfigError(f"{name}: must be <= generate_max_len ({self.generate_max_len}), "

@@ -1,15 +1,11 @@
 """One SPELL question's life, as data: what the questioner wrote, how it was checked,
 the responder's samples and the verifier's judgments, and the rewards of all three roles.
 
-The recipe (``serl.recipes.spell.recipe``) fills these in stage by stage with the
-generator; everything here is pure, so it is tested without a model. The rules are
-SPELL's (Tongyi-Zhiwen 2025; numbers cited from its public trainer, the code is ours):
-answer scoring from :mod:`serl.rewards.qa`, the verifier's majority and rewards from
-:mod:`serl.rewards.judge`, and the questioner's own rules here: -1 for bad format, -0.5
-for ``bad_ground`` (the responder without documents scores >= 0.1), 0 when the
-responder's mean score is 0 or 1, else exp(-(r-0.5)^2 / (2 (1/6)^2)).
-
-Statuses of a question:
+The recipe fills these in stage by stage with the generator; everything here is pure, so it
+is tested without a model. The rules are SPELL's (Tongyi-Zhiwen 2025; numbers from its public
+trainer, the code is ours): answer scoring (:mod:`serl.rewards.qa`), the verifier's majority
+(:mod:`serl.rewards.judge`), the difficulty reward (:mod:`serl.rewards.difficulty`), and here:
+-1 for bad format, -0.5 for ``bad_ground`` (the no-document responder scores >= 0.1). Statuses:
 ``ok``          parsed, new, grounded: the responder answered it;
 ``bad_format``  no JSON question/answer block (questioner reward -1, trained);
 ``bad_ground``  answerable without the documents (reward -0.5, trained; not answered);
@@ -18,20 +14,17 @@ Statuses of a question:
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
-
-import torch
 
 from serl.data.corpus import Cluster
 from serl.engines.base import Completion, TrainBatch
+from serl.rewards.difficulty import QUESTIONER_SIGMA, difficulty_reward
 from serl.rewards.json_extract import extract_json_fields
-from serl.rewards.judge import (Majority, parse_judgment, responder_reward, verifier_majority, verifier_rewards,
-                                verifier_train_mask)
+from serl.rewards.judge import (Majority, parse_judgment, responder_reward, verifier_majority,
+                                verifier_rewards, verifier_train_mask)
 
 TRAINED_STATUSES = ("ok", "bad_format", "bad_ground")
 GROUNDING_THRESHOLD = 0.1
-QUESTIONER_SIGMA = 1 / 6
 MAX_ANSWER_CHARS = 200  # longer answers are "too_long" (upstream drops > 40 tokens unpenalised)
 
 
@@ -50,27 +43,6 @@ def parse_questioner(text: str, max_answer_chars: int = MAX_ANSWER_CHARS) -> tup
 def is_bad_ground(no_doc_score: float, threshold: float = GROUNDING_THRESHOLD) -> bool:
     """Answerable without the documents: the no-document mean score reaches ``threshold``."""
     return no_doc_score >= threshold
-
-
-# --questioner_reward: how the responder's mean score r becomes the questioner's reward
-QUESTIONER_MAPPINGS = ("gaussian", "azr", "rzero")
-
-
-def difficulty_reward(mean_score: float, sigma: float = QUESTIONER_SIGMA, mapping: str = "gaussian") -> float:
-    """0 when every response is right or every one wrong, else by ``mapping``: ``gaussian``
-    (SPELL: a bump at 0.5 of width ``sigma``), ``azr`` (Absolute Zero's learnability, 1 - r)
-    or ``rzero`` (R-Zero's uncertainty, 1 - 2|r - 0.5|)."""
-    if not 0.0 <= mean_score <= 1.0:
-        raise ValueError(f"mean responder score must lie in [0, 1], got {mean_score}")
-    if mean_score in (0.0, 1.0):
-        return 0.0
-    if mapping == "azr":
-        return 1.0 - mean_score
-    if mapping == "rzero":
-        return 1.0 - 2.0 * abs(mean_score - 0.5)
-    if mapping != "gaussian":
-        raise ValueError(f"unknown questioner reward mapping {mapping!r}; expected one of {QUESTIONER_MAPPINGS}")
-    return math.exp(-((mean_score - 0.5) ** 2) / (2 * sigma ** 2))
 
 
 def questioner_reward(status: str, mean_score: float | None = None, sigma: float = QUESTIONER_SIGMA,
@@ -110,13 +82,17 @@ class Question:
         return self.status == "ok" and 0.0 < self.mean_score < 1.0
 
 
-def settle(q: Question, mapping: str = "gaussian") -> None:
-    """Judgments -> majorities -> responder rewards -> questioner reward (in place)."""
+def settle(q: Question, mapping: str = "gaussian", responder: str = "max") -> None:
+    """Judgments -> majorities -> responder rewards -> questioner reward (in place). The
+    responder's reward: ``max`` of the rule score and the verifier's majority (SPELL), or
+    ``rule``, the rule score alone (the majorities are still kept for the verifier)."""
+    if responder not in ("max", "rule"):
+        raise ValueError(f"unknown responder reward {responder!r}; expected 'max' or 'rule'")
     q.majorities, q.rewards = [], []
     for rule, judges in zip(q.rule, q.judges):
         maj = verifier_majority([parse_judgment(c.text) for c in judges]) if judges else None
         q.majorities.append(maj)
-        q.rewards.append(responder_reward(rule, maj) if maj is not None else rule)
+        q.rewards.append(responder_reward(rule, maj) if maj is not None and responder == "max" else rule)
     if q.status == "ok":
         q.reward = questioner_reward("ok", q.mean_score, mapping=mapping)
     elif q.status in ("bad_format", "bad_ground"):
@@ -158,16 +134,6 @@ class RoleGroups:
         self.verifier += verifier_groups(q, band)
 
 
-def concat(batches: list[TrainBatch | None]) -> TrainBatch | None:
-    """One batch with the rows of all of ``batches`` (None entries skipped)."""
-    parts = [b for b in batches if b is not None and b.response_ids]
-    if not parts:
-        return None
-    return TrainBatch(prompt_ids=[p for b in parts for p in b.prompt_ids],
-                      response_ids=[r for b in parts for r in b.response_ids],
-                      advantages=[a for b in parts for a in b.advantages])
-
-
 def role_batches(groups: RoleGroups, group_batch) -> dict[str, TrainBatch | None]:
     """Per-role batches with advantages from ``group_batch(groups, rewards)`` (the run's
     estimator, group-normalised by default): responder within each question's samples,
@@ -180,14 +146,6 @@ def role_batches(groups: RoleGroups, group_batch) -> dict[str, TrainBatch | None
         if gs:
             out[role] = group_batch([g for g, _ in gs], [r for _, r in gs])
     return out
-
-
-def nonzero_rows(batch: TrainBatch | None) -> TrainBatch | None:
-    """Drop rows whose advantage is zero everywhere (they would only cost compute)."""
-    if batch is None:
-        return None
-    keep = [i for i, a in enumerate(batch.advantages) if bool(torch.any(a != 0))]
-    return batch.subset(keep) if keep else None
 
 
 def _share(num, den) -> float:
@@ -223,3 +181,4 @@ def role_metrics(qs: list[Question], groups: RoleGroups) -> dict[str, float]:
         "train/responder_groups": float(len(groups.responder)),
         "train/verifier_groups": float(len(groups.verifier)),
     }
+

@@ -30,18 +30,11 @@ QUESTIONER_PREFILL = '{"question": "'
 VERIFIER_PREFILL = "[["
 
 
-def _prefill(text: str, mode: str, compact: bool) -> str:
+def prefill(text: str, mode: str, compact: bool) -> str:
+    """``text`` (one of the prefills above) for ``--*_prefill`` auto (on with compact prompts), on or off."""
     return text if mode == "on" or (mode == "auto" and compact) else ""
 
 
-def questioner_prefill(mode: str, compact: bool) -> str:
-    """The prefill for ``--questioner_prefill`` ``auto`` (on with compact prompts), ``on`` or ``off``."""
-    return _prefill(QUESTIONER_PREFILL, mode, compact)
-
-
-def verifier_prefill(mode: str, compact: bool) -> str:
-    """The prefill for ``--verifier_prefill``, with the same modes."""
-    return _prefill(VERIFIER_PREFILL, mode, compact)
 MAX_QUESTION_CHARS = 600
 MAX_ANSWER_CHARS = 300
 

@@ -7,26 +7,28 @@ paragraphs (with the cluster's history memory in the prompt); repeated questions
 dropped (ROUGE-L); the responder answers without the documents (grounding check), then
 n times with them; each answer gets a rule score (cover-EM) and k verifier judgments;
 then the three roles' rewards. Groups with no reward spread are dropped and more
-clusters are asked (dynamic sampling, bounded rounds). See ``episode.py`` for the data;
-the update and weight sync are the step frame's (``serl.step``).
+clusters are asked (dynamic sampling, bounded rounds); ``episode.py`` holds the data, the
+step frame (``serl.step``) the update. ``--verifier_warmup_steps N``: ``warmup.py``.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
+import random
 
 from serl.data.corpus import CorpusError, fit_clusters, read_corpus, sample_evidence
 from serl.data.seeds import DataError
-from serl.engines.base import Sampling
+from serl.engines.base import Sampling, TrainBatch
 from serl.eval.roles import HeldOut, Roles, evaluate_roles, greedy_texts, load_heldout
 from serl.instruct.novelty import RougeIndex
 from serl.data.lengths import PromptBudget, budget_for, prompt_limit
 from serl.data.passes import Passes
 from serl.recipes.base import Recipe, RunContext
 from serl.recipes.spell import episode
+from serl.recipes.spell.warmup import warmup_pairs, warmup_step
 from serl.recipes.spell.memory import HistoryMemory
-from serl.recipes.spell.prompts import (questioner_prefill, questioner_prompt, responder_prompt, verifier_prefill,
-                                        verifier_prompt)
+from serl.recipes.spell.prompts import (QUESTIONER_PREFILL, VERIFIER_PREFILL, prefill, questioner_prompt,
+                                        responder_prompt, verifier_prompt)
 from serl.rewards.qa import cover_em_many, extract_final_answer
 from serl.shipped import locate
 
@@ -36,8 +38,8 @@ MAX_KNOWN = 64          # questions remembered per cluster for the novelty check
 
 class SpellRecipe(Recipe):
     resume_fixed = ("corpus", "cluster_size", "paragraphs_per_prompt", "compact_prompts", "few_shot_questioner",
-                    "questioner_prefill",
-                    "verifier_samples", "grounding_samples", "memory_capacity", "prompt_max_len")
+                    "questioner_prefill", "verifier_samples", "grounding_samples", "memory_capacity", "prompt_max_len",
+                    "responder_reward", *(f"verifier_warmup_{k}" for k in ("steps", "data", "pairs", "samples")))
 
     @classmethod
     def prepare(cls, cfg):
@@ -59,6 +61,7 @@ class SpellRecipe(Recipe):
             corpus.clusters = fit_clusters(corpus.clusters, count, budget)
         except CorpusError as e:
             raise DataError(f"corpus: {e}") from None
+        warmup_pairs(cfg, cover_em_many, random.Random(0))  # checked now: file, line, key, held-out, both labels
         return corpus
 
     @classmethod
@@ -78,12 +81,15 @@ class SpellRecipe(Recipe):
         self.indexes: dict[str, RougeIndex] = {}   # built from ``known``, not saved
         self.passes = Passes(len(self.clusters), self.rng)  # shuffled passes over the clusters
         self.band = tuple(cfg.verifier_band)
-        self.prefill = questioner_prefill(cfg.questioner_prefill, cfg.compact_prompts)  # the reply's start
-        self.verdict_prefill = verifier_prefill(cfg.verifier_prefill, cfg.compact_prompts)
+        self.prefill = prefill(QUESTIONER_PREFILL, cfg.questioner_prefill, cfg.compact_prompts)  # the reply's start
+        self.verdict_prefill = prefill(VERIFIER_PREFILL, cfg.verifier_prefill, cfg.compact_prompts)
+        self.warm = warmup_pairs(cfg, lambda c, g: cover_em_many(c, g, self.checker.equal_many), self.rng)
 
     # ---- the loop -------------------------------------------------------------------
     def collect(self, step: int):
         cfg = self.cfg
+        if step <= cfg.verifier_warmup_steps:
+            return warmup_step(self)
         groups, asked, rounds = episode.RoleGroups(), [], 0
         while len(groups.responder) < cfg.rollout_batch_size and rounds < cfg.max_refill_rounds:
             rounds += 1
@@ -92,7 +98,7 @@ class SpellRecipe(Recipe):
             self.respond(qs)
             self.verify(qs)
             for q in qs:
-                episode.settle(q, self.cfg.questioner_reward)
+                episode.settle(q, cfg.questioner_reward, cfg.responder_reward)
                 if q.status == "ok":
                     self.memory.add(q.cluster.id, q.evidence, q.qa["question"], q.qa["answer"], q.mean_score)
                 groups.add(q, self.band, cfg.rollout_batch_size)
@@ -100,10 +106,10 @@ class SpellRecipe(Recipe):
         metrics = episode.role_metrics(asked, groups) | {
             "filter/rounds": rounds, "questioner/memory_fill": self.memory.fill(len(self.clusters)),
             "corpus/skipped_long": float(self.corpus_stats.skipped_long), "corpus/clusters": float(len(self.clusters))}
-        batches = {k: episode.nonzero_rows(b) for k, b in episode.role_batches(groups, self.group_batch).items()}
+        batches = {k: b and b.nonzero_rows() for k, b in episode.role_batches(groups, self.group_batch).items()}
         for role, b in batches.items():
             metrics[f"train/{role}_seqs"] = len(b.response_ids) if b is not None else 0
-        return episode.concat(list(batches.values())), metrics
+        return TrainBatch.concat(list(batches.values())), metrics
 
     # ---- stages -----------------------------------------------------------------------
     def next_clusters(self, n: int):
@@ -224,13 +230,16 @@ class SpellRecipe(Recipe):
 
     def state_dict(self) -> dict:
         return {"clusters": self.passes.state_dict(), "memory": self.memory.state_dict(),
-                "known": {k: list(v) for k, v in self.known.items()}}
+                "known": {k: list(v) for k, v in self.known.items()}} | (
+            {"warmup": self.warm.state_dict()} if self.warm is not None else {})
 
     def load_state_dict(self, state: dict) -> None:
         # before serl.run_state, "order" was the pass served from its end
         self.passes.load_state_dict(state["clusters"] if "clusters" in state else state["order"][::-1])
         self.memory.load_state_dict(state["memory"])
         self.known, self.indexes = {k: list(v) for k, v in state["known"].items()}, {}
+        if self.warm is not None:
+            self.warm.load_state_dict(state["warmup"])
 
 
 Recipe = SpellRecipe

@@ -81,6 +81,7 @@ class SpinRecipe(Recipe):
 
     @classmethod
     def needs_reference(cls, cfg) -> bool:
+        # asked once by serl.plan; the run reads the answer as self.plan.needs_reference
         return cfg.spin_mode == "online" and cfg.ref_every() > 1
 
     @classmethod
@@ -156,7 +157,7 @@ class SpinRecipe(Recipe):
     # ---- online mode --------------------------------------------------------------------
     def online_batch(self, step: int, metrics: dict) -> TrainBatch | None:
         cfg, every = self.cfg, self.cfg.ref_every()
-        if every > 1 and step > 1 and (step - 1) % every == 0:
+        if self.plan.needs_reference and step > 1 and (step - 1) % every == 0:  # the learner's lags
             with self.timed("sync_ref"):
                 self.learner.sync_ref()
             metrics["spin/reference_refreshed"] = 1.0
@@ -176,7 +177,7 @@ class SpinRecipe(Recipe):
         ids = lambda c: list(c.token_ids) or [self.end_id]  # noqa: E731
         batch = pair_batch([(groups[p.group][p.chosen].prompt_ids, ids(groups[p.group][p.chosen]),
                              ids(groups[p.group][p.rejected])) for p in pairs])
-        if every == 1:  # the reference is the policy that wrote these answers
+        if not self.plan.needs_reference:  # steps:1: the reference is the policy that wrote these answers
             with self.timed("reference"):
                 batch.ref_logprobs = self.learner.logprobs(batch.prompt_ids, batch.response_ids, model="policy")
         return batch
@@ -213,7 +214,7 @@ class SpinRecipe(Recipe):
         """Online ``steps:N``: the reference of the window that began after step S is the
         policy of S's checkpoint (``serl.run_state`` restores it on a resume)."""
         every = self.cfg.ref_every()
-        return every * (self.step_done // every) if self.needs_reference(self.cfg) else None
+        return every * (self.step_done // every) if self.plan.needs_reference else None
 
 
 Recipe = SpinRecipe

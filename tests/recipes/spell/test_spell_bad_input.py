@@ -58,3 +58,23 @@ def test_bad_options(tmp_path, flags, needle):
     r, run_dir = run_spell(tmp_path, *flags)
     assert r.returncode == 2 and needle in r.stderr, r.stderr
     assert not run_dir.exists()
+
+
+@pytest.mark.parametrize("kind", ["missing_key", "held_out", "one_label"])
+def test_bad_warmup_pairs(tmp_path, kind):
+    """The warm-up's pairs are checked before anything is written: file, line and key; a held-out
+    question; both labels present."""
+    pairs = tmp_path / "pairs.jsonl"
+    if kind == "missing_key":
+        pairs.write_text('{"question": "Q?", "candidate": "a", "gold": "a"}\n{"question": "R?", "gold": "b"}\n')
+        needle = f"{pairs}:2: key 'candidate' missing"
+    elif kind == "held_out":
+        first = (ROOT / "dataset/docs_heldout_verify.jsonl").read_text().splitlines()[0]
+        pairs.write_text(first + "\n")
+        needle = f"{pairs}:1: question"
+    else:
+        pairs.write_text('{"question": "Q?", "candidate": "It was 1881.", "gold": "1881"}\n')
+        needle = "1 right and 0 wrong"
+    r, run_dir = run_spell(tmp_path, "--verifier_warmup_steps", 1, "--verifier_warmup_data", pairs)
+    assert r.returncode == 2 and needle in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and not run_dir.exists()

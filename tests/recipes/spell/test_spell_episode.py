@@ -41,6 +41,26 @@ def test_settle(status, rule, judges, rewards, q_reward):
     assert q.reward == (pytest.approx(q_reward) if q_reward is not None else None)
 
 
+def test_settle_rule_only_by_hand():
+    """--responder_reward rule (the "no verifier reward" control): rule [1, 0, 0, 0], the verifier's
+    YES majority on the second answer. max: rewards [1, 1, 0, 0], r = 0.5, questioner exp(0) = 1;
+    rule: [1, 0, 0, 0], r = 0.25, questioner exp(-0.25^2 / (2 (1/6)^2)) = exp(-1.125) = 0.32465.
+    The majorities are the same either way (the verifier still trains on them)."""
+    judges = [["[[YES]]"] * 3, ["[[YES]]", "[[YES]]", "[[NO]]"], ["[[NO]]"] * 3, []]
+    full, rule = question("ok", [1.0, 0.0, 0.0, 0.0], judges), question("ok", [1.0, 0.0, 0.0, 0.0], judges)
+    episode.settle(full)
+    episode.settle(rule, responder="rule")
+    assert full.rewards == [1.0, 1.0, 0.0, 0.0] and full.reward == pytest.approx(1.0)
+    assert rule.rewards == [1.0, 0.0, 0.0, 0.0] and rule.reward == pytest.approx(0.32465, abs=1e-5)
+    assert [m and (m.label, m.share) for m in rule.majorities] == [(1, 1.0), (1, pytest.approx(2 / 3)), (0, 1.0), None]
+    assert rule.majorities == full.majorities
+    g = episode.RoleGroups()
+    g.add(rule, BAND, max_responder=1)
+    assert [r for _, r in g.verifier] == [] and g.responder == [(rule.responses, [1.0, 0.0, 0.0, 0.0])]
+    with pytest.raises(ValueError, match="responder reward"):
+        episode.settle(rule, responder="mean")
+
+
 def test_groups_per_role():
     q = question("ok", [1.0, 0.0, 1.0], [["[[YES]]", "[[YES]]", "[[NO]]"],     # share 2/3, agrees: trained
                                          ["[[NO]]", "[[NO]]", "[[NO]]"],      # unanimous: share 1 > 0.99
@@ -65,9 +85,9 @@ def test_batches_group_norm_and_zero_rows_dropped():
     parts = episode.role_batches(g, group_batch)
     assert parts["verifier"] is None
     assert [float(a[0]) for a in parts["questioner"].advantages] == [1.0, -1.0]
-    assert episode.nonzero_rows(parts["responder"]) is None  # no spread: nothing to learn
-    both = episode.concat([parts["questioner"], episode.nonzero_rows(parts["responder"]), None])
-    assert len(both.response_ids) == 2 and episode.concat([None]) is None
+    assert parts["responder"].nonzero_rows() is None  # no spread: nothing to learn
+    both = TrainBatch.concat([parts["questioner"], parts["responder"].nonzero_rows(), None])
+    assert len(both.response_ids) == 2 and TrainBatch.concat([None]) is None
 
 
 @pytest.mark.parametrize("score,expected", [(0.1, True), (0.099, False), (0.0, False), (1.0, True)])

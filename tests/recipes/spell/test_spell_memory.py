@@ -54,12 +54,24 @@ def test_state_dict_round_trips_through_json():
     assert [e.question for e in m2.get("c0")] == ["Q2?", "Q9?", "Q10?"]   # FIFO survives loading
 
 
+def test_capacity_zero_is_no_memory():
+    """--memory_capacity 0, the "no history memory" control: nothing is kept, no evidence carried."""
+    m = HistoryMemory(capacity=0)
+    assert not m.add("c", [1], "Q?", "A", 0.5)
+    assert m.get("c") == [] and m.evidence("c") == [] and len(m) == 0 and m.fill(4) == 0.0
+    m2 = HistoryMemory()
+    m2.load_state_dict(json.loads(json.dumps(m.state_dict())))
+    assert m2.capacity == 0 and not m2.add("c", [1], "Q?", "A", 0.5)
+    with pytest.raises(ValueError, match=">= 0"):
+        HistoryMemory(capacity=-1)
+
+
 @pytest.mark.parametrize("state,msg", [
     ([], "must be a dict"),
     ({"clusters": {"c": [{"question": "Q", "answer": "A"}]}}, "entry 0 lacks"),
     ({"clusters": {"c": [{"evidence": ["1"], "question": "Q", "answer": "A"}]}}, "bad types"),
     ({"capacity": 1, "clusters": {"c": [{"evidence": [], "question": "Q", "answer": "A"}] * 2}}, "at most 1"),
-    ({"capacity": 0, "clusters": {}}, "bad capacity"),
+    ({"capacity": -1, "clusters": {}}, "bad capacity"),
 ])
 def test_bad_state_is_refused(state, msg):
     with pytest.raises(ValueError, match=msg):

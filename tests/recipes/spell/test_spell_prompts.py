@@ -3,8 +3,7 @@ import pytest
 from serl.recipes.spell.episode import parse_questioner
 from serl.recipes.spell.memory import MemoryEntry
 from serl.recipes.spell.prompts import (ANSWER_PHRASE, MAX_ANSWER_CHARS, QUESTIONER_PREFILL, VERIFIER_PREFILL,
-                                        questioner_prefill, questioner_prompt, responder_prompt, verifier_prefill,
-                                        verifier_prompt)
+                                        prefill, questioner_prompt, responder_prompt, verifier_prompt)
 from serl.rewards.judge import parse_judgment
 from serl.rewards.qa import extract_final_answer
 
@@ -24,8 +23,8 @@ def test_questioner_numbers_paragraphs_and_asks_for_json(compact):
 @pytest.mark.parametrize("mode,compact,want", [("auto", True, QUESTIONER_PREFILL), ("auto", False, ""),
                                                ("on", False, QUESTIONER_PREFILL), ("off", True, "")])
 def test_prefill_modes(mode, compact, want):
-    assert questioner_prefill(mode, compact) == want
-    assert verifier_prefill(mode, compact) == (VERIFIER_PREFILL if want else "")
+    assert prefill(QUESTIONER_PREFILL, mode, compact) == want
+    assert prefill(VERIFIER_PREFILL, mode, compact) == (VERIFIER_PREFILL if want else "")
 
 
 @pytest.mark.parametrize("reply,want", [("YES]]", 1), ("no]] because they differ", 0), ("YES] 4 children", -1),

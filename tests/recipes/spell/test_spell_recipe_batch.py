@@ -180,3 +180,58 @@ def test_questioner_garbage_is_bad_format(tmp_path, reply):
     groups = episode.RoleGroups()
     groups.add(q, recipe.band, 2)
     assert groups.questioner == [(q.ask, -1.0)] and not groups.responder
+
+
+def warm_recipe(tmp_path, **over):
+    """A recipe with a 2-step verifier warm-up over two pairs: "Ann" for "Ann" (rule 1) and "Bob"
+    for "Ann" (rule 0); the scripted verifier says YES, YES, NO to the first and YES x3 to the second."""
+    import json
+
+    data = tmp_path / "pairs.jsonl"
+    data.write_text("".join(json.dumps({"question": "Who founded Acme Works?", "candidate": c, "gold": "Ann"}) + "\n"
+                            for c in ("Ann", "Bob")))
+    return make_recipe(tmp_path, steps=3, verifier_warmup_steps=2, verifier_warmup_data=str(data),
+                       verifier_warmup_pairs=2, verifier_warmup_samples=3, heldout_eval=False, **over)
+
+
+def test_warmup_step_by_hand(tmp_path):
+    recipe = warm_recipe(tmp_path)
+    m = recipe.step(1)
+    prompts = recipe.generator.prompts
+    assert len(prompts) == 2 and all("Do A and B give the same answer?" in p and p.endswith(VERIFIER_PREFILL)
+                                     for p in prompts)  # only the verifier, with the self-play prompt
+    # right pair: verdicts [1, 1, 0] -> rewards [1, 1, 0]; wrong pair: [1, 1, 1] -> [0, 0, 0] (no spread: dropped)
+    assert m["warmup/accuracy"] == pytest.approx(2 / 6) and m["warmup/bad_format"] == 0.0
+    assert m["warmup/yes_if_right"] == pytest.approx(2 / 3) and m["warmup/yes_if_wrong"] == 1.0
+    assert m["warmup/reward_mean"] == pytest.approx(2 / 6) and m["train/verifier_seqs"] == 3
+    assert not any(k.startswith(("questioner/", "responder/")) for k in m)
+    (batch,) = recipe.learner.batches
+    s = math.sqrt(1 / 3)  # [1, 1, 0]: mean 2/3, sample std sqrt(1/3)
+    assert [float(a[0]) for a in batch.advantages] == pytest.approx([(1 / 3) / s, (1 / 3) / s, -(2 / 3) / s], abs=1e-4)
+    m3 = recipe.step(2) and recipe.step(3)  # step 3 is self-play again
+    assert "questioner/asked" in m3 and "warmup/accuracy" not in m3
+
+
+def test_resume_in_the_middle_of_the_warmup(tmp_path):
+    recipe = warm_recipe(tmp_path)
+    recipe.step(1)
+    state = run_state.capture(recipe)
+    assert set(state["recipe"]["warmup"]) == {"right", "wrong"}
+    twin = warm_recipe(tmp_path)
+    run_state.restore(twin, state)
+    untimed = (lambda m: {k: (None if v != v else v) for k, v in m.items() if not k.startswith("time/")})
+    for step in (2, 3):
+        assert untimed(recipe.step(step)) == untimed(twin.step(step))
+    assert [b.response_ids for b in recipe.learner.batches[1:]] == [b.response_ids for b in twin.learner.batches]
+
+
+def test_controls_no_memory_and_rule_only_reward(tmp_path):
+    recipe = make_recipe(tmp_path, memory_capacity=0, responder_reward="rule")
+    m = recipe.step(1)
+    # responder on A: rule [1, 0, 0, 1] is the reward; the verifier's YES on "Bob" lifts nothing
+    assert m["responder/reward_mean"] == 0.5 and m["responder/verifier_lift"] == 0.0
+    assert m["train/verifier_seqs"] == 3  # the verifier still trains where its majority agrees with the rule
+    assert recipe.memory.state_dict()["clusters"] == {} and m["questioner/memory_fill"] == 0.0
+    recipe.generator.prompts = []
+    recipe.step(2)
+    assert not any("Earlier questions" in p for p in recipe.generator.prompts)

@@ -96,3 +96,29 @@ def test_a_users_text_folder(tmp_path, smol_path):
     # short paragraphs join the next one: 2 from each file, in clusters of two, file by file
     assert [c.paragraphs[0][:12] for c in corpus.clusters] == ["The ferry Al", "# Garden\nThe"]
     assert [len(c.paragraphs) for c in corpus.clusters] == [2, 2]
+
+
+WARM = ["--verifier_warmup_steps", 2, "--verifier_warmup_pairs", 2, "--verifier_warmup_samples", 4,
+        "--heldout_eval", "false", "--corpus", ROOT / "dataset/docs_train.jsonl",
+        "--verifier_warmup_data", ROOT / "dataset/docs_train_verify.jsonl"]
+
+
+@pytest.mark.slow
+def test_verifier_warmup_then_self_play_resumes_exactly(tmp_path):
+    """Two warm-up steps on labelled training pairs, then one self-play step, on SmolLM2; the same
+    run stopped after the first warm-up step and resumed gives the same metrics at every step."""
+    whole, part = tmp_path / "whole", tmp_path / "part"
+    spell("--run_dir", whole, "--steps", 3, "--save_steps", 0, *TINY, *WARM)
+    spell("--run_dir", part, "--steps", 1, *TINY, *WARM)
+    spell("--resume", part, "--steps", 3)
+    want, got = rows(whole), rows(part)
+    assert sorted(want) == sorted(got) == [1, 2, 3]
+    for step in (1, 2):  # the warm-up: only the verifier, 2 pairs (one rule-right, one rule-wrong) x 4 verdicts
+        m = want[step]
+        assert m["warmup/pairs"] == 2 and "questioner/asked" not in m
+        for key in ("warmup/accuracy", "warmup/bad_format", "warmup/reward_mean"):
+            assert 0.0 <= m[key] <= 1.0 or key == "warmup/reward_mean" and -1.0 <= m[key] <= 1.0
+        # SmolLM2 writes malformed and valid verdicts side by side (-1 against 0/1): the verifier trains
+        assert m["train/verifier_seqs"] > 0 and "loss/policy" in m and m["actor/grad_norm"] > 0
+    assert "questioner/asked" in want[3] and "warmup/pairs" not in want[3]
+    assert got == want

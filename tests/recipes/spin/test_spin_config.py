@@ -2,6 +2,7 @@
 import pytest
 
 from serl.config import ConfigError, TrainConfig, build_parser, parse_args
+from serl.plan import plan_run
 from serl.recipes import config_class
 from serl.recipes.spin.config import iteration_steps, mixed_count, parse_ref_update
 from serl.recipes.spin.recipe import SpinRecipe
@@ -21,6 +22,8 @@ def test_mode_defaults_and_reference_rule(flags, n, ref, needs_ref):
     cfg = spin(*flags)
     assert (cfg.n_samples_per_prompt, cfg.ref_update) == (n, ref)
     assert SpinRecipe.needs_reference(cfg) is needs_ref
+    plan = plan_run(cfg)  # the run's answer, which the recipe reads (self.plan)
+    assert plan.needs_reference is needs_ref and plan.reference == ("learner" if needs_ref else "none")
     assert SpinRecipe.objective(cfg) == "dpo"
     assert SpinRecipe.objective_args(cfg) == {"beta": 0.1, "loss_type": "sigmoid", "label_smoothing": 0.0}
 
