@@ -111,7 +111,7 @@ class TrainBatch:
         join = (lambda name: None if any(getattr(b, name) is None for b in parts)
                 else [x for b in parts for x in getattr(b, name)])
         return TrainBatch(join("prompt_ids"), join("response_ids"), join("advantages"), join("old_logprobs"),
-                          join("ref_logprobs"))
+                          join("ref_logprobs"), behaviour_logprobs=join("behaviour_logprobs"))
 
 
 class Learner(Protocol):
