@@ -36,6 +36,10 @@ FLAGS = {
     "use_role_baseline": ("rae", ("spiral",)),
     "fsp_update_interval": ("population_every", ("spiral",)),
     "generate_max_length": ("generate_max_len", None),
+    # truncated importance sampling: OpenRLHF's and TRL's names (docs/async.md)
+    "enable_vllm_is_correction": ("importance_sampling_correction", None),
+    "vllm_importance_sampling_correction": ("importance_sampling_correction", None),
+    "vllm_importance_sampling_cap": ("importance_sampling_cap", None),
 }
 
 # verl's dotted keys with a serl meaning -> (serl flag, how the value changes)
@@ -128,6 +132,11 @@ def rewrite(argv: list[str]) -> list[str]:
                                   f"a rollout use --train_batch_size (mini-batches) or more --steps")
             i = j
             continue
+        if name in ("vllm_is_truncated_threshold", "vllm_is_correction_type"):  # OpenRLHF's TIS settings
+            vals, j = ([inline], i + 1) if eq else _values(argv, i)
+            out += _openrlhf_is(name, vals)
+            i = j
+            continue
         if name == "fsp_enabled":  # spiral-rl: fictitious self-play against past checkpoints
             vals, j = ([inline], i + 1) if eq else _values(argv, i)
             on = (vals or ["true"])[0].lower() in ("1", "true", "yes", "on")
@@ -160,6 +169,27 @@ def rewrite(argv: list[str]) -> list[str]:
         out.append(a)
         i += 1
     return out
+
+
+def _openrlhf_is(name: str, vals: list[str]) -> list[str]:
+    """OpenRLHF's ``--vllm_is_truncated_threshold LOW HIGH`` (TIS clamps the weight to [LOW, HIGH]) and
+    ``--vllm_is_correction_type``: serl truncates from above only (TRL's cap), so LOW must be 0 and the
+    type ``tis``; anything else is refused with the reason."""
+    if name == "vllm_is_correction_type":
+        if vals != ["tis"]:
+            raise ConfigError(f"--vllm_is_correction_type: serl has truncated importance sampling (tis) only; "
+                              f"got {' '.join(vals) or 'no value'}")
+        return []
+    try:
+        low, high = (float(v) for v in vals)
+    except ValueError:
+        raise ConfigError(f"--vllm_is_truncated_threshold: expected two numbers LOW HIGH, got "
+                          f"{' '.join(vals) or 'no value'}") from None
+    if low != 0:
+        raise ConfigError(f"--vllm_is_truncated_threshold: serl caps the importance weights from above only "
+                          f"(--importance_sampling_cap HIGH); a lower clamp of {low:g} would raise small weights, "
+                          f"so LOW must be 0")
+    return [f"--importance_sampling_cap={high:g}"]
 
 
 def _expand_yaml(argv: list[str]) -> list[str]:

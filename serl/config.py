@@ -107,6 +107,13 @@ class TrainConfig:
     attn_implementation: str = _f("auto", "learner attention: auto (flash-attn varlen on CUDA with bf16 when "
                                           "installed, else SDPA; CPU unchanged), eager, sdpa, flash_attention_2",
                                   choices=("auto", "eager", "sdpa", "flash_attention_2"))
+    # --- the asynchronous actor-learner (docs/async.md)
+    async_train: bool = _f(False, "generate step t+1 while step t updates (one policy version of lag)")
+    max_staleness: int = _f(1, "with --async_train: drop samples more than N policy versions old (>= 1)")
+    importance_sampling_correction: bool = _f(
+        False, "multiply each token's loss by min(exp(logp_old - logp_behaviour), cap), the generator's "
+               "log-probs as behaviour (truncated importance sampling)")
+    importance_sampling_cap: float = _f(2.0, "the cap of the importance weights (TRL's default 2.0)")
     # --- LoRA (peft): train low-rank adapters on the frozen model instead of all its weights
     lora_rank: int = _f(0, "LoRA rank (0 = full fine-tuning); the reference is the base with the adapter off")
     lora_alpha: float = _f(16.0, "LoRA scale: the adapter's update is (lora_alpha / lora_rank) * B @ A")
@@ -183,6 +190,15 @@ class TrainConfig:
             check_kl_clip(self.kl_clip)
         except ValueError as e:
             raise ConfigError(f"kl_clip: {e}") from None
+        if self.max_staleness < 1:
+            raise ConfigError(f"max_staleness: must be >= 1 (the asynchronous pipeline itself lags one policy "
+                              f"version), got {self.max_staleness}")
+        if self.max_staleness != 1 and not self.async_train:
+            raise ConfigError("max_staleness: needs --async_train (a synchronous run samples with the policy "
+                              "it trains)")
+        if not self.importance_sampling_cap >= 1.0:
+            raise ConfigError(f"importance_sampling_cap: must be >= 1 (a weight of 1 is on-policy), got "
+                              f"{self.importance_sampling_cap}")
         if self.colocate_all_models and not self.ray:
             raise ConfigError("colocate_all_models: needs --ray (it places Ray actors on shared GPUs)")
         if self.vllm_enable_sleep and self.generator == "hf":

@@ -3,9 +3,11 @@
 ``plan_run(cfg)`` asks the recipe (its class methods and its config's declarations) and
 the options, and returns a ``RunPlan``: the KL setting (none, in the reward, or in the
 loss, with one coefficient), whether a reference model is needed and where it lives,
-the learner's objective and its arguments, mini-batch size, epochs and the optimizer
-steps the LR schedule spans. The engine factory, the Ray placement and the Ray driver
-read the plan; none of them asks the recipe again, so the engines never import it.
+the learner's objective and its arguments, mini-batch size, epochs, the optimizer
+steps the LR schedule spans, and the step frame (synchronous, or the asynchronous
+actor-learner of ``serl.async_frame``, with or without importance sampling). The engine
+factory, the Ray placement, the Ray driver and the runner read the plan; none of them asks
+the recipe again, so the engines never import it.
 """
 from __future__ import annotations
 
@@ -32,10 +34,18 @@ class RunPlan:
     updates_per_step: int = 1   # optimizer steps per training step
     total_steps: int = 1        # optimizer steps the LR schedule spans
     learner: dict = field(default_factory=dict)  # other LearnerConfig fields the recipe sets
+    async_train: bool = False   # collect step t+1 while step t updates (serl.async_frame)
+    max_staleness: int = 1      # async: drop samples more than this many policy versions old
+    is_cap: float = 0.0         # > 0: truncated importance sampling, weights capped here (serl.algos.tis)
 
     @property
     def needs_reference(self) -> bool:
         return self.reference != "none"
+
+    @property
+    def framed(self) -> bool:
+        """The step runs in serl.async_frame (it records the generator's samples) instead of serl.step."""
+        return self.async_train or self.is_cap > 0
 
     @property
     def learner_needs_reference(self) -> bool:
@@ -85,10 +95,18 @@ def plan_run(cfg) -> RunPlan:
         workers = cfg.ref_num_nodes * cfg.ref_num_gpus_per_node if cfg.ray else 0
         reference = "lora" if cfg.lora_rank else "workers" if workers > 0 else "learner"
     updates = recipe.updates_per_step(cfg)
+    objective = recipe.objective(cfg)
+    if cfg.importance_sampling_correction and objective == "dpo":  # no per-token policy gradient to weight
+        raise ConfigError(f"importance_sampling_correction: recipe '{cfg.recipe}' trains DPO pairs, which have "
+                          f"no per-token policy-gradient loss to weight; leave it out")
+    if (cfg.async_train or cfg.importance_sampling_correction) and getattr(cfg, "collapse_guard", "off") != "off":
+        raise ConfigError("async_train / importance_sampling_correction: not with --collapse_guard (its "
+                          "rollbacks would leave a batch sampled by a discarded policy)")
     return RunPlan(
         recipe=cfg.recipe, kl=kl, kl_coef=cfg.init_kl_coef if kl != "none" else 0.0, reference=reference,
         ref_workers=cfg.ref_num_nodes * cfg.ref_num_gpus_per_node if reference == "workers" else 0,
-        objective=recipe.objective(cfg), objective_args=dict(recipe.objective_args(cfg)),
+        objective=objective, objective_args=dict(recipe.objective_args(cfg)),
         train_batch_size=cfg.train_batch_size, epochs=int(learner.pop("ppo_epochs", 1)),
         updates_per_step=updates, total_steps=int(learner.pop("total_steps", cfg.steps * updates)),
-        learner=learner)
+        learner=learner, async_train=cfg.async_train, max_staleness=cfg.max_staleness,
+        is_cap=cfg.importance_sampling_cap if cfg.importance_sampling_correction else 0.0)

@@ -38,9 +38,12 @@ def load_generator_state(generator, state: dict) -> None:
 
 def capture(recipe) -> dict:
     """The run state after ``recipe.step_done`` (what a checkpoint keeps)."""
-    return {"layout": LAYOUT, "step": recipe.step_done, "rng": recipe.rng.getstate(),
-            "numpy_rng": np.random.get_state(), "torch_rng": torch.get_rng_state(),
-            "generator": generator_state(recipe.generator), "recipe": recipe.state_dict()}
+    state = {"layout": LAYOUT, "step": recipe.step_done, "rng": recipe.rng.getstate(),
+             "numpy_rng": np.random.get_state(), "torch_rng": torch.get_rng_state(),
+             "generator": generator_state(recipe.generator), "recipe": recipe.state_dict()}
+    if getattr(recipe, "frame", None) is not None:  # --async_train: the batch collected ahead, ...
+        state["frame"] = recipe.frame.state_dict()
+    return state
 
 
 def upgrade(state: dict) -> dict:
@@ -69,6 +72,14 @@ def restore(recipe, state: dict, run_dir=None) -> dict:
     torch.set_rng_state(state["torch_rng"])
     load_generator_state(recipe.generator, state["generator"])
     recipe.load_state_dict(state["recipe"])
+    frame = getattr(recipe, "frame", None)
+    if frame is not None and state.get("frame"):
+        frame.load_state_dict(state["frame"])
+    elif state.get("frame", {}).get("ahead"):
+        from serl.errors import ConfigError
+
+        raise ConfigError("this checkpoint holds a batch that an --async_train run collected ahead; resume it "
+                          "with --async_train (or --importance_sampling_correction) so that batch is trained")
     ref = recipe.reference_step()
     if ref not in (None, 0, recipe.step_done):  # the reference lags the policy: a checkpoint's policy
         from serl.checkpoint import restore_reference

@@ -109,9 +109,16 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None, prepared
                                resume=resume_dir is not None)
         if resume_dir:
             logger.truncate_after(done)
-        ctx = RunContext(cfg, run_dir, model_path, tok, engines.generator, engines.learner, engines.checker,
+        gen, learner = engines.generator, engines.learner
+        if plan.framed:  # the step of serl.async_frame: the recipe is given wrapped engines
+            from serl.async_frame import attach_frame, wrap_engines
+
+            gen, learner = wrap_engines(cfg, plan, gen, learner)
+        ctx = RunContext(cfg, run_dir, model_path, tok, gen, learner, engines.checker,
                          logger, mode, resume_step=done, resuming=resume_dir is not None, plan=plan)
         recipe = recipe_cls(ctx, data)
+        if plan.framed:
+            attach_frame(recipe, plan, engines.learner)
         if probe is not None:  # --collapse_guard (serl.guard): checks between steps
             from serl.guard import CollapseGuard
 

@@ -115,3 +115,18 @@ def test_generator_group_saves_and_restores_each_engine(monkeypatch):
     assert [e.calls for e in fresh.engines] == [3, 5]
     fresh.load_state_dict({"calls": 2})  # a one-process state: every engine from it
     assert [e.calls for e in fresh.engines] == [2, 2]
+
+
+def test_a_batch_collected_ahead_is_not_dropped_silently():
+    """An --async_train checkpoint holds the batch collected for the next step; a resume with no
+    frame (neither --async_train nor the correction) would never train it, so it is refused."""
+    from serl.errors import ConfigError
+
+    a = Rec()
+    a.frame = SimpleNamespace(state_dict=lambda: {"version": 2, "versions": {}, "lps": {}, "ahead": {"step": 3}})
+    state = run_state.capture(a)
+    assert state["frame"]["ahead"] == {"step": 3}
+    with pytest.raises(ConfigError, match="collected ahead; resume it with --async_train"):
+        run_state.restore(Rec(), state)
+    a.frame = SimpleNamespace(state_dict=lambda: {"version": 2, "versions": {}, "lps": {}, "ahead": None})
+    run_state.restore(Rec(), run_state.capture(a))  # nothing ahead (the last step): no frame needed

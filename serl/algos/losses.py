@@ -42,12 +42,13 @@ def aggregate(values: Tensor, mask: Tensor, agg: str = "token_mean",
 def ppo_clip_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor,
                   eps_low: float = 0.2, eps_high: float = 0.2, agg: str = "token_mean",
                   num_tokens: float | None = None, num_seqs: float | None = None,
-                  const: float | None = None) -> tuple[Tensor, dict[str, float]]:
+                  const: float | None = None, weights: Tensor | None = None) -> tuple[Tensor, dict[str, float]]:
     """Clipped surrogate loss −min(ρA, clip(ρ, 1−eps_low, 1+eps_high)A) (Schulman et al. 2017).
 
     Separate low/high ε follow DAPO's "clip-higher". Metrics are over masked tokens of
     this call: ``clip_frac`` (tokens whose clipped term won, hence carry no gradient),
-    ``approx_kl`` (k3 estimate of KL(old‖new)), ``ratio`` (mean ρ).
+    ``approx_kl`` (k3 estimate of KL(old‖new)), ``ratio`` (mean ρ). ``weights`` (detached, per
+    token) multiply each token's loss before aggregation: the importance weights of ``serl.algos.tis``.
     """
     if not (logp.shape == old_logp.shape == advantages.shape == mask.shape):
         raise ValueError("logp, old_logp, advantages and mask must share one shape, got "
@@ -58,6 +59,8 @@ def ppo_clip_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tens
     surr = ratio * advantages
     surr_clipped = ratio.clamp(1.0 - eps_low, 1.0 + eps_high) * advantages
     per_token = -torch.minimum(surr, surr_clipped)
+    if weights is not None:
+        per_token = per_token * weights
     loss = aggregate(per_token, mask, agg, num_tokens, num_seqs, const)
     with torch.no_grad():
         m = mask.to(logp.dtype)

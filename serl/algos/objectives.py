@@ -23,6 +23,7 @@ from torch import Tensor
 
 from serl.algos.kl import kl_estimate
 from serl.algos.losses import aggregate, dpo_loss, ppo_clip_loss
+from serl.algos.tis import IS_METRICS, tis_metrics, tis_weights
 
 
 @dataclass
@@ -35,6 +36,7 @@ class ObjectiveInput:
     old_logp: Tensor | None = None    # None: on-policy, the ratio is exactly 1
     ref_logp: Tensor | None = None
     pairs: Tensor | None = None       # [P, 2] rows of (chosen, rejected) in this micro-batch
+    behaviour_logp: Tensor | None = None  # the generator's log-probs (NaN: unknown); None: no correction
     num_tokens: float = 1.0           # totals over the whole optimizer step
     num_seqs: float = 1.0
     num_pairs: float = 1.0
@@ -67,15 +69,24 @@ def get_objective(name: str) -> Objective:
     return OBJECTIVES[name]
 
 
+def _importance(inp: ObjectiveInput, old: Tensor, cfg) -> tuple[Tensor | None, dict[str, float]]:
+    """The TIS weights (serl.algos.tis) when the learner has a cap and the batch behaviour log-probs."""
+    if not getattr(cfg, "is_cap", 0.0) or inp.behaviour_logp is None:
+        return None, {}
+    w = tis_weights(old, inp.behaviour_logp, cfg.is_cap)
+    return w, tis_metrics(w, inp.mask, cfg.is_cap)
+
+
 @register_objective("ppo_clip", {"loss/policy": "sum", "loss/kl": "sum", "actor/clip_frac": "tokens",
                                  "actor/approx_kl": "tokens", "actor/ratio": "tokens",
-                                 "actor/kl_capped": "tokens"})
+                                 "actor/kl_capped": "tokens"} | IS_METRICS)
 def ppo_clip(inp: ObjectiveInput, cfg) -> tuple[Tensor, dict[str, float]]:
     old = inp.logp.detach() if inp.old_logp is None else inp.old_logp
+    w, is_sums = _importance(inp, old, cfg)
     loss, m = ppo_clip_loss(inp.logp, old, inp.advantages, inp.mask, cfg.eps_clip_low, cfg.eps_clip_high,
                             cfg.loss_agg, num_tokens=inp.num_tokens, num_seqs=inp.num_seqs,
-                            const=cfg.loss_agg_const)
-    sums = {"loss/policy": loss.item(), "loss/kl": 0.0}
+                            const=cfg.loss_agg_const, weights=w)
+    sums = {"loss/policy": loss.item(), "loss/kl": 0.0} | is_sums
     if cfg.kl_loss_coef > 0:
         kl = kl_estimate(inp.logp, inp.ref_logp, cfg.kl_estimator, cfg.kl_clip)
         kl_term = aggregate(kl, inp.mask, cfg.loss_agg, inp.num_tokens, inp.num_seqs, cfg.loss_agg_const)
@@ -89,11 +100,14 @@ def ppo_clip(inp: ObjectiveInput, cfg) -> tuple[Tensor, dict[str, float]]:
     return loss, sums
 
 
-@register_objective("pg", {"loss/policy": "sum"})
+@register_objective("pg", {"loss/policy": "sum"} | IS_METRICS)
 def policy_gradient(inp: ObjectiveInput, cfg) -> tuple[Tensor, dict[str, float]]:
-    loss = aggregate(-inp.logp * inp.advantages, inp.mask, cfg.loss_agg, inp.num_tokens, inp.num_seqs,
-                     cfg.loss_agg_const)
-    return loss, {"loss/policy": loss.item()}
+    old = inp.logp.detach() if inp.old_logp is None else inp.old_logp
+    w, is_sums = _importance(inp, old, cfg)
+    per_token = -inp.logp * inp.advantages
+    loss = aggregate(per_token if w is None else per_token * w, inp.mask, cfg.loss_agg, inp.num_tokens,
+                     inp.num_seqs, cfg.loss_agg_const)
+    return loss, {"loss/policy": loss.item()} | is_sums
 
 
 DPO_ARGS = ("beta", "loss_type", "label_smoothing")

@@ -24,6 +24,9 @@ class Sampling:
     stop: tuple[str, ...] = ()
     seed: int | None = None
     logprobs: bool = False  # also return each sampled token's log-prob, where the engine can
+    # the temperature those log-probs are taken at: the learner's, so that they compare with its own
+    # (raw logits / this, before top-p; vLLM gives raw log-probs only, i.e. 1.0)
+    logprob_temperature: float = 1.0
 
     @property
     def greedy(self) -> bool:
@@ -74,6 +77,9 @@ class TrainBatch:
     ref_logprobs: list[torch.Tensor] | None = None
     pairs: list[tuple[int, int]] | None = None  # (chosen, rejected) sequence indices, for DPO
     objective: str | None = None  # overrides the learner's objective for this batch
+    # per token under the policy that sampled it (the generator's); NaN where unknown (a sequence the
+    # generator did not sample): the importance weight there is 1 (serl.algos.tis)
+    behaviour_logprobs: list[torch.Tensor] | None = None
 
     def subset(self, idx: list[int]) -> "TrainBatch":
         """The sequences at ``idx``, in that order (per-token fields follow along; pairs
@@ -84,7 +90,8 @@ class TrainBatch:
             where = {i: k for k, i in enumerate(idx)}
             pairs = [(where[c], where[r]) for c, r in self.pairs if c in where and r in where]
         return TrainBatch(pick(self.prompt_ids), pick(self.response_ids), pick(self.advantages),
-                          pick(self.old_logprobs), pick(self.ref_logprobs), pairs, self.objective)
+                          pick(self.old_logprobs), pick(self.ref_logprobs), pairs, self.objective,
+                          pick(self.behaviour_logprobs))
 
     def nonzero_rows(self) -> "TrainBatch | None":
         """Without the sequences whose advantage is zero at every token (they would only
@@ -104,7 +111,7 @@ class TrainBatch:
         join = (lambda name: None if any(getattr(b, name) is None for b in parts)
                 else [x for b in parts for x in getattr(b, name)])
         return TrainBatch(join("prompt_ids"), join("response_ids"), join("advantages"), join("old_logprobs"),
-                          join("ref_logprobs"))
+                          join("ref_logprobs"), behaviour_logprobs=join("behaviour_logprobs"))
 
 
 class Learner(Protocol):

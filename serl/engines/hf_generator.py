@@ -64,7 +64,11 @@ class HFGenerator:
             if sampling.stop:
                 kwargs.update(stop_strings=list(sampling.stop), tokenizer=tok)
             dev = self.model.device
+            rec = _SampledLogprobs(sampling.logprob_temperature) if sampling.logprobs else None
+            if rec is not None:
+                kwargs.update(logits_processor=[rec])
             gen = self.model.generate(input_ids=ids.to(dev), attention_mask=attn.to(dev), **kwargs)[:, width:]
+            lps = rec.finish(gen) if rec is not None else None
             for i, prompt_ids in enumerate(enc):
                 group = []
                 for j in range(n_eff):
@@ -79,8 +83,8 @@ class HFGenerator:
                         for s in sampling.stop:
                             if s in text:
                                 text, finish = text[:text.index(s)], "stop"
-                    group.append(Completion(text=text, token_ids=row, prompt_ids=prompt_ids,
-                                            finish_reason=finish))
+                    group.append(Completion(text=text, token_ids=row, prompt_ids=prompt_ids, finish_reason=finish,
+                                            logprobs=None if lps is None else lps[i * n_eff + j, :len(row)].tolist()))
                 if n_eff < n:  # greedy: one decode serves all n
                     group = [group[0]] * n
                 out.append(group)
@@ -101,3 +105,31 @@ class HFGenerator:
 
     def close(self) -> None:
         pass
+
+
+class _SampledLogprobs:
+    """A logits processor that keeps each sampled token's log-prob under the raw logits / ``temperature``.
+
+    Custom processors run before transformers' temperature and top-p, so the scores seen are the
+    model's logits. The token sampled from one call's scores is the last input id of the next call;
+    the last one is read after ``generate`` returns (``finish``). One [rows, vocab] tensor is held.
+    """
+
+    def __init__(self, temperature: float):
+        self.temperature = temperature
+        self.last: torch.Tensor | None = None
+        self.taken: list[torch.Tensor] = []
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if self.last is not None:
+            self.taken.append(self.last.gather(1, input_ids[:, -1:]).squeeze(1))
+        self.last = torch.log_softmax(scores.float() / self.temperature, dim=-1)
+        return scores
+
+    def finish(self, gen: torch.Tensor) -> torch.Tensor:
+        """[rows, generated] log-probs of ``gen``'s tokens (pad after a stop: ignored by callers)."""
+        if self.last is not None and len(self.taken) < gen.shape[1]:
+            self.taken.append(self.last.gather(1, gen[:, len(self.taken):len(self.taken) + 1].to(
+                self.last.device)).squeeze(1))
+        self.last = None
+        return torch.stack(self.taken, 1).cpu() if self.taken else torch.zeros(gen.shape[0], 0)

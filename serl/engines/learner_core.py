@@ -30,6 +30,7 @@ from torch import Tensor
 from serl.algos.kl import KL_CLIP, canonical_kl, check_kl_clip
 from serl.algos.losses import LOSS_AGGREGATIONS
 from serl.algos.objectives import ObjectiveInput, get_objective
+from serl.algos.tis import IS_METRICS
 from serl.engines.attention import IMPLEMENTATIONS, AttentionChoice, choose_attention
 from serl.engines.base import TrainBatch
 from serl.engines.micro import Micro, micro_batches, pad_values  # noqa: F401  (re-exported)
@@ -68,6 +69,7 @@ class LearnerConfig:
     mini_batch_size: int = 0  # sequences per optimizer step: a batch is trained in shuffled mini-batches (0: whole)
     objective: str = "ppo_clip"  # a name in serl.algos.objectives (ppo_clip | pg | dpo)
     objective_args: dict = field(default_factory=dict)  # the objective's own settings (DPO: beta, ...)
+    is_cap: float = 0.0  # > 0: truncated importance sampling on TrainBatch.behaviour_logprobs, weights capped here
     device: str = "cpu"  # where the models and batches live: cpu or cuda
     seed: int = 0  # torch seed set at construction
     lora_rank: int = 0  # LoRA adapter rank (0 = train all weights; serl.engines.lora)
@@ -274,6 +276,8 @@ class LearnerCore:
         out = {k: sum(r[k] for r in runs) / len(runs) for k in runs[0]}
         out.update({k: runs[-1][k] for k in ("actor/updates", "actor/skipped_total")})
         out["actor/skipped"] = max(r["actor/skipped"] for r in runs)
+        if "actor/is_weight_max" in out:
+            out["actor/is_weight_max"] = max(r["actor/is_weight_max"] for r in runs)
         out["actor/tokens"] = sum(r["actor/tokens"] for r in runs)
         out["actor/steps"] = float(len(runs))
         return out
@@ -310,22 +314,27 @@ class LearnerCore:
         mbs, real = self._micro(batch.prompt_ids, batch.response_ids, units)
         pad = lambda vals, mb, what: None if vals is None else pad_values(  # noqa: E731
             vals, mb.index, mb.resp_mask, what, mb.lengths).to(self.device)
+        behaviour = batch.behaviour_logprobs if cfg.is_cap and obj.units == "sequences" else None
         per_mb = [(pad(batch.advantages, mb, "advantages"), pad(old_lp, mb, "old_logprobs"),
-                   pad(ref_lp if obj.needs_ref(cfg) else None, mb, "ref_logprobs")) for mb in mbs[:real]]
+                   pad(ref_lp if obj.needs_ref(cfg) else None, mb, "ref_logprobs"),
+                   pad(behaviour, mb, "behaviour_logprobs")) for mb in mbs[:real]]
         paired = units if units is not None else [[i] for i in range(len(batch.response_ids))]
         totals = dict(num_tokens=float(sum(len(batch.response_ids[i]) for u in paired for i in u)),
                       num_seqs=float(sum(len(u) for u in paired)), num_pairs=float(len(units or [])) or 1.0)
-        runs = [self._one_update(obj, mbs, real, per_mb, totals) for _ in range(epochs)]
+        keys = [k for k in obj.metrics if k not in IS_METRICS or behaviour is not None]  # IS: only when on
+        runs = [self._one_update(obj, keys, mbs, real, per_mb, totals) for _ in range(epochs)]
         metrics = {k: sum(r[k] for r in runs) / len(runs) for k in runs[0]}
         metrics["actor/skipped"] = max(r["actor/skipped"] for r in runs)
+        if "actor/is_weight_max" in metrics:
+            metrics["actor/is_weight_max"] = max(r["actor/is_weight_max"] for r in runs)
         metrics["actor/skipped_total"] = float(self.skipped_total)
         metrics["actor/updates"] = float(self.updates)
         metrics["actor/tokens"] = totals["num_tokens"]
         return metrics
 
-    def _one_update(self, obj, mbs: list[Micro], real: int, per_mb, totals: dict) -> dict[str, float]:
+    def _one_update(self, obj, keys: list[str], mbs: list[Micro], real: int, per_mb, totals: dict
+                    ) -> dict[str, float]:
         cfg = self.cfg
-        keys = list(obj.metrics)
         sums = torch.zeros(len(keys) + 2, dtype=torch.float64)  # + entropy, + non-finite losses
         self._zero_grad()
         net = self._net("policy")
@@ -335,13 +344,13 @@ class LearnerCore:
             if k >= real:  # a dummy pass: zero weight, but the same collectives as the others
                 self._backward(logp.sum() * 0.0, True)
                 continue
-            adv, old, ref = per_mb[k]
+            adv, old, ref, behaviour = per_mb[k]
             mask = mb.resp_mask.to(logp.device)
             inp = ObjectiveInput(logp, mask, adv, old, ref, None if mb.pairs is None else mb.pairs.to(logp.device),
-                                 **totals)
+                                 behaviour_logp=behaviour, **totals)
             loss, m = obj.fn(inp, cfg)
-            for j, key in enumerate(keys):
-                sums[j] += m.get(key, 0.0)
+            for j, key in enumerate(keys):  # "max" metrics: the largest (over this rank's micro-batches)
+                sums[j] = max(sums[j], m.get(key, 0.0)) if obj.metrics[key] == "max" else sums[j] + m.get(key, 0.0)
             sums[-2] += float(ent.sum())
             finite = bool(torch.isfinite(loss))
             if not finite:
@@ -351,7 +360,8 @@ class LearnerCore:
         lr = cfg.lr * lr_multiplier(self.updates, cfg) * self.lr_scale
         applied, grad_norm = self._apply_update(lr, finite=sums[-1].item() == 0)
         s = sums.tolist()
-        div = {"tokens": max(totals["num_tokens"], 1.0), "pairs": max(totals["num_pairs"], 1.0), "sum": 1.0}
+        div = {"tokens": max(totals["num_tokens"], 1.0), "pairs": max(totals["num_pairs"], 1.0), "sum": 1.0,
+               "max": 1.0}
         out = {key: s[j] / div[obj.metrics[key]] for j, key in enumerate(keys)}
         out.update({"actor/entropy": s[-2] / max(totals["num_tokens"], 1.0), "actor/grad_norm": grad_norm,
                     "actor/lr": lr if applied else 0.0, "actor/skipped": 0.0 if applied else 1.0})

@@ -34,6 +34,8 @@ def vllm_available() -> bool:
 
 
 class VLLMGenerator:
+    raw_logprobs_only = True  # its log-probs are the raw logits' (temperature 1), checked by serl.async_frame
+
     def __init__(self, model_path: str, seed: int = 0, max_model_len: int = 2048,
                  dtype: str = "bfloat16", tensor_parallel_size: int = 1,
                  gpu_memory_utilization: float = 0.85, enforce_eager: bool = True,
@@ -86,6 +88,10 @@ class VLLMGenerator:
     def generate(self, prompts: list[str], n: int, sampling: Sampling) -> list[list[Completion]]:
         from vllm import SamplingParams
 
+        if sampling.logprobs and sampling.logprob_temperature != 1.0:
+            raise ValueError(f"the vllm generator returns log-probs of the raw logits only (temperature 1), "
+                             f"not at temperature {sampling.logprob_temperature:g} as the learner scores them; "
+                             f"use --generator hf for importance sampling with this recipe")
         self.calls += 1
         greedy = sampling.greedy
         params = SamplingParams(

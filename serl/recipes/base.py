@@ -65,6 +65,9 @@ class Recipe:
 
     # options (beyond RUN_DEFINING_COMMON) that a resume must refuse to change
     resume_fixed: tuple[str, ...] = ()
+    # attributes ``collect`` sets that ``after_update`` reads: under --async_train the next collect runs
+    # before this step's after_update, which sees them as this step's collect left them (serl.async_frame)
+    step_state: tuple[str, ...] = ()
 
     # ---- rules read by the engine factory and the runner -------------------------------
     @classmethod
@@ -140,6 +143,7 @@ class Recipe:
         self.times: dict[str, float] = {}
         self.rng = random.Random(self.cfg.seed)  # the recipe's draws; saved by serl.run_state
         self.step_done = 0                      # the last finished step (serl.step sets it)
+        self.frame = None                       # serl.async_frame.Frame, set by the runner when in use
         # Per-problem results of the last ``evaluate`` (metric key -> {"ids", "values"}), when
         # it has them: the run summary pairs the first and last evaluations on them.
         self.eval_items: dict[str, dict] = {}

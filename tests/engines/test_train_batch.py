@@ -23,3 +23,13 @@ def test_concat_joins_in_order_and_skips_empty_parts():
     assert TrainBatch.concat([None]) is None and TrainBatch.concat([]) is None
     with pytest.raises(ValueError, match="advantage batches only"):
         TrainBatch.concat([TrainBatch([[1]], [[2]], pairs=[(0, 0)])])
+
+
+def test_the_behaviour_logprobs_follow_the_rows():
+    a, b = batch([[1.0, 1.0], [0.0, 0.0]]), batch([[2.0, 0.0]], start=5)
+    a.behaviour_logprobs = [torch.tensor([-1.0, -2.0]), torch.tensor([-3.0, -4.0])]
+    assert [t.tolist() for t in a.nonzero_rows().behaviour_logprobs] == [[-1.0, -2.0]]
+    assert TrainBatch.concat([a, b]).behaviour_logprobs is None  # one part without: none (weights 1)
+    b.behaviour_logprobs = [torch.tensor([-5.0, -6.0])]
+    assert [t.tolist() for t in TrainBatch.concat([a, b]).behaviour_logprobs] == [[-1.0, -2.0], [-3.0, -4.0],
+                                                                                  [-5.0, -6.0]]

@@ -25,8 +25,7 @@ from serl.data.passes import Passes
 from serl.data.seeds import DataError, read_seeds
 from serl.guard import GUARD_OPTIONS
 from serl.engines.base import Completion, Sampling, TrainBatch
-from serl.instruct import (DifficultyFilter, PoolItem, PromptPool, Rollout, SelfInstruct,
-                           TextFilters, fill_batch)
+from serl.instruct import DifficultyFilter, PoolItem, PromptPool, Rollout, SelfInstruct, TextFilters, fill_batch
 from serl.instruct.filters import PromptLengthFilter
 from serl.instruct.pool import POOL_FILE
 from serl.instruct.rollouts import STEP_COUNTS, accumulate, batch_metrics, finalize, round_sums
@@ -39,6 +38,7 @@ from serl.rewards.remote import load_source, score_for
 class SerlRecipe(Recipe):
     resume_fixed = ("enable_self_evolution", "reward_difficulty_bounds", "instructions_num_per_iteration",
                     "overlong_filter") + GUARD_OPTIONS
+    step_state = ("tally", "pool_stats")  # this collect's counters and pool, for after_update (serl.async_frame)
 
     @classmethod
     def prepare(cls, cfg):
@@ -96,12 +96,16 @@ class SerlRecipe(Recipe):
     # ---- the step (serl.step runs the update and the weight sync) ---------------------
     def collect(self, step: int):
         self.counts, metrics = dict.fromkeys(STEP_COUNTS, 0), {}
-        self.verify_before, self.carried = checker_counts(self.checker), len(self.carry)
+        verify_before, carried = checker_counts(self.checker), len(self.carry)
         rollouts, self.carry, rounds = fill_batch(                          # 1-4. rounds of: grow the
             self.cfg.rollout_batch_size, self.carry,                        # pool, roll out, reward,
             lambda: self.round(step, metrics), self.cfg.max_refill_rounds)  # difficulty-filter
+        self.tally = (self.counts, min(carried, len(rollouts)), len(self.carry), verify_before,
+                      checker_counts(self.checker))
         metrics["filter/rounds"], metrics["train/batch_prompts"] = rounds, len(rollouts)
-        return (self.make_batch(rollouts, metrics) if rollouts else None), metrics  # 5. advantages
+        batch = self.make_batch(rollouts, metrics) if rollouts else None               # 5. advantages
+        self.pool_stats = self.pool.stats()  # as after_update would read it: the update leaves the pool alone
+        return batch, metrics
 
     def round(self, step: int, metrics: dict) -> list[Rollout]:
         """One round: a batch's worth of prompts, rolled out, rewarded and filtered."""
@@ -113,9 +117,8 @@ class SerlRecipe(Recipe):
     def after_update(self, step: int, metrics: dict, updated: bool) -> None:
         self.pool.flush(step)
         finalize(metrics)
-        metrics.update(batch_metrics(self.counts, min(self.carried, metrics["train/batch_prompts"]),
-                                     len(self.carry), self.verify_before, checker_counts(self.checker)))
-        metrics.update(self.pool.stats())
+        metrics.update(batch_metrics(*self.tally))
+        metrics.update(self.pool_stats)
 
     # ---- its own checkpointed state (step, RNGs and the generator: serl.run_state) -------
     def state_dict(self) -> dict:

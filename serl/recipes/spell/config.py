@@ -76,7 +76,7 @@ class Config(SpellOptions, TrainConfig):
     RECIPE: ClassVar[str] = "spell"
     # its data is the corpus, its evaluation and rewards its own (the checker: cover-EM)
     SECTIONS: ClassVar[tuple[str, ...]] = ("run", "rollout", "checker", "generation", "advantage", "kl", "learner",
-                                           "lora", "ray")
+                                           "lora", "ray", "async")
     REPORT: ClassVar[Report] = Report(
         plots=("roles", "reward"),
         main=("questioner/valid_json", "questioner/bad_ground", "questioner/informative", "responder/accuracy",

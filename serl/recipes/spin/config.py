@@ -52,7 +52,7 @@ class Config(SpinOptions, RemoteRewardOptions, TrainConfig):
     RECIPE: ClassVar[str] = "spin"
     # no advantages and no KL term: DPO's beta is the pull to the reference
     SECTIONS: ClassVar[tuple[str, ...]] = ("run", "seed_data", "math_eval", "rollout", "math_reward", "checker",
-                                           "generation", "learner", "lora", "ray")
+                                           "generation", "learner", "lora", "ray", "async")
     REPORT: ClassVar[Report] = Report(
         plots=("reward", "dpo"), main=("dpo/accuracy", "dpo/margin", "spin/real_logp", "pairs/tied", "reward/mean"),
         line=(("dpo/accuracy", "acc"), ("dpo/margin", "margin"), ("loss/policy", "loss")))

@@ -68,7 +68,7 @@ class Config(SpiralOptions, TrainConfig):
 
     RECIPE: ClassVar[str] = "spiral"
     # games need no seed data, no math reward or evaluation; RAE replaces the advantage options
-    SECTIONS: ClassVar[tuple[str, ...]] = ("run", "generation", "kl", "learner", "lora", "ray")
+    SECTIONS: ClassVar[tuple[str, ...]] = ("run", "generation", "kl", "learner", "lora", "ray", "async")
     REPORT: ClassVar[Report] = Report(
         plots=("games", "reward"), main=("spiral/invalid_rate",),
         line=(("spiral/invalid_rate", "invalid"), ("response/truncated_frac", "trunc"), ("loss/policy", "loss")))

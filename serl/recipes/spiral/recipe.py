@@ -15,9 +15,9 @@ snapshot to the population when one is due.
   ``--fsp_start_from`` keeps self-play until the population starts, ``--turn_discount`` is its ``gamma``.
 - A response cut off by the length limit is left out of the loss (``--mask_truncated``), as is a
   sample whose advantage is exactly 0 (``--filter_zero_adv``).
-- Resume: the checkpoint holds the RAE baselines and the population (snapshot paths and its RNG);
-  the RNG states and the generator's call count are ``serl.run_state``'s. A snapshot pushed out of the pool is deleted only once a
-  complete checkpoint newer than its eviction exists, so every kept checkpoint finds its snapshots.
+- Resume: the checkpoint holds the RAE baselines and the population (snapshot paths and its RNG); RNGs and
+  the generator's call count are ``serl.run_state``'s. A snapshot pushed out of the pool is deleted only
+  once a complete checkpoint newer than its eviction exists, so every kept checkpoint finds its snapshots.
 """
 from __future__ import annotations
 
@@ -49,6 +49,7 @@ class SpiralRecipe(Recipe):
                     "mask_truncated", "opponent", "population_size", "population_every", "alternate_seats",
                     "ppo_epochs", "show_legal_actions", "prompt_example", "action_parser", "generate_max_len",
                     "temperature", "top_p")
+    step_state = ("switch_counts", "baseline_metrics")  # this collect's snapshot loads/reads and RAE baselines
 
     # ---- rules read by the engine factory and the runner ----------------------------------------------
     @classmethod
@@ -107,7 +108,7 @@ class SpiralRecipe(Recipe):
 
     def collect(self, step: int):
         cfg = self.cfg
-        self.switch_counts = self.switch.loads, self.switch.reads
+        loads, reads = self.switch.loads, self.switch.reads
         self.trash.empty()
         games, seats, policies, kinds = self.deal(step)                             # 1. games, opponents
         play = dict(rule=self.rule, max_turns=cfg.max_turns or None, prompt=self.prompt, parse_options=self.parse)
@@ -116,14 +117,18 @@ class SpiralRecipe(Recipe):
         turns, episodes, replays = replay_draws(turns, episodes, lambda i: self.new_game(games[i].name), retries,
                                                 seats, policies, **play)
         self.switch.clear()
+        self.switch_counts = self.switch.loads - loads, self.switch.reads - reads  # this collect's
         with self.timed("advantages"):                                              # 3. RAE
             scored = turn_advantages(turns, episodes, CURRENT, self.baselines if cfg.rae else None, cfg.turn_discount)
+        self.baseline_metrics = {f"spiral/baseline/{g}/role{r}": v
+                                 for (g, r), v in sorted(self.baselines.values.items())}
         metrics = episode_metrics(turns, episodes, kinds, CURRENT)
         if cfg.filter_draw:
             metrics["spiral/draw_replays"] = replays
         return self.make_batch(scored, metrics), metrics                            # 4. update, sync: serl.step
 
     def after_update(self, step: int, metrics: dict, updated: bool) -> None:
+        loads, reads = self.switch.loads, self.switch.reads  # this call's own loads count too
         if updated:  # the generator serves the weights just synced
             self.switch.serving_current()
         else:
@@ -131,12 +136,11 @@ class SpiralRecipe(Recipe):
         if self.pool is not None and self.pool.due(step) and step >= self.cfg.fsp_start_from:  # 5. population
             with self.timed("snapshot"):
                 self.add_snapshot(step)
-        loads, reads = self.switch_counts
-        metrics["spiral/snapshot_loads"] = self.switch.loads - loads
-        metrics["spiral/snapshot_reads"] = self.switch.reads - reads
+        metrics["spiral/snapshot_loads"] = self.switch_counts[0] + self.switch.loads - loads
+        metrics["spiral/snapshot_reads"] = self.switch_counts[1] + self.switch.reads - reads
         if self.pool is not None:
             metrics["spiral/population/size"] = len(self.pool.entries())
-        metrics.update({f"spiral/baseline/{g}/role{r}": b for (g, r), b in sorted(self.baselines.values.items())})
+        metrics.update(self.baseline_metrics)  # as collect left them (under --async_train the next has run)
 
     # ---- stages ----------------------------------------------------------------------------------------
     def deal(self, step: int):
@@ -187,8 +191,7 @@ class SpiralRecipe(Recipe):
 
     def make_batch(self, scored, metrics: dict) -> TrainBatch | None:
         """One sample per learner turn with its episode's advantage; truncated and A == 0 left out."""
-        cfg, rows = self.cfg, []
-        masked = zero = 0
+        cfg, rows, masked, zero = self.cfg, [], 0, 0
         for turn, adv in scored:
             c = turn.output
             if masked_overlong(c, cfg.mask_truncated):
@@ -197,8 +200,7 @@ class SpiralRecipe(Recipe):
                 zero += 1
             elif c.token_ids:
                 rows.append((c, float(adv)))
-        metrics.update({"train/samples": len(rows), "train/masked_truncated": masked,
-                        "train/filtered_zero_adv": zero,
+        metrics.update({"train/samples": len(rows), "train/masked_truncated": masked, "train/filtered_zero_adv": zero,
                         "train/adv_mean": sum(a for _, a in rows) / len(rows) if rows else 0.0,
                         "train/adv_abs_mean": sum(abs(a) for _, a in rows) / len(rows) if rows else 0.0})
         if not rows:

@@ -249,3 +249,27 @@ def test_nim_trains_beside_a_spiral_game(tmp_path):
         assert m[f"spiral/nim/role{role}/draw_rate"] == 0.0
         assert m[f"spiral/nim/role{role}/win_rate"] + m[f"spiral/nim/role{role}/loss_rate"] == 1.0
     assert m["spiral/invalid_rate"] == 0.0 and m["train/samples"] == m["spiral/learner_turns"]
+
+
+def test_async_train_logs_what_the_synchronous_run_logs(tmp_path):
+    """--async_train on stand-in engines whose moves do not depend on the weights: every step trains
+    the same batch and logs the same metrics as the synchronous run, though collect(t+1) runs before
+    after_update(t) (which reads collect(t)'s snapshot counts and RAE baselines: ``step_state``)."""
+    from serl.async_frame import attach_frame, wrap_engines
+    from serl.plan import plan_run
+
+    flags = ["--games", "kuhn_poker,tictactoe", "--games_per_step", "6", "--rae_alpha", "0.5", "--steps", "3"]
+    sync, _, sync_learner = make(tmp_path / "a", *flags, gen=CallSeededGenerator())
+    want = [sync.step(s) for s in (1, 2, 3)]
+    cfg, _ = parse_args(["--recipe", "spiral", "--run_dir", str(tmp_path / "b"), *flags, "--async_train"])
+    plan, learner = plan_run(cfg), FakeLearner()
+    gen, gated = wrap_engines(cfg, plan, CallSeededGenerator(), learner)
+    recipe = SpiralRecipe(RunContext(cfg, tmp_path / "b", "m", FakeTok(), gen, gated, None, None), cfg.game_list())
+    attach_frame(recipe, plan, learner)
+    got = [recipe.step(s) for s in (1, 2, 3)]
+    assert [m["async/lag_max"] for m in got] == [0.0, 1.0, 1.0]
+    plain = lambda ms: [{k: v for k, v in m.items() if not k.startswith(("time/", "async/"))} for m in ms]  # noqa: E731
+    assert plain(got) == plain(want)
+    assert want[2]["spiral/baseline/tictactoe/role0"] != want[1]["spiral/baseline/tictactoe/role0"]  # they moved
+    adv = lambda ls: [[a.tolist() for a in b.advantages] for b in ls.batches]  # noqa: E731
+    assert adv(learner) == adv(sync_learner)
