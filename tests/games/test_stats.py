@@ -1,7 +1,7 @@
 import pytest
 
 from serl.games.lockstep import Episode, Turn
-from serl.recipes.spiral.stats import summarize
+from serl.games.stats import summarize
 
 
 def turn(ep, player, policy, response, action):
