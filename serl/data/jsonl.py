@@ -35,3 +35,26 @@ def jsonl_objects(path: str | Path, error: type[Exception], text: str | None = N
         if not isinstance(row, dict):
             raise error(f"{path}:{no}: expected a JSON object, got {type(row).__name__}")
         yield no, row
+
+
+def keyed_rows(path: str, keys: tuple[str, ...], limit: int = 0) -> list[dict]:
+    """JSON objects of a JSONL file (a shipped name or a path) whose ``keys`` are non-empty
+    strings (or numbers), each with its ``line``; errors name file, line and key."""
+    from serl.errors import DataError
+    from serl.shipped import locate
+
+    p = locate(path)
+    if not p.is_file():
+        raise DataError(f"{p}: file not found")
+    rows = []
+    for no, row in jsonl_objects(p, DataError):
+        for k in keys:
+            v = row.get(k)
+            if not isinstance(v, (str, int)) or isinstance(v, bool) or str(v).strip() == "":
+                raise DataError(f"{p}:{no}: key '{k}' missing or not a non-empty string")
+        rows.append({**row, "line": no})
+        if limit and len(rows) >= limit:
+            break
+    if not rows:
+        raise DataError(f"{p}: no rows")
+    return rows

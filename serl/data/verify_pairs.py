@@ -13,10 +13,9 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from serl.data.jsonl import jsonl_objects
+from serl.data.jsonl import keyed_rows
 from serl.data.passes import Passes
 from serl.errors import DataError
-from serl.shipped import locate
 
 
 @dataclass(frozen=True)
@@ -27,28 +26,12 @@ class Pair:
     label: float  # the rule score of the candidate against the gold: 1.0 right, 0.0 wrong
 
 
-def _rows(path: str, keys: tuple[str, ...]) -> list[dict]:
-    p = locate(path)
-    if not p.is_file():
-        raise DataError(f"{p}: file not found")
-    rows = []
-    for no, row in jsonl_objects(p, DataError):
-        for k in keys:
-            v = row.get(k)
-            if not isinstance(v, (str, int)) or isinstance(v, bool) or str(v).strip() == "":
-                raise DataError(f"{p}:{no}: key '{k}' missing or not a non-empty string")
-        rows.append({**row, "line": no})
-    if not rows:
-        raise DataError(f"{p}: no rows")
-    return rows
-
-
 def read_pairs(path: str, score, heldout: str = "") -> list[Pair]:
     """The pairs of ``path`` (errors name file, line and key), labelled by ``score``
     (candidates, golds -> rule scores). A pair asking a question of the ``heldout`` file is
     refused: the warm-up must never see held-out items."""
-    rows = _rows(path, ("question", "candidate", "gold"))
-    held = {str(r["question"]).strip() for r in _rows(heldout, ("question",))} if heldout else set()
+    rows = keyed_rows(path, ("question", "candidate", "gold"))
+    held = {str(r["question"]).strip() for r in keyed_rows(heldout, ("question",))} if heldout else set()
     for r in rows:
         if str(r["question"]).strip() in held:
             raise DataError(f"{path}:{r['line']}: question {str(r['question']).strip()[:60]!r} is one of the held-out "
