@@ -244,10 +244,49 @@ def report(a, out: Path, arms: list[str], decision: dict) -> str:
         if any(v["diff"] != 0 for v in same.values()):
             lines.append("WARNING: the arms' step-0 evaluations differ; the greedy baseline is not reproducible")
     text = "\n".join(lines) + "\n"
+    plot_arms(out, trained, out / "curves_stronger.png")
     (out / "results_stronger.md").write_text(text)
     (out / "results_stronger.json").write_text(json.dumps({"decision": decision, "table": table, "arms": res},
                                                           indent=1))
     return text
+
+
+ARM_CURVES = ["responder/accuracy", "responder/no_answer", "responder/verifier_lift", "verifier/agreement",
+              "verifier/majority_agreement", "questioner/valid_json", "time/learner", "time/step"]
+WARM_CURVES = ["warmup/accuracy", "warmup/yes_if_right", "warmup/yes_if_wrong"]
+
+
+def plot_arms(out: Path, arms: list[str], path: Path) -> None:
+    """One figure: the warm-up's sampled-verdict curves (if it ran) and each trained arm's per-step metrics."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def series(run: Path, key: str) -> tuple[list[int], list[float]]:
+        pts = [(r["step"], r[key]) for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
+               if isinstance(r.get(key), (int, float))]
+        return [s for s, _ in pts], [v for _, v in pts]
+
+    fig, axes = plt.subplots(3, 4, figsize=(16, 9.5), squeeze=False)
+    warm = out / "warmup" / "metrics.jsonl"
+    for ax, key in zip(axes[0], WARM_CURVES):
+        if warm.is_file():
+            ax.plot(*series(out / "warmup", key), marker="o", color="gray")
+        ax.set_title(f"warm-up: {key.split('/')[1]}", fontsize=10)
+    axes[0][3].axis("off")
+    for ax, key in zip(axes[1:].flat, ARM_CURVES):
+        for arm in arms:
+            ax.plot(*series(out / arm, key), marker="o", label=arm)
+        ax.set_title(key, fontsize=10)
+        ax.legend(fontsize=8)
+    for ax in axes.flat:
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"SPELL, stronger plan ({out.name}): verifier warm-up and self-play arms (sampled, training side)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 
 def export(out: Path, dest: Path) -> list[Path]:
@@ -270,4 +309,7 @@ def export(out: Path, dest: Path) -> list[Path]:
                  "results_stronger.md", "results_stronger.json"):
         if (out / name).exists():
             put(name, (out / name).read_text())
+    if (out / "curves_stronger.png").is_file():
+        (dest / "curves_stronger.png").write_bytes((out / "curves_stronger.png").read_bytes())
+        written.append(dest / "curves_stronger.png")
     return written
