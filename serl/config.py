@@ -107,6 +107,8 @@ class TrainConfig:
     attn_implementation: str = _f("auto", "learner attention: auto (flash-attn varlen on CUDA with bf16 when "
                                           "installed, else SDPA; CPU unchanged), eager, sdpa, flash_attention_2",
                                   choices=("auto", "eager", "sdpa", "flash_attention_2"))
+    share_prompts: bool = _f(False, "learner: write each distinct prompt once per packed micro-batch, its "
+                                    "responses after it (GRPO groups of one long prompt run it once, not n times)")
     # --- the asynchronous actor-learner (docs/async.md)
     async_train: bool = _f(False, "generate step t+1 while step t updates (one policy version of lag)")
     max_staleness: int = _f(1, "with --async_train: drop samples more than N policy versions old (>= 1)")

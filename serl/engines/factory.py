@@ -119,7 +119,7 @@ def learner_config(cfg, plan):
         objective_args=dict(plan.objective_args), device=resolve_device(cfg.device), seed=cfg.seed,
         lora_rank=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
         lora_target_modules=cfg.target_modules, attn_implementation=cfg.attn_implementation,
-        is_cap=plan.is_cap)
+        share_prompts=cfg.share_prompts, is_cap=plan.is_cap)
     settings.update(plan.learner)  # e.g. loss_agg
     return LearnerConfig(**settings)
 
