@@ -147,7 +147,7 @@ def make_scorer(cfg, model_path: str):
     from serl.engines.torch_learner import TorchLearner
 
     lc = LearnerConfig(micro_batch_size=cfg.micro_rollout_batch_size, bf16=cfg.bf16, seed=cfg.seed,
-                       device=resolve_device(cfg.device))
+                       device=resolve_device(cfg.device), share_prompts=cfg.share_prompts)
     return TorchLearner(model_path, lc, need_ref=False, trainable=False)
 
 
