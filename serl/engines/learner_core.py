@@ -54,7 +54,7 @@ class LearnerConfig:
     bf16: bool = False  # bf16 compute; master weights and Adam stay fp32
     bf16_weights: bool = True  # with bf16: keep the weights in bf16 beside an fp32 master copy (TorchLearner without LoRA; with LoRA, the adapted layers' frozen weights in bf16), instead of autocast casting fp32 weights every pass
     pack: bool = True  # pack each micro-batch's sequences into one row (no padding); falls back to padding, with a warning, for models without pluggable attention
-    share_prompts: bool = False  # packed rows hold each distinct prompt once, its responses after it (GRPO groups: the prompt runs once per micro-batch; serl.engines.micro); needs pack, and is off when packing falls back to padding
+    share_prompts: bool = False  # write each distinct prompt once per packed micro-batch, its responses after it (Prefix Grouper); a micro-batch then holds up to micro_batch_size x the longest sequence in tokens (serl.engines.micro); needs pack, off when packing falls back to padding
     attn_implementation: str = "auto"  # auto | eager | sdpa | flash_attention_2 (serl.engines.attention)
     fused_logprobs: bool = True  # log-softmax/gather over the vocabulary a block of rows at a time (False: full-size fp32 tensors)
     grad_checkpointing: bool = False  # recompute activations in backward to save memory
