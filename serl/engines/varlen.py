@@ -20,8 +20,9 @@ packed ``position_ids`` (rotary positions restart at 0 for each sequence) and
 for that call no mask is built. Any other call of the model (no ``serl_seq_lens``) gets
 transformers' SDPA mask and plain SDPA, as before the switch.
 
-**Shared prompts** (``LearnerConfig.share_prompts``; the idea of Prefix Grouper, Liu et
-al. 2025, arXiv:2506.05433): a row holds blocks of one prompt followed by several of its
+**Shared prompts** (``LearnerConfig.share_prompts``; the idea of Z. Liu et al., "Prefix
+Grouper: Efficient GRPO Training through Shared-Prefix Forward", 2025, arXiv:2506.05433,
+written anew here): a row holds blocks of one prompt followed by several of its
 responses, described by ``serl_shared`` ((prompt length, response lengths) per block).
 The prompt attends causally to itself; each response attends to the whole prompt and to
 its own earlier tokens, never to another response (keys ``[prompt; own]``, causal with
