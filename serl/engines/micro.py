@@ -7,9 +7,10 @@
   with position ids restarting at 0 for each sequence and the sequence lengths recorded,
   so that attention stays inside each sequence (``serl.engines.varlen``). Packing runs
   no padding tokens and gives the matmuls one long row instead of several short ones.
-- **Shared prompts** (``share_prompts``, packed only; Prefix Grouper, arXiv:2506.05433): sequences whose prompt token lists
-  are equal share one copy of the prompt in the row, their responses after it, each
-  response's positions continuing from the prompt's length; ``Micro.shared`` records
+- **Shared prompts** (``share_prompts``, packed only; the idea of Prefix Grouper,
+  arXiv:2506.05433): sequences whose prompt token lists are equal share one copy of the
+  prompt in the row, their responses after it, each response's positions continuing
+  from the prompt's length; ``Micro.shared`` records
   (prompt length, response lengths) for each prompt written, and ``serl.engines.varlen``
   lets each response attend to its prompt and its own earlier tokens only. The first
   token of every response is predicted from the prompt's last position, which the
