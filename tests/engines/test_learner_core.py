@@ -218,8 +218,9 @@ def test_share_prompts_step_equals_the_per_sequence_step(tiny_path, objective):
     assert set(m_on) == set(m_off)
     for key in m_off:
         assert m_on[key] == pytest.approx(m_off[key], rel=1e-4, abs=1e-6), key
-    for n in w_off:
-        torch.testing.assert_close(w_on[n], w_off[n], rtol=1e-4, atol=1e-5)
+    for n in w_off:  # Adam moves each weight by ~lr = 1e-2 a step, near-zero gradients too, so
+        # rounding in one of those can move a weight by 1e-4; a wrong layout moves most by ~1e-2
+        torch.testing.assert_close(w_on[n], w_off[n], rtol=1e-4, atol=1e-3)
 
 
 SMOL_PROMPTS = ("The lighthouse keeper climbed the spiral stairs every evening at dusk, carrying a can of oil "
@@ -257,13 +258,12 @@ def _shared_vs_per_sequence(ln, prompts, responses, adv):
 @pytest.mark.slow
 @pytest.mark.parametrize("mode,kw,lp_tol,grad_tol", [
     ("fp32", {}, 1e-4, 1e-3),
-    ("bf16", dict(bf16=True), 0.15, 0.1),
-    ("lora_fp32", dict(lora_rank=8, lora_alpha=16.0), 1e-4, 1e-3),
-    ("lora_bf16", dict(lora_rank=8, lora_alpha=16.0, bf16=True), 0.15, 0.1)])
+    ("lora_bf16", dict(lora_rank=8, lora_alpha=16.0, bf16=True), 0.15, 0.1)])  # as SPELL runs
 def test_smollm2_shared_prompts_equal_per_sequence(smol_path, smol_tokenizer, mode, kw, lp_tol, grad_tol):
-    """Real text on SmolLM2: log-probs to 1e-4 (fp32) and gradients to 1e-3 of each tensor's
-    largest entry; bf16 to its rounding (log-probs within 0.15, as packed vs padded in
-    test_varlen; gradients within 10% in norm)."""
+    """Real text on SmolLM2: full fine-tuning in fp32, log-probs to 1e-4 and gradients to
+    1e-3 of each tensor's largest entry; LoRA in bf16 to its rounding (log-probs within
+    0.15, as packed vs padded in test_varlen; gradients within 10% in norm). Full bf16 and
+    fp32 LoRA passed too (about 2 minutes each on 2 CPU cores: left out)."""
     tok = smol_tokenizer
     prompts = [tok.encode(p) for p, rs in zip(SMOL_PROMPTS, SMOL_RESPONSES) for _ in rs]
     responses = [tok.encode(r) for rs in SMOL_RESPONSES for r in rs]
