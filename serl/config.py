@@ -107,6 +107,10 @@ class TrainConfig:
     attn_implementation: str = _f("auto", "learner attention: auto (flash-attn varlen on CUDA with bf16 when "
                                           "installed, else SDPA; CPU unchanged), eager, sdpa, flash_attention_2",
                                   choices=("auto", "eager", "sdpa", "flash_attention_2"))
+    share_prompts: bool = _f(False, "learner: write each distinct prompt once per packed micro-batch, its "
+                                    "responses after it (a GRPO group's long prompt runs once, not n times); "
+                                    "a micro-batch then holds up to micro_train_batch_size x the longest "
+                                    "sequence in tokens")
     # --- the asynchronous actor-learner (docs/async.md)
     async_train: bool = _f(False, "generate step t+1 while step t updates (one policy version of lag)")
     max_staleness: int = _f(1, "with --async_train: drop samples more than N policy versions old (>= 1)")

@@ -83,3 +83,11 @@ def test_a_recipe_without_reward_kl_and_the_default_coefficient_has_none(monkeyp
 def test_the_plan_travels_as_a_dict():
     _, p = plan("--use_kl_loss", "--train_batch_size", "8")
     assert RunPlan.from_dict(p.to_dict()) == p and p.train_batch_size == 8
+
+
+@pytest.mark.parametrize("recipe", ["serl", "spell"])
+def test_share_prompts_reaches_the_learner(recipe):
+    cfg, p = plan("--recipe", recipe)
+    assert not learner_config(cfg, p).share_prompts  # off by default
+    cfg, p = plan("--recipe", recipe, "--share_prompts", "true")
+    assert learner_config(cfg, p).share_prompts

@@ -119,7 +119,7 @@ def learner_config(cfg, plan):
         objective_args=dict(plan.objective_args), device=resolve_device(cfg.device), seed=cfg.seed,
         lora_rank=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
         lora_target_modules=cfg.target_modules, attn_implementation=cfg.attn_implementation,
-        is_cap=plan.is_cap)
+        share_prompts=cfg.share_prompts, is_cap=plan.is_cap)
     settings.update(plan.learner)  # e.g. loss_agg
     return LearnerConfig(**settings)
 
@@ -147,7 +147,7 @@ def make_scorer(cfg, model_path: str):
     from serl.engines.torch_learner import TorchLearner
 
     lc = LearnerConfig(micro_batch_size=cfg.micro_rollout_batch_size, bf16=cfg.bf16, seed=cfg.seed,
-                       device=resolve_device(cfg.device))
+                       device=resolve_device(cfg.device), share_prompts=cfg.share_prompts)
     return TorchLearner(model_path, lc, need_ref=False, trainable=False)
 
 

@@ -33,7 +33,7 @@ from serl.algos.objectives import ObjectiveInput, get_objective
 from serl.algos.tis import IS_METRICS
 from serl.engines.attention import IMPLEMENTATIONS, AttentionChoice, choose_attention
 from serl.engines.base import TrainBatch
-from serl.engines.micro import Micro, micro_batches, pad_values  # noqa: F401  (re-exported)
+from serl.engines.micro import Micro, micro_batches, pad_values, rank_units  # noqa: F401  (re-exported)
 from serl.engines.token_logprobs import reference_token_logprobs, token_logprobs
 
 log = logging.getLogger(__name__)
@@ -54,6 +54,7 @@ class LearnerConfig:
     bf16: bool = False  # bf16 compute; master weights and Adam stay fp32
     bf16_weights: bool = True  # with bf16: keep the weights in bf16 beside an fp32 master copy (TorchLearner without LoRA; with LoRA, the adapted layers' frozen weights in bf16), instead of autocast casting fp32 weights every pass
     pack: bool = True  # pack each micro-batch's sequences into one row (no padding); falls back to padding, with a warning, for models without pluggable attention
+    share_prompts: bool = False  # write each distinct prompt once per packed micro-batch, its responses after it (Prefix Grouper); a micro-batch then holds up to micro_batch_size x the longest sequence in tokens (serl.engines.micro); needs pack, off when packing falls back to padding
     attn_implementation: str = "auto"  # auto | eager | sdpa | flash_attention_2 (serl.engines.attention)
     fused_logprobs: bool = True  # log-softmax/gather over the vocabulary a block of rows at a time (False: full-size fp32 tensors)
     grad_checkpointing: bool = False  # recompute activations in backward to save memory
@@ -91,6 +92,8 @@ class LearnerConfig:
         except ValueError as e:
             raise ValueError(f"LearnerConfig.kl_clip: {e}") from None
         get_objective(self.objective)
+        if self.share_prompts and not self.pack:
+            raise ValueError("LearnerConfig.share_prompts needs pack=True (shared prompts live in packed rows)")
         if self.attn_implementation not in IMPLEMENTATIONS:
             raise ValueError(f"LearnerConfig.attn_implementation must be one of {IMPLEMENTATIONS}, "
                              f"got {self.attn_implementation!r}")
@@ -154,14 +157,15 @@ class Scorer(torch.nn.Module):
                 log.warning("sequence packing off, micro-batches are padded: %s", e)
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None, rows: Tensor, cols: Tensor,
-                position_ids: Tensor | None = None, seq_lens: tuple[int, ...] | None = None) -> Tensor:
+                position_ids: Tensor | None = None, seq_lens: tuple[int, ...] | None = None,
+                shared: tuple | None = None) -> Tensor:
         lm = self.lm
         whole = getattr(lm.config, "final_logit_softcapping", None) or getattr(lm.config, "logit_scale", None)
         base = lm if whole else getattr(lm, lm.base_model_prefix)  # whole: the logits are transformed after the head
         if seq_lens is not None:
             from serl.engines.varlen import packed_forward
 
-            out = packed_forward(base, input_ids, position_ids, seq_lens)
+            out = packed_forward(base, input_ids, position_ids, seq_lens, shared)
         else:
             out = base(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
         if whole:
@@ -214,14 +218,16 @@ class LearnerCore:
     def _micro(self, prompt_ids, response_ids, units=None) -> tuple[list[Micro], int]:
         """This rank's micro-batches (sequence indices are global) plus dummies to even out."""
         units = [[i] for i in range(len(prompt_ids))] if units is None else units
-        mine = units[self.rank::self.world]
+        share = self.cfg.share_prompts and self.packed
+        mine = rank_units(units, prompt_ids, self.rank, self.world) if share else units[self.rank::self.world]
         mbs = []
         if mine:
             local = [i for u in mine for i in u]
             where = {i: k for k, i in enumerate(local)}
             mbs = micro_batches([prompt_ids[i] for i in local], [response_ids[i] for i in local],
                                 self.cfg.micro_batch_size, self.pad_id,
-                                units=[[where[i] for i in u] for u in mine], pack=self.packed)
+                                units=[[where[i] for i in u] for u in mine], pack=self.packed,
+                                share_prompts=share)
             for mb in mbs:
                 mb.index = [local[i] for i in mb.index]
         real = len(mbs)
@@ -236,7 +242,7 @@ class LearnerCore:
         mb = mb.to(self.device)
         with self._autocast():
             logits = net(mb.input_ids, mb.attention_mask, mb.pred_rows, mb.pred_cols, mb.position_ids,
-                         mb.seq_lens)
+                         mb.seq_lens, mb.shared)
         fn = token_logprobs if self.cfg.fused_logprobs else reference_token_logprobs
         return fn(logits, mb.targets, self.cfg.temperature, want_entropy)
 

@@ -13,11 +13,14 @@ import sys
 import torch
 
 
-def batch(seed: int, n: int, vocab: int, nan: bool = False):
-    """Random prompts/responses/advantages; also rebuilt by the test for the torch learner."""
+def batch(seed: int, n: int, vocab: int, nan: bool = False, shared: bool = False):
+    """Random prompts/responses/advantages; also rebuilt by the test for the torch learner.
+    ``shared``: sequences 0-2, 3-5, ... have one prompt (GRPO groups of 3)."""
     g = torch.Generator().manual_seed(seed)
     prompts = [torch.randint(1, vocab, (int(torch.randint(2, 6, (1,), generator=g)),), generator=g).tolist()
                for _ in range(n)]
+    if shared:
+        prompts = [list(prompts[i - i % 3]) for i in range(n)]
     resps = [torch.randint(1, vocab, (int(torch.randint(1, 7, (1,), generator=g)),), generator=g).tolist()
              for _ in range(n)]
     adv = [torch.randn(len(r), generator=g) for r in resps]
@@ -45,6 +48,7 @@ def main() -> int:
     ap.add_argument("--adam_offload", action="store_true", help="DeepSpeed's CPU Adam")
     ap.add_argument("--grad_ckpt", action="store_true", help="gradient checkpointing")
     ap.add_argument("--lora_rank", type=int, default=0, help="train a LoRA adapter of this rank")
+    ap.add_argument("--share_prompts", action="store_true", help="groups of 3 share a prompt, written once")
     a = ap.parse_args()
 
     from serl.engines.base import TrainBatch
@@ -53,14 +57,15 @@ def main() -> int:
 
     cfg = LearnerConfig(lr=a.lr, warmup_ratio=0.0, total_steps=10, micro_batch_size=2,
                         kl_loss_coef=0.1 if a.kl else 0.0, seed=0, bf16=a.bf16,
-                        grad_checkpointing=a.grad_ckpt, lora_rank=a.lora_rank)
+                        grad_checkpointing=a.grad_ckpt, lora_rank=a.lora_rank,
+                        share_prompts=a.share_prompts)
     ln = DeepSpeedLearner(a.model, cfg, need_ref=a.kl,
                           opts=DeepSpeedOptions(zero_stage=a.stage, adam_offload=a.adam_offload))
     vocab = ln.lm.config.vocab_size
     res: dict = {"world": ln.world}
 
     def make(seed, nan=False):
-        p, r, adv = batch(seed, a.num_seqs, vocab, nan)
+        p, r, adv = batch(seed, a.num_seqs, vocab, nan, a.share_prompts)
         old = ln.logprobs(p, r)
         return old, TrainBatch(p, r, adv, [o + 0.01 for o in old])  # ratios != 1
 

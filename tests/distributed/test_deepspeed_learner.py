@@ -66,8 +66,9 @@ def tiny_llama(tmp_path_factory) -> str:
     return str(path)
 
 
-def _torch_reference(model: str, kl: bool, n: int = 5):
-    """What one process with the plain-torch learner gets on the worker's first batch."""
+def _torch_reference(model: str, kl: bool, n: int = 5, shared: bool = False):
+    """What one process with the plain-torch learner gets on the worker's first batch
+    (``shared``: the batch with shared prompts, scored per sequence)."""
     from serl.engines.base import TrainBatch
     from serl.engines.torch_learner import LearnerConfig, TorchLearner
 
@@ -75,7 +76,7 @@ def _torch_reference(model: str, kl: bool, n: int = 5):
     cfg = LearnerConfig(lr=1e-3, warmup_ratio=0.0, total_steps=10, micro_batch_size=2,
                         kl_loss_coef=0.1 if kl else 0.0, seed=0)
     ln = TorchLearner(model, cfg, need_ref=kl)
-    p, r, adv = w.batch(1, n, ln.policy.config.vocab_size)
+    p, r, adv = w.batch(1, n, ln.policy.config.vocab_size, shared=shared)
     old = ln.logprobs(p, r)
     m = ln.step(TrainBatch(p, r, adv, [o + 0.01 for o in old]))
     return old, m, {k: v.clone() for k, v in ln.named_weights()}
@@ -90,12 +91,15 @@ def _load_hf(path: Path) -> dict[str, torch.Tensor]:
     return sd
 
 
-@pytest.mark.parametrize("stage,kl,extra", [(2, False, ()), (3, True, ("--grad_ckpt",))],
-                         ids=["zero2", "zero3-kl-gradckpt"])
+@pytest.mark.parametrize("stage,kl,extra", [(2, False, ()), (3, True, ("--grad_ckpt",)),
+                                           (3, True, ("--share_prompts",))],
+                         ids=["zero2", "zero3-kl-gradckpt", "zero3-kl-shared-prompts"])
 def test_two_ranks_match_single_process(tiny_llama, tmp_path, stage, kl, extra):
+    """``--share_prompts``: each rank writes a prompt once per micro-batch; the reference
+    scores every sequence on its own."""
     res = _torchrun(tiny_llama, tmp_path, stage, *(["--kl"] if kl else []), *extra)
     assert res["world"] == 2
-    old, m_ref, w_ref = _torch_reference(tiny_llama, kl)
+    old, m_ref, w_ref = _torch_reference(tiny_llama, kl, shared="--share_prompts" in extra)
     # scoring: each rank scores its shard, every rank gets the whole list back
     assert len(res["logprobs"]) == len(old)
     for a, b in zip(res["logprobs"], old):

@@ -175,3 +175,113 @@ def _parts_at(learner, batch):
         return LearnerCore._mini_batches(learner, batch, False)
     finally:
         learner.cfg.mini_batch_size = saved
+
+
+# ---- shared prompts (LearnerConfig.share_prompts) -------------------------------------------
+# GRPO-shaped: 3 responses to one prompt, 4 to another
+GRPO_PROMPTS = [[3, 4, 5, 6, 7, 8]] * 3 + [[9, 10, 11]] * 4
+GRPO_RESPONSES = [[20, 21], [22, 23, 24, 25], [26], [27, 28, 29], [30, 31, 32, 33, 34], [35], [36, 37]]
+
+
+def test_share_prompts_needs_packing():
+    with pytest.raises(ValueError, match="share_prompts needs pack=True"):
+        LearnerConfig(share_prompts=True, pack=False)
+
+
+@pytest.mark.parametrize("objective", ["ppo_clip", "dpo"])
+def test_share_prompts_step_equals_the_per_sequence_step(tiny_path, objective):
+    """One step with the option on and off: the same metrics and the same updated weights.
+    ppo_clip: two epochs with the KL loss, so the old and the reference log-probs are
+    scored through the shared layout too; dpo: pairs whose two responses share a prompt."""
+    if objective == "dpo":
+        prompts, responses = PROMPTS, RESPONSES
+        kw, need_ref = dict(objective="dpo", objective_args={"beta": 0.5}), False
+    else:
+        prompts, responses = GRPO_PROMPTS, GRPO_RESPONSES
+        kw, need_ref = dict(kl_loss_coef=0.1, ppo_epochs=2), True
+    g = torch.Generator().manual_seed(3)
+    adv = [torch.randn(len(r), generator=g) for r in responses]
+    runs = []
+    for share in (False, True):
+        ln = TorchLearner(tiny_path, LearnerConfig(lr=1e-2, warmup_ratio=0.0, total_steps=10, micro_batch_size=2,
+                                                   share_prompts=share, **kw), need_ref=need_ref)
+        mbs, _ = ln._micro(prompts, responses, [list(p) for p in PAIRS] if objective == "dpo" else None)
+        assert all((mb.shared is not None) == share for mb in mbs)
+        if objective == "dpo":
+            ref = [t + 0.3 * (i % 3) for i, t in enumerate(ln.logprobs(prompts, responses))]
+            batch = TrainBatch(prompts, responses, ref_logprobs=ref, pairs=PAIRS)
+        else:
+            batch = TrainBatch(prompts, responses, adv)
+        runs.append((len(mbs), ln.step(batch), dict(ln.named_weights())))
+    (n_off, m_off, w_off), (n_on, m_on, w_on) = runs
+    assert n_on < n_off  # each prompt written once per micro-batch: fewer, fuller rows
+    assert set(m_on) == set(m_off)
+    for key in m_off:
+        assert m_on[key] == pytest.approx(m_off[key], rel=1e-4, abs=1e-6), key
+    for n in w_off:  # Adam moves each weight by ~lr = 1e-2 a step, near-zero gradients too, so
+        # rounding in one of those can move a weight by 1e-4; a wrong layout moves most by ~1e-2
+        torch.testing.assert_close(w_on[n], w_off[n], rtol=1e-4, atol=1e-3)
+
+
+SMOL_PROMPTS = ("The lighthouse keeper climbed the spiral stairs every evening at dusk, carrying a can of oil "
+                "and a cloth. The lamp had burned for ninety years without failing once. Question: how long "
+                "had the lamp burned?",
+                "A train leaves the station at nine and travels sixty kilometres an hour for two and a half "
+                "hours. How far does it go?")
+SMOL_RESPONSES = ((" Ninety years.", " It had burned for ninety years without failing.", " 90"),
+                  (" It goes 150 km.", " 60 x 2.5 = 150 kilometres, so the train travels 150 km in total.",
+                   " One hundred and fifty kilometres."))
+
+
+def _shared_vs_per_sequence(ln, prompts, responses, adv):
+    """Per-token log-probs, and the gradient of sum(log-prob x advantage), with the option off
+    and on (the same learner, so the same weights)."""
+    out = []
+    for share in (False, True):
+        ln.cfg.share_prompts = share
+        mbs, _ = ln._micro(prompts, responses)
+        assert all((mb.shared is not None) == share for mb in mbs)
+        net = ln._net("policy")
+        for mb in mbs:
+            flat = ln._token_logprobs(net, mb)[0]
+            (flat * torch.cat([adv[i] for i in mb.index])).sum().backward()
+        if ln.lora is not None:
+            weights = ln.lora.adapter_params()
+        else:
+            weights = ln.master.named() if ln.master else ln.policy.named_parameters()
+        grads = {n: w.grad.float().clone() for n, w in weights if w.grad is not None}
+        ln._zero_grad()
+        out.append((torch.cat(ln.logprobs(prompts, responses)), grads))
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode,kw,lp_tol,grad_tol", [
+    ("fp32", {}, 1e-4, 1e-3),
+    ("lora_bf16", dict(lora_rank=8, lora_alpha=16.0, bf16=True), 0.15, 0.1)])  # as SPELL runs
+def test_smollm2_shared_prompts_equal_per_sequence(smol_path, smol_tokenizer, mode, kw, lp_tol, grad_tol):
+    """Real text on SmolLM2: full fine-tuning in fp32, log-probs to 1e-4 and gradients to
+    1e-3 of each tensor's largest entry; LoRA in bf16 to its rounding (log-probs within
+    0.15, as packed vs padded in test_varlen; gradients within 10% in norm). Full bf16 and
+    fp32 LoRA passed too (about 2 minutes each on 2 CPU cores: left out)."""
+    tok = smol_tokenizer
+    prompts = [tok.encode(p) for p, rs in zip(SMOL_PROMPTS, SMOL_RESPONSES) for _ in rs]
+    responses = [tok.encode(r) for rs in SMOL_RESPONSES for r in rs]
+    g = torch.Generator().manual_seed(0)
+    adv = [torch.randn(len(r), generator=g) for r in responses]
+    ln = TorchLearner(smol_path, LearnerConfig(micro_batch_size=2, **kw), need_ref=False)
+    if ln.lora is not None:  # B starts at zero: move it so that the adapter changes the numbers
+        with torch.no_grad():
+            for _, p in ln.lora.adapter_params():
+                p.add_(torch.randn(p.shape, generator=g).to(p.dtype) * 0.02)
+    (lp_off, g_off), (lp_on, g_on) = _shared_vs_per_sequence(ln, prompts, responses, adv)
+    assert lp_on.shape == lp_off.shape == (sum(map(len, responses)),)
+    assert (lp_on - lp_off).abs().max() <= lp_tol
+    assert set(g_on) == set(g_off) and g_off
+    if mode.endswith("fp32"):
+        for n in g_off:
+            assert (g_on[n] - g_off[n]).abs().max() <= grad_tol * max(g_off[n].abs().max().item(), 1e-6), n
+    else:
+        diff = sum(float((g_on[n] - g_off[n]).norm() ** 2) for n in g_off) ** 0.5
+        norm = sum(float(g_off[n].norm() ** 2) for n in g_off) ** 0.5
+        assert diff <= grad_tol * norm, (diff, norm)

@@ -158,3 +158,123 @@ def test_ordinary_calls_of_the_switched_model_stay_plain_sdpa(tiny_path):
     assert torch.allclose(got[mask.bool()], want[mask.bool()], atol=1e-5)
     with pytest.raises(RuntimeError, match="packed position_ids without serl_seq_lens"):
         learner.policy(ids[1:], position_ids=torch.tensor([[0, 1, 0, 1, 2]]))
+
+
+# ------------------------------------------------------------------ shared prompts (attention alone)
+# three blocks: a 3-token prompt with responses of 2, 1 and 4 tokens; 5 with 3; 2 with none
+SHARED = ((3, (2, 1, 4)), (5, (3,)), (2, ()))
+SHARED_LENS = (10, 8, 2)
+
+
+class _Attn(torch.nn.Module):
+    """What transformers' SDPA path reads off an attention module."""
+
+    def __init__(self, h, hkv):
+        super().__init__()
+        self.num_key_value_groups = h // hkv
+
+
+def _qkv(h, hkv, dtype, t=20, d=8):
+    g = torch.Generator().manual_seed(7)
+    return [torch.randn(1, n, t, d, generator=g).to(dtype).requires_grad_() for n in (h, hkv, hkv)]
+
+
+def _each_sequence_alone(q, k, v, shared, scale=0.3):
+    """Every (prompt, response) sequence on its own through causal fp32 SDPA, its outputs
+    put back at the row's columns: what the shared row must equal. [1, T, H, D]."""
+    group = q.shape[1] // k.shape[1]
+    q, k, v = q.float(), k.float().repeat_interleave(group, 1), v.float().repeat_interleave(group, 1)
+    out = [None] * q.shape[2]
+    start = 0
+    for p, rs in shared:
+        seqs, at = [list(range(start, start + p))], start + p
+        for r in rs:
+            seqs.append(list(range(start, start + p)) + list(range(at, at + r)))
+            at += r
+        for n, cols in enumerate(seqs):
+            o = F.scaled_dot_product_attention(q[:, :, cols], k[:, :, cols], v[:, :, cols], is_causal=True,
+                                               scale=scale)[0].transpose(0, 1)
+            mine = cols if n == 0 else cols[p:]  # the prompt's outputs come from its own piece
+            for j, c in enumerate(mine):
+                out[c] = o[len(cols) - len(mine) + j]
+        start = at
+    return torch.stack(out).unsqueeze(0)
+
+
+@pytest.mark.parametrize("kernel,eager_max", [("eager", 512), ("sdpa", 512), ("auto", 4)])
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 3e-2)])
+def test_shared_prompt_attention_equals_each_sequence_alone(monkeypatch, kernel, eager_max, dtype, tol):
+    """Outputs, and gradients into q, k, v (a prompt's keys collect those of all its responses)."""
+    monkeypatch.setattr(varlen, "EAGER_MAX_LEN", eager_max)  # auto at 4: eager for short pieces, else SDPA
+    h, hkv = 4, 2
+    q, k, v = _qkv(h, hkv, dtype)
+    got, _ = varlen.varlen_attention(_Attn(h, hkv), q, k, v, None, scaling=0.3, kernel=kernel,
+                                     serl_seq_lens=SHARED_LENS, serl_shared=SHARED)
+    q2, k2, v2 = (t.detach().float().requires_grad_() for t in (q, k, v))
+    want = _each_sequence_alone(q2, k2, v2, SHARED)
+    assert got.shape == want.shape == (1, 20, h, 8) and (got.float() - want).abs().max() <= tol
+    w = torch.randn(want.shape, generator=torch.Generator().manual_seed(1))
+    (got.float() * w).sum().backward()
+    (want * w).sum().backward()
+    for a, b in ((q, q2), (k, k2), (v, v2)):
+        assert (a.grad.float() - b.grad).abs().max() <= tol * max(1.0, b.grad.abs().max().item())
+
+
+def _bottom_right_flash(calls: list):
+    """A stand-in for flash-attn's ``flash_attn_varlen_func`` (>= 2.1): query and key pieces of
+    different lengths, the causal mask of each aligned to the bottom-right corner."""
+    import types
+
+    def flash_attn_varlen_func(q, k, v, cu_q, cu_k, max_q, max_k, dropout_p=0.0, softmax_scale=None,
+                               causal=False, **_):
+        assert causal and q.dtype == k.dtype == torch.bfloat16 and cu_q.dtype == cu_k.dtype == torch.int32
+        assert max_q == int(cu_q.diff().max()) and max_k == int(cu_k.diff().max())
+        calls.append((cu_q.tolist(), cu_k.tolist()))
+        group, outs = q.shape[1] // k.shape[1], []
+        for a, b, c, d in zip(cu_q[:-1].tolist(), cu_q[1:].tolist(), cu_k[:-1].tolist(), cu_k[1:].tolist()):
+            qs, ks, vs = q[a:b].transpose(0, 1).float(), k[c:d].transpose(0, 1).float(), v[c:d].transpose(0, 1).float()
+            allowed = torch.ones(b - a, d - c, dtype=torch.bool).tril_((d - c) - (b - a))
+            o = F.scaled_dot_product_attention(qs, ks.repeat_interleave(group, 0), vs.repeat_interleave(group, 0),
+                                               attn_mask=allowed, scale=softmax_scale)
+            outs.append(o.transpose(0, 1).to(q.dtype))
+        return torch.cat(outs)
+
+    return types.SimpleNamespace(flash_attn_varlen_func=flash_attn_varlen_func)
+
+
+def test_shared_prompt_flash_path_gathers_prompt_keys(monkeypatch):
+    import sys
+
+    calls = []
+    monkeypatch.setitem(sys.modules, "flash_attn", _bottom_right_flash(calls))
+    q, k, v = _qkv(4, 2, torch.bfloat16)
+    got, _ = varlen.varlen_attention(torch.nn.Module(), q, k, v, None, scaling=0.3, kernel="flash_attention_2",
+                                     serl_seq_lens=SHARED_LENS, serl_shared=SHARED)
+    # queries: the pieces as laid out (3, 2, 1, 4 | 5, 3 | 2); keys: each response after
+    # its prompt (3, 3+2, 3+1, 3+4 | 5, 5+3 | 2): one call for the whole row
+    assert calls == [([0, 3, 5, 6, 10, 15, 18, 20], [0, 3, 8, 12, 19, 24, 32, 34])]
+    keys = varlen._shared_index(SHARED, "cpu")[0].tolist()
+    assert keys == [0, 1, 2,  0, 1, 2, 3, 4,  0, 1, 2, 5,  0, 1, 2, 6, 7, 8, 9,
+                    10, 11, 12, 13, 14,  10, 11, 12, 13, 14, 15, 16, 17,  18, 19]
+    want = _each_sequence_alone(q.detach(), k.detach(), v.detach(), SHARED)
+    assert (got.float() - want).abs().max() <= 3e-2
+
+
+def test_shared_prompt_window_is_prompt_plus_one_response():
+    q, k, v = _qkv(2, 2, torch.float32, t=6)
+    # a block of 6 tokens, but no query sees more than 2 + 2
+    varlen.varlen_attention(_Attn(2, 2), q, k, v, None, serl_seq_lens=(6,), serl_shared=((2, (2, 2)),),
+                            sliding_window=4)
+    with pytest.raises(ValueError, match="a sequence of 5 tokens exceeds"):
+        varlen.varlen_attention(_Attn(2, 2), q, k, v, None, serl_seq_lens=(6,), serl_shared=((2, (3, 1)),),
+                                sliding_window=4)
+
+
+def test_shared_blocks_must_add_up_to_the_row():
+    class Bypass(torch.nn.Module):
+        def forward(self, **kwargs):
+            return kwargs["input_ids"]
+
+    with pytest.raises(ValueError, match="do not add up"):
+        varlen.packed_forward(Bypass(), torch.zeros(1, 5, dtype=torch.long), torch.zeros(1, 5), (5,),
+                              shared=((2, (2,)),))

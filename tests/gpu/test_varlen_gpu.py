@@ -36,14 +36,26 @@ def tiny_path(tmp_path_factory):
     return str(path)
 
 
-def _learner(path, pack, attn="auto"):
+def _learner(path, pack, attn="auto", **kw):
     cfg = LearnerConfig(device="cuda", bf16=True, pack=pack, attn_implementation=attn, micro_batch_size=3,
-                        lr=1e-2, warmup_ratio=0.0, total_steps=10)
+                        lr=1e-2, warmup_ratio=0.0, total_steps=10, **kw)
     return TorchLearner(path, cfg, need_ref=False)
 
 
-def _logprobs_and_grads(learner):
-    prompts, responses = _batch()
+def _shared_batch():
+    """Two prompts with 3 and 4 responses (LearnerConfig.share_prompts)."""
+    g = torch.Generator().manual_seed(1)
+    prompts, responses = [], []
+    for p, rs in ((70, (5, 40, 12)), (9, (30, 1, 22, 8))):
+        prompt = torch.randint(3, 256, (p,), generator=g).tolist()
+        for r in rs:
+            prompts.append(prompt)
+            responses.append(torch.randint(3, 256, (r,), generator=g).tolist())
+    return prompts, responses
+
+
+def _logprobs_and_grads(learner, batch=None):
+    prompts, responses = batch or _batch()
     mbs, _ = learner._micro(prompts, responses)
     net = learner._net("policy")
     for mb in mbs:
@@ -78,3 +90,14 @@ def test_packed_flash_varlen_equals_padded(tiny_path):
     padded = _logprobs_and_grads(_learner(tiny_path, False, "sdpa"))
     _assert_close(padded, _logprobs_and_grads(flash))
     _assert_close(padded, _logprobs_and_grads(_learner(tiny_path, False, "flash_attention_2")))
+
+
+@pytest.mark.parametrize("attn", ["sdpa", pytest.param("flash_attention_2", marks=needs_flash)])
+def test_shared_prompts_equal_per_sequence(tiny_path, attn):
+    """Each prompt once per row, its responses after it (SDPA per piece, or one flash-attn
+    call with [prompt; own] keys and a bottom-right causal mask) against every sequence alone."""
+    shared = _learner(tiny_path, True, attn, share_prompts=True)
+    mbs, _ = shared._micro(*_shared_batch())
+    assert all(mb.shared is not None for mb in mbs)
+    _assert_close(_logprobs_and_grads(_learner(tiny_path, True, "sdpa"), _shared_batch()),
+                  _logprobs_and_grads(shared, _shared_batch()))
