@@ -1,8 +1,9 @@
 """A tiny real SeRL run (SmolLM2, transformers generator) with --async_train and the importance-sampling
 correction: it trains (the weights move), every trained sample is at most --max_staleness policy
-versions old, the importance weights are logged and capped, and a run killed at the start of a step
+versions old, the importance weights are logged and capped, and a run stopped after a step
 and resumed matches the uninterrupted one exactly (every metric and the final weights)."""
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -63,11 +64,12 @@ def test_async_run_trains_lags_one_version_and_resumes_exactly(tmp_path, tiny_tr
         assert 0.5 < m["actor/is_weight_mean"] < 1.0, m
         assert m["actor/is_weight_max"] == pytest.approx(CAP), m
 
-    # killed at the start of step 3 and resumed: the batch collected ahead for step 3 was kept in the
-    # step-2 checkpoint, so the resumed step trains it on the same weights
-    killed = serl_train(*tiny_train_args, *ASYNC, "--run_dir", b, fault="generate:3")
-    assert killed.returncode != 0 and (b / "checkpoints/step_000002").exists()
-    assert not (b / "checkpoints/step_000003").exists()
+    # stopped after step 2 and resumed: the batch collected ahead for step 3 was kept in the step-2
+    # checkpoint, so the resumed step trains it on the same weights. The run is a copy of `a` without
+    # its step-3 checkpoint (a second run killed there costs a minute of CI and adds nothing here:
+    # tests/test_resume.py kills runs at every point); resuming drops the copied step-3 metrics line.
+    shutil.copytree(a, b)
+    shutil.rmtree(b / "checkpoints/step_000003")
     r = serl_train("--resume", b, "--progress", "quiet")
     assert r.returncode == 0, r.stderr[-3000:]
     assert _metrics(b) == ma

@@ -1,6 +1,6 @@
 """Policy snapshots: bf16 weight files, and a switcher that serves either the learner's current weights
-or a saved snapshot from one generator (any ``Generator`` with ``load_weights``). SPIRAL's population of
-past selves (Liu et al., 2025) and ``serl eval --games`` against a snapshot use it.
+or a saved snapshot from one generator (any ``Generator`` with ``load_weights``). The population of
+past selves (``serl.engines.population``) and ``serl eval --games`` against a snapshot use it.
 
 A snapshot is one ``.safetensors`` file of the policy's weights (Hugging Face parameter names, as
 ``Learner.named_weights`` yields them) in bf16, written through a temporary name and a rename. A fixed
@@ -81,29 +81,3 @@ class WeightSwitcher:
 
     def clear(self) -> None:
         self.cache.clear()
-
-
-class SnapshotTrash:
-    """Snapshot files pushed out of a population, deleted only once no kept checkpoint can need them:
-    a checkpoint at step s restores the population as it was at s, so a file evicted at step e may
-    go once a complete checkpoint at a step >= e exists. Its state is a list of (step, path)."""
-
-    def __init__(self, run_dir: Path) -> None:
-        self.run_dir, self.items = Path(run_dir), []
-
-    def add(self, step: int, paths: Iterable[str]) -> None:
-        self.items += [(int(step), str(p)) for p in paths]
-
-    def empty(self) -> None:
-        from serl.checkpoint import newest_step
-
-        newest = newest_step(self.run_dir) if self.items else 0
-        for _, p in [t for t in self.items if t[0] <= newest]:
-            (self.run_dir / p).unlink(missing_ok=True)
-        self.items = [t for t in self.items if t[0] > newest]
-
-    def state_dict(self) -> list:
-        return list(self.items)
-
-    def load_state_dict(self, items) -> None:
-        self.items = [(int(s), str(p)) for s, p in items]

@@ -7,8 +7,8 @@ snapshot to the population when one is due.
 - Lockstep play (``serl.games.lockstep.play_lockstep``): each round, all moves of the learner go into one
   ``generate`` call through the chat template; each opponent snapshot gets one call for its moves.
 - Opponents: ``self`` (both seats the current policy, both trained), ``random``, ``fixed:PATH`` or
-  ``population`` (a FIFO pool of bf16 snapshots in RUN_DIR/snapshots plus the current policy, drawn
-  uniformly per game). Snapshots are served from the same generator through ``load_weights``
+  ``population`` (``serl.engines.population``: a FIFO pool of bf16 snapshots in RUN_DIR/snapshots plus
+  the current policy, drawn uniformly per game). Snapshots are served from the same generator through ``load_weights``
   (``serl.engines.snapshots.WeightSwitcher``: loads only on a change, caches the files read in a step).
 - Seats: the k-th game of each type seats the learner at k mod 2 (``--alternate_seats``).
 - spiral-rl's options: ``--filter_draw`` replays drawn games on new deals (``serl.games.lockstep.replay_draws``),
@@ -29,7 +29,8 @@ import torch
 
 from serl.algos.rae import RoleBaselines, turn_advantages
 from serl.engines.base import Sampling, TrainBatch
-from serl.engines.snapshots import CURRENT, SnapshotTrash, WeightSwitcher, save_snapshot
+from serl.engines.population import Population
+from serl.engines.snapshots import CURRENT, WeightSwitcher
 from serl.eval.games import evaluate_games
 from serl.games import make_game
 from serl.games.actions import parser_options
@@ -37,10 +38,7 @@ from serl.games.lockstep import RandomPolicy, RewardRule, play_lockstep, replay_
 from serl.games.prompts import render_prompt
 from serl.recipes.base import Recipe, RunContext, masked_overlong
 
-from .population import SnapshotPool
 from .stats import episode_metrics
-
-SNAPSHOT_DIR = "snapshots"
 
 
 class SpiralRecipe(Recipe):
@@ -95,10 +93,9 @@ class SpiralRecipe(Recipe):
         cfg = self.cfg
         self.games = games or cfg.game_list()
         self.baselines = RoleBaselines(cfg.rae_alpha)
-        self.pool = SnapshotPool(cfg.population_size, cfg.population_every, seed=cfg.seed) \
+        self.population = Population(self.run_dir, cfg.population_size, cfg.population_every, seed=cfg.seed) \
             if cfg.opponent == "population" else None
         self.fixed = str(cfg.opponent_path()) if cfg.opponent_path() else None
-        self.trash = SnapshotTrash(self.run_dir)  # evicted snapshots, deleted once no checkpoint needs them
         self.switch = WeightSwitcher(self.generator, self.learner.named_weights)
         self.sampling = Sampling(cfg.generate_max_len, cfg.temperature, cfg.top_p)
         self.rule = RewardRule(invalid=cfg.invalid_penalty, invalid_opponent=cfg.invalid_opponent_reward,
@@ -109,7 +106,8 @@ class SpiralRecipe(Recipe):
     def collect(self, step: int):
         cfg = self.cfg
         loads, reads = self.switch.loads, self.switch.reads
-        self.trash.empty()
+        if self.population is not None:
+            self.population.empty_trash()  # evicted snapshots no kept checkpoint needs
         games, seats, policies, kinds = self.deal(step)                             # 1. games, opponents
         play = dict(rule=self.rule, max_turns=cfg.max_turns or None, prompt=self.prompt, parse_options=self.parse)
         turns, episodes = play_lockstep(games, seats, policies, **play)             # 2. play
@@ -133,13 +131,13 @@ class SpiralRecipe(Recipe):
             self.switch.serving_current()
         else:
             self.switch.use(CURRENT)
-        if self.pool is not None and self.pool.due(step) and step >= self.cfg.fsp_start_from:  # 5. population
-            with self.timed("snapshot"):
-                self.add_snapshot(step)
+        if self.population is not None and self.population.due(step) and step >= self.cfg.fsp_start_from:
+            with self.timed("snapshot"):                                            # 5. population
+                self.population.add(step, self.learner.named_weights())
         metrics["spiral/snapshot_loads"] = self.switch_counts[0] + self.switch.loads - loads
         metrics["spiral/snapshot_reads"] = self.switch_counts[1] + self.switch.reads - reads
-        if self.pool is not None:
-            metrics["spiral/population/size"] = len(self.pool.entries())
+        if self.population is not None:
+            metrics["spiral/population/size"] = self.population.size()
         metrics.update(self.baseline_metrics)  # as collect left them (under --async_train the next has run)
 
     # ---- stages ----------------------------------------------------------------------------------------
@@ -150,7 +148,7 @@ class SpiralRecipe(Recipe):
         games = [self.new_game(g) for g in names]
         policies = {CURRENT: self.policy(CURRENT)}
         if cfg.opponent == "population" and step > cfg.fsp_start_from:  # spiral-rl: batch index >= start
-            drawn = self.pool.sample(n)
+            drawn = self.population.sample(n)
         else:  # the population plays only from --fsp_start_from on: self-play before
             drawn = [{"self": CURRENT, "random": "random", "population": CURRENT}.get(cfg.opponent, "fixed")] * n
         ids = []
@@ -159,7 +157,7 @@ class SpiralRecipe(Recipe):
                 ids.append(entry)
             else:  # a snapshot, by its path relative to the run directory
                 ids.append(entry.rsplit("/", 1)[-1].removesuffix(".safetensors"))
-                policies.setdefault(ids[-1], self.policy(str(self.run_dir / entry)))
+                policies.setdefault(ids[-1], self.policy(self.population.path(entry)))
         if "random" in ids:
             policies["random"] = RandomPolicy(self.rng.randrange(2 ** 31))
         if "fixed" in ids:
@@ -209,11 +207,6 @@ class SpiralRecipe(Recipe):
                           response_ids=[list(c.token_ids) for c, _ in rows],
                           advantages=[torch.full((len(c.token_ids),), a) for c, a in rows])
 
-    def add_snapshot(self, step: int) -> None:
-        rel = f"{SNAPSHOT_DIR}/step_{step:06d}.safetensors"
-        save_snapshot(self.learner.named_weights(), self.run_dir / rel)
-        self.trash.add(step, self.pool.add(rel))
-
     def evaluate(self, games) -> dict[str, float]:
         """Games against uniform random (seats alternated, fixed deals) and Kuhn exploitability."""
         cfg, t0 = self.cfg, time.perf_counter()
@@ -232,18 +225,14 @@ class SpiralRecipe(Recipe):
         return out | {"time/eval": time.perf_counter() - t0}
 
     # ---- checkpointed state ------------------------------------------------------------------------------
-    def state_dict(self) -> dict:
-        return {"baselines": self.baselines.state_dict(), "trash": self.trash.state_dict(),
-                "pool": self.pool.state_dict() if self.pool is not None else None}
+    def state_dict(self) -> dict:  # keys as before the population moved to serl.engines: old runs resume
+        own = self.population.state_dict() if self.population is not None else {"pool": None, "trash": []}
+        return {"baselines": self.baselines.state_dict(), **own}
 
     def load_state_dict(self, state: dict) -> None:
         self.baselines.load_state_dict(state["baselines"])
-        if self.pool is not None:
-            self.pool.load_state_dict(state["pool"])
-            missing = [p for p in self.pool.snapshots if not (self.run_dir / p).is_file()]
-            if missing:
-                raise FileNotFoundError(f"{self.run_dir}: population snapshot {missing[0]} is missing")
-        self.trash.load_state_dict(state["trash"])
+        if self.population is not None:
+            self.population.load_state_dict(state)
 
 
 Recipe = SpiralRecipe

@@ -33,7 +33,8 @@ def train(*args, fault="", code=0):
 def test_two_steps_of_tictactoe_with_a_population_of_two_resumed_after_one(tmp_path, smol_path):
     from serl.checkpoint import latest_checkpoint, load_trainer_state
     from serl.engines.snapshots import load_snapshot
-    from serl.recipes.spiral.population import CURRENT, SnapshotPool
+    from serl.engines.population import SnapshotPool
+    from serl.engines.snapshots import CURRENT
 
     run = tmp_path / "run"
     train("--run_dir", run, "--steps", "2", *TINY, fault="generate:2", code=-9)  # killed as step 2 starts

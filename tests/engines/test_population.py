@@ -1,9 +1,13 @@
+"""The population of past selves: the pool's bookkeeping, and the snapshot files it writes and deletes."""
 import json
 from collections import Counter
 
 import pytest
 
-from serl.recipes.spiral.population import CURRENT, SnapshotPool
+import torch
+
+from serl.engines.population import Population, SnapshotPool
+from serl.engines.snapshots import CURRENT, load_snapshot
 
 
 @pytest.mark.parametrize("size", [0, -3])
@@ -79,3 +83,40 @@ def test_state_dict_resumes_exactly():
 def test_malformed_state_refused(state):
     with pytest.raises(ValueError, match="population"):
         SnapshotPool().load_state_dict(state)
+
+
+def _complete_checkpoint(run_dir, step):
+    d = run_dir / "checkpoints" / f"step_{step:06d}"
+    d.mkdir(parents=True)
+    (d / "COMPLETE").write_text(f"{step}\n")
+
+
+def test_population_writes_snapshots_and_deletes_an_evicted_one_only_after_a_newer_checkpoint(tmp_path):
+    pop = Population(tmp_path, size=2, add_every=1, seed=3)  # the current policy and one snapshot
+    assert pop.add(1, [("w", torch.ones(2))]) == "snapshots/step_000001.safetensors"
+    w = load_snapshot(tmp_path / "snapshots/step_000001.safetensors")
+    assert w["w"].dtype == torch.bfloat16 and w["w"].tolist() == [1.0, 1.0]
+    assert pop.size() == 2 and set(pop.sample(50)) == {"snapshots/step_000001.safetensors", CURRENT}
+    pop.add(2, [("w", torch.zeros(2))])  # pushes step 1 out of the pool
+    assert pop.state_dict()["trash"] == [(2, "snapshots/step_000001.safetensors")]
+    _complete_checkpoint(tmp_path, 1)  # a checkpoint from before the eviction still needs the file
+    pop.empty_trash()
+    assert (tmp_path / "snapshots/step_000001.safetensors").is_file()
+    _complete_checkpoint(tmp_path, 2)
+    pop.empty_trash()
+    assert not (tmp_path / "snapshots/step_000001.safetensors").exists()
+    assert pop.state_dict()["trash"] == []
+    assert pop.path(pop.pool.snapshots[0]) == str(tmp_path / "snapshots/step_000002.safetensors")
+
+
+def test_population_state_resumes_the_draws_and_refuses_a_missing_snapshot(tmp_path):
+    pop = Population(tmp_path, size=3, add_every=1, seed=7)
+    pop.add(1, [("w", torch.ones(1))])
+    state = json.loads(json.dumps(pop.state_dict()))
+    expected = pop.sample(20)
+    again = Population(tmp_path, size=3, add_every=1)
+    again.load_state_dict(state)
+    assert again.sample(20) == expected
+    (tmp_path / "snapshots/step_000001.safetensors").unlink()
+    with pytest.raises(FileNotFoundError, match="population snapshot snapshots/step_000001.safetensors is missing"):
+        Population(tmp_path, size=3, add_every=1).load_state_dict(state)
