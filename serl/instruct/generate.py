@@ -86,7 +86,7 @@ class SelfInstruct:
         before = self.filters.counters()
         added: list[PoolItem] = []
         cands: list[Candidate] = []
-        attempts = completions = empty = tokens = truncated = 0
+        attempts = completions = empty = tokens = truncated = prompt_tokens = 0
         engine_s = 0.0  # inside generator calls; the rest of time/instruct is prompts, parsing, filters
         dropped, too_long = self.shots_dropped, self.prompts_too_long
         budget = self.cfg.prompts_per_call * self.cfg.max_attempts
@@ -98,6 +98,7 @@ class SelfInstruct:
             self.prompts_sent += len(batch)
             if not batch:
                 continue
+            prompt_tokens += sum(len(p) for p, _ in batch)  # the work of the prefill (bench/roofline.py)
             t_call = time.perf_counter()
             groups = self.generator.generate([p for p, _ in batch], self.cfg.samples_per_prompt,
                                              self.sampling)
@@ -139,6 +140,7 @@ class SelfInstruct:
             "instruct/candidates": float(checked), "instruct/attempts": float(attempts),
             "instruct/completions": float(completions), "instruct/empty_completions": float(empty),
             "instruct/truncated_completions": float(truncated), "instruct/gen_tokens": float(tokens),
+            "instruct/prompt_tokens": float(prompt_tokens),
             "time/instruct_engine": engine_s,
             "instruct/accept_rate": len(added) / checked if checked else 0.0,
             "time/instruct": elapsed,

@@ -51,7 +51,8 @@ def fill_batch(size: int, carried: list[Rollout], one_round: Callable[[], list[R
 
 # ---- a step's counters: summed over its rounds, then turned into the logged means ----------
 STEP_COUNTS = ("filter/difficulty/kept", "filter/difficulty/too_easy", "filter/difficulty/too_hard",
-               "batch/generated", "batch/rolled_out", "batch/skipped_long")
+               "batch/generated", "batch/rolled_out", "batch/skipped_long",
+               "rollout/prompt_tokens", "rollout/gen_tokens")  # the rollout's work (bench/roofline.py)
 
 
 def accumulate(into: dict, more: dict) -> None:

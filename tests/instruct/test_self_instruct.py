@@ -55,6 +55,8 @@ def test_propose_filters_and_adds_pending(tmp_path):
     assert all(len(it.parents) == 4 and all(p.startswith("s") for p in it.parents) for it in items)
     assert [c.filter for c in si.last_candidates] == [None, "banned", "duplicate", None, "length"]
     assert m["instruct/candidates"] == 5 and m["instruct/accepted"] == 2
+    # CharTok: one id per character, so the prefill's tokens are the prompts' characters
+    assert m["instruct/prompt_tokens"] == sum(map(len, gen.prompts)) > 0
     assert m["filter/banned/rejected"] == 1 and m["filter/duplicate/rejected"] == 1
     assert m["filter/length/rejected"] == 1 and m["filter/rouge/passed"] == 2
     # the prompt ends with the next number: 4 shots -> "5."

@@ -172,9 +172,12 @@ class SerlRecipe(Recipe):
                             top_p=self.cfg.top_p)
         n = self.cfg.n_samples_per_prompt
         with self.timed("generate"), stage("rollout", len(items) * n, "samples", self.progress) as st:
-            groups = self.generator.generate([self.chat_prompt(i.text) for i in items], n, sampling)
+            prompts = [self.chat_prompt(i.text) for i in items]
+            groups = self.generator.generate(prompts, n, sampling)
             st.update(sum(len(g) for g in groups))
         self.counts["batch/rolled_out"] += len(items)
+        self.counts["rollout/prompt_tokens"] += sum(len(p) for p in prompts)
+        self.counts["rollout/gen_tokens"] += sum(len(c.token_ids) for g in groups for c in g)
         return groups
 
     def reward(self, items, groups, metrics: dict) -> list[GroupScore]:
@@ -237,6 +240,10 @@ class SerlRecipe(Recipe):
             torch.tensor(group_ids), mask, kl=kl,
             kl_coef=self.plan.kl_coef if kl is not None else 0.0, gamma=self.cfg.gamma)
         metrics["train/sequences"] = len(keep)
+        # the tokens each scoring pass and the update run over, prompts included (bench/roofline.py)
+        metrics["train/logprob_tokens"] = sum(len(p) + n for p, n in zip(prompt_ids, lens))
+        metrics["train/logprob_passes"] = (old is not None) + (ref is not None)
+        metrics["train/tokens"] = sum(len(prompt_ids[i]) + lens[i] for i in keep)
         metrics["train/reward_mean"] = float(np.mean([rewards[i] for i in keep]))
         batch = TrainBatch(prompt_ids=prompt_ids, response_ids=response_ids,
                            advantages=[adv[i, :n] for i, n in enumerate(lens)], old_logprobs=old,

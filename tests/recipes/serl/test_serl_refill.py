@@ -155,6 +155,10 @@ def test_refill_rounds_fill_the_batch_and_carry_the_rest(tmp_path):
     assert gen.rolled_out[8:] == [8, 9, 10, 11]
     assert trained(learner.batches[1]) == [7, 8, 10, 11] and recipe.carry == []
     assert (m2["filter/rounds"], m2["batch/rolled_out"], m2["batch/carried_in"], m2["batch/carried_out"]) == (1, 4, 1, 0)
+    # the rollout's work (bench/roofline.py): 2 tokens an answer; every problem's prompt has
+    # the same number of words, so step 1's 8 prompts are twice step 2's 4
+    assert (m1["rollout/gen_tokens"], m2["rollout/gen_tokens"]) == (8 * 4 * 2, 4 * 4 * 2)
+    assert m1["rollout/prompt_tokens"] == 2 * m2["rollout/prompt_tokens"] > 0
     # kept + carried in = trained + carried out, every step
     for m in (m1, m2):
         assert m["filter/difficulty/kept"] + m["batch/carried_in"] == m["train/batch_prompts"] + m["batch/carried_out"]
