@@ -43,7 +43,11 @@ STAGES = ("step", "instruct", "instruct_engine", "generate", "reward", "filter",
 PSS_EVERY = 20  # PSS on every 20th sample only (RSS, /dev/shm and "used" on every one)
 COUNTS = ("instruct/attempts", "instruct/completions", "instruct/gen_tokens", "instruct/candidates",
           "instruct/accepted", "instruct/truncated_completions", "instruct/empty_completions",
-          "filter/rounds", "train/sequences", "response/length_mean")
+          "filter/rounds", "train/sequences", "response/length_mean",
+          # the work of each stage, for roofline.py
+          "instruct/prompt_tokens", "batch/rolled_out", "rollout/prompt_tokens", "rollout/gen_tokens",
+          "train/batch_prompts", "train/logprob_tokens", "train/logprob_passes", "train/tokens",
+          "actor/tokens", "actor/steps")
 
 
 def parse_args(argv=None):

@@ -1,0 +1,373 @@
+"""How far each stage of a SeRL step runs from this machine's limit (issue 35 §2).
+
+    flock /tmp/vllm.lock env MALLOC_ARENA_MAX=2 python bench/roofline.py --run      # both models, 3 steps
+    python bench/roofline.py --measured bench/results.jsonl     # from serl_step.py records made before
+
+1. The machine's limits, measured here: the matmul peak (torch.mm in bf16 and fp32, square
+   and skinny [tokens x hidden] @ [hidden x ffn] shapes, median of --reps after a warm-up,
+   torch's default threads) and the memory bandwidth (copy and triad over arrays far larger
+   than the caches, median GB/s). The peak of a dtype is its best shape's median.
+2. The work of each stage from the model's config.json (pure functions below): FLOPs and
+   the bytes that must cross the memory bus at least once. Roofline time = the sum over the
+   stage's phases of max(FLOPs / peak, bytes / bandwidth); an upper bound on the rate, since
+   activations, logits and cache misses are left out of the bytes.
+3. The measured times and token counts of `serl_step.py` runs (metrics.jsonl's ``time/*``
+   and counts), summed over the steps after --skip; ratio = roofline time / measured time.
+
+FLOPs: a forward pass costs 2 FLOPs per weight a token multiplies (Kaplan et al. 2020, §2.1,
+C_forward ~ 2N) plus attention's two matmuls over the context, 2 * ctx * d_attn each per layer
+(Hoffmann et al. 2022, Appendix F, "key @ query logits" and "softmax @ value"); the backward
+pass costs twice the forward (Kaplan: C ~ 6N to train), of which LoRA skips the base weights'
+gradients, and gradient checkpointing adds a forward.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shlex
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from _common import RESULTS, append_result, cpu_model
+
+MODEL_FLAGS = {  # serl_step.py --flags per model: Qwen's are the final configuration in bench/README.md
+    "smollm2": "",
+    "qwen2.5-coder-0.5b": "--lora_rank 32 --lora_alpha 64 --init_kl_coef 1e-4 --actor_learning_rate 5e-5 "
+                          "--micro_train_batch_size 8 --gradient_checkpointing false --vllm_kv_cache_gib 0.5 "
+                          "--instruction_one_call true",
+}
+ADAM_BYTES = 28  # AdamW, fp32: read master, grad, m, v (16); write master, m, v (12)
+ENGINE_BYTES = 2  # vLLM runs in bf16 here (VLLMGenerator's dtype), its KV cache too
+
+
+# ---- 1. the work, from config.json --------------------------------------------------------
+@dataclass(frozen=True)
+class Shape:
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    ffn: int
+    vocab: int
+    tied: bool
+
+    @classmethod
+    def from_config(cls, c: dict) -> "Shape":
+        heads = c["num_attention_heads"]
+        return cls(c["num_hidden_layers"], c["hidden_size"], heads, c.get("num_key_value_heads", heads),
+                   c.get("head_dim") or c["hidden_size"] // heads, c["intermediate_size"], c["vocab_size"],
+                   bool(c.get("tie_word_embeddings", False)))
+
+    def layer_linears(self) -> list[tuple[int, int]]:
+        """(in, out) of each linear of a layer: q, k, v, o and the gated MLP's gate, up, down."""
+        h, a, kv = self.hidden, self.heads * self.head_dim, self.kv_heads * self.head_dim
+        return [(h, a), (h, kv), (h, kv), (a, h), (h, self.ffn), (h, self.ffn), (self.ffn, h)]
+
+    def matmul_params(self) -> int:
+        """Weights each token multiplies: every layer's linears and the LM head (norms and
+        biases left out; the input embedding is a lookup)."""
+        return self.layers * sum(i * o for i, o in self.layer_linears()) + self.vocab * self.hidden
+
+    def stored_params(self) -> int:
+        return self.matmul_params() + (0 if self.tied else self.vocab * self.hidden)
+
+    def lora_params(self, rank: int) -> int:
+        """A rank-r adapter on every linear but the head (serl's default, peft's all-linear)."""
+        return self.layers * sum(rank * (i + o) for i, o in self.layer_linears())
+
+    def attn_flops(self, ctx: float) -> float:
+        """QK^T and softmax @ V of one token against ``ctx`` earlier ones, all layers."""
+        return 4 * self.layers * self.heads * self.head_dim * ctx
+
+    def kv_bytes(self) -> int:
+        """K and V of one token, all layers, in the engine's dtype."""
+        return 2 * self.layers * self.kv_heads * self.head_dim * ENGINE_BYTES
+
+
+def generation_work(s: Shape, calls: float, prompts: float, prompt_tokens: float, seqs: float,
+                    gen_tokens: float) -> list[tuple[float, float]]:
+    """(FLOPs, bytes) of the prefill and the decode of ``calls`` engine calls. A prompt is
+    prefilled once for all its samples (prefix cache); at decode every step reads the
+    weights once for the call's ``seqs / calls`` sequences and each sequence its KV cache."""
+    p, g = prompt_tokens / max(prompts, 1), gen_tokens / max(seqs, 1)  # mean lengths
+    w = s.matmul_params() * ENGINE_BYTES
+    prefill = (prompt_tokens * (2 * s.matmul_params() + s.attn_flops((p + 1) / 2)),
+               calls * w + prompt_tokens * s.kv_bytes())
+    ctx = p + (g + 1) / 2  # mean context of a generated token
+    batch = max(seqs / max(calls, 1), 1)
+    decode = (gen_tokens * (2 * s.matmul_params() + s.attn_flops(ctx)),
+              gen_tokens / batch * w + gen_tokens * s.kv_bytes() * (ctx + 1))
+    return [prefill, decode]
+
+
+def forward_work(s: Shape, tokens: float, seqs: float, micro: int, passes: int, wbytes: int
+                 ) -> list[tuple[float, float]]:
+    """(FLOPs, bytes) of ``passes`` scoring passes over ``seqs`` sequences of ``tokens`` in
+    all, in micro-batches of ``micro`` sequences, each reading the weights once."""
+    ctx = (tokens / max(seqs, 1) + 1) / 2
+    flops = tokens * (2 * s.matmul_params() + s.attn_flops(ctx))
+    return [(flops, math.ceil(seqs / micro) * s.matmul_params() * wbytes)] * passes
+
+
+def update_work(s: Shape, tokens: float, seqs: float, micro: int, opt_steps: float, wbytes: int,
+                lora_rank: int = 0, checkpointing: bool = False) -> list[tuple[float, float]]:
+    """(FLOPs, bytes) of forward + backward over every micro-batch and the AdamW steps.
+    Backward = input gradients (2 per weight) + weight gradients (2 per weight, none for
+    LoRA's frozen base); the adapters cost 6 per adapter weight. Bytes: each pass reads the
+    weights; fp32 gradients are read and written per micro-batch; AdamW per step."""
+    ctx = (tokens / max(seqs, 1) + 1) / 2
+    fwd = 1 + checkpointing
+    weight_flops = 2 * s.matmul_params() * (fwd + 1 + (0 if lora_rank else 1))
+    trained = s.lora_params(lora_rank) if lora_rank else s.stored_params()
+    flops = tokens * (weight_flops + s.attn_flops(ctx) * (fwd + 2) + 6 * (trained if lora_rank else 0))
+    micros = math.ceil(seqs / micro)
+    passes = micros * (s.matmul_params() * wbytes * (fwd + 1) + trained * 8)
+    optimizer = opt_steps * trained * (ADAM_BYTES + (wbytes if wbytes < 4 else 0))  # + the bf16 copy
+    return [(flops, passes + optimizer)]
+
+
+def sync_work(s: Shape, wbytes: int, lora_rank: int = 0) -> list[tuple[float, float]]:
+    """One push: read the learner's weights, write the engine's (bf16); under LoRA each
+    adapted weight is first merged (W + B @ A: 2 * rank FLOPs per weight)."""
+    flops = 2 * lora_rank * (s.matmul_params() - s.vocab * s.hidden) if lora_rank else 0
+    return [(flops, s.stored_params() * (wbytes + ENGINE_BYTES))]
+
+
+def roofline_seconds(work: list[tuple[float, float]], peak: float, bandwidth: float) -> dict[str, float]:
+    """Seconds each phase needs at the limit, summed by what bounds it."""
+    out = {"compute": 0.0, "memory": 0.0}
+    for flops, nbytes in work:
+        tc, tm = flops / peak, nbytes / bandwidth
+        out["compute" if tc >= tm else "memory"] += max(tc, tm)
+    return out
+
+
+# ---- 2. the stages of a step, from serl_step.py's record ------------------------------------
+def flag(argv: list[str], name: str, default):
+    """The last value of ``--name`` in a command line, typed like ``default``."""
+    vals = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == f"--{name}"]
+    if not vals:
+        return default
+    return vals[-1].lower() == "true" if isinstance(default, bool) else type(default)(vals[-1])
+
+
+def settings(command: str) -> dict:
+    """What the work depends on among a run's flags (serl's defaults where a flag is absent);
+    ``wbytes``: the learner's weights, bf16 with --bf16 (fp32 masters in the optimizer)."""
+    a = shlex.split(command)
+    return {"n": flag(a, "n_samples_per_prompt", 1), "micro": flag(a, "micro_train_batch_size", 4),
+            "lora": flag(a, "lora_rank", 0), "wbytes": 2 if flag(a, "bf16", False) else 4,
+            "ckpt": flag(a, "gradient_checkpointing", False), "max_len": flag(a, "generate_max_len", 1024),
+            "batch": flag(a, "rollout_batch_size", 1), "kl": flag(a, "init_kl_coef", 0.0) > 0}
+
+
+def step_stages(s: Shape, c: dict, times: dict, st: dict) -> dict[str, tuple]:
+    """stage -> (measured s, units of work, unit, engine?, [(FLOPs, bytes)], notes) of one step
+    from its counts ``c`` and ``times``; a count the record lacks is estimated, and said so."""
+    def count(key, fallback, how):
+        if c.get(key) is None:
+            notes.append(f"no {key}: {how}")
+            return fallback
+        return c[key]
+
+    out, mean, rounds, lw = {}, c.get("response/length_mean"), c.get("filter/rounds") or 1, st["wbytes"]
+    notes: list[str] = []
+    comps, gen = c.get("instruct/completions") or 0, c.get("instruct/gen_tokens") or 0
+    prompt = count("instruct/prompt_tokens", 0, "prefill left out")
+    out["self-instruction"] = (times.get("instruct", 0), gen, "tokens", True,
+                               generation_work(s, c.get("instruct/attempts") or 1, comps, prompt, comps, gen), notes)
+    notes = []
+    rolled = count("batch/rolled_out", st["batch"] * rounds, "--rollout_batch_size x rounds")
+    seqs = rolled * st["n"]
+    gen = count("rollout/gen_tokens", seqs * (st["max_len"] if mean is None else mean), "answers x mean length")
+    prompt = count("rollout/prompt_tokens", 0, "prefill left out")
+    out["rollout"] = (times.get("generate", 0), gen, "tokens", True,
+                      generation_work(s, rounds, rolled, prompt, seqs, gen), notes)
+    notes = []
+    scored = (c.get("train/batch_prompts") or 0) * st["n"]
+    tokens = count("train/logprob_tokens", scored * (mean or 0), "answers only, prompts left out")
+    passes = int(count("train/logprob_passes", 2 if st["kl"] else 0, "2 if --init_kl_coef > 0"))
+    out["log-probs"] = (times.get("logprobs", 0), tokens * passes, "tokens", False,
+                        forward_work(s, tokens, scored, st["micro"], passes, lw), notes)
+    notes = []
+    tokens = count("train/tokens", c.get("actor/tokens") or 0, "actor/tokens: answers only, prompts left out")
+    out["update"] = (times.get("learner", 0), tokens, "tokens", False, update_work(
+        s, tokens, c.get("train/sequences") or 0, st["micro"], c.get("actor/steps") or 1, lw, st["lora"], st["ckpt"]),
+        notes)
+    out["weight sync"] = (times.get("sync", 0), s.stored_params() / 1e6, "M weights", False,
+                          sync_work(s, lw, st["lora"]), [])
+    return out
+
+
+def stage_rows(s: Shape, record: dict, peaks: dict, bandwidth: float, skip: int = 0) -> list[dict]:
+    """Measured against roofline rate of each stage, summed over the record's steps after
+    ``skip``. ``peaks``: FLOP/s by dtype; the engine computes in bf16, the learner in its own."""
+    st, counts, times = settings(record["command"]), record["counts"], record["per_step_s"]
+    learner_peak = peaks["bf16" if st["wbytes"] == 2 else "fp32"]
+    acc: dict[str, dict] = {}
+    for i in range(skip, len(times)):
+        c = {k: (v[i] if i < len(v) else None) for k, v in counts.items()}
+        for name, (secs, units, unit, engine, work, notes) in step_stages(s, c, times[i], st).items():
+            if secs <= 0 or units <= 0:
+                continue  # the stage did not run in this step
+            roof = roofline_seconds(work, peaks["bf16"] if engine else learner_peak, bandwidth)
+            a = acc.setdefault(name, {"unit": unit, "units": 0.0, "seconds": 0.0, "compute": 0.0, "memory": 0.0,
+                                      "notes": set()})
+            a.update(units=a["units"] + units, seconds=a["seconds"] + secs, compute=a["compute"] + roof["compute"],
+                     memory=a["memory"] + roof["memory"])
+            a["notes"].update(notes)
+    return [table_row(record["model"], name, a) for name, a in acc.items()]
+
+
+def table_row(model: str, stage: str, a: dict) -> dict:
+    roof = a["compute"] + a["memory"]
+    return {"model": model, "stage": stage, "unit": a["unit"], "measured_per_s": a["units"] / a["seconds"],
+            "bound": "compute" if a["compute"] >= a["memory"] else "memory",
+            "roofline_per_s": a["units"] / roof if roof else float("inf"),
+            "ratio": roof / a["seconds"], "measured_s": a["seconds"], "roofline_s": roof,
+            "notes": "; ".join(sorted(a.get("notes", ())))}
+
+
+def num(x: float) -> str:
+    return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
+
+
+def markdown(rows: list[dict]) -> str:
+    lines = ["| model | stage | measured rate /s | bound | roofline rate /s | measured / roofline | notes |",
+             "|---|---|---:|---|---:|---:|---|"]
+    for r in rows:
+        lines.append(f"| {r['model']} | {r['stage']} | {num(r['measured_per_s'])} {r['unit']} | {r['bound']} | "
+                     f"{num(r['roofline_per_s'])} {r['unit']} | {r['ratio']:.1%} | {r['notes']} |")
+    return "\n".join(lines)
+
+
+def furthest(rows: list[dict]) -> str:
+    """The sentence for the row with the lowest measured / roofline ratio."""
+    r = min(rows, key=lambda r: r["ratio"])
+    return (f"Furthest from its limit: {r['model']} {r['stage']}, at {r['ratio']:.1%} of its roofline "
+            f"({r['bound']}-bound: {num(r['measured_per_s'])} against {num(r['roofline_per_s'])} {r['unit']}/s).")
+
+
+# ---- 3. the machine's limits (torch only here) ----------------------------------------------
+def timed_median(fn, reps: int) -> float:
+    fn()  # warm-up: kernel choice, first touch of memory
+    secs = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        secs.append(time.perf_counter() - t0)
+    return statistics.median(secs)
+
+
+def measure_limits(shapes: list[Shape], reps: int, stream_mib: int) -> dict:
+    import torch
+
+    mm = {}
+    sizes = [(n, n, n) for n in (1024, 2048)]
+    sizes += [(t, s.hidden, s.ffn) for s in shapes for t in (64, 2048)]  # decode batch; a packed micro-batch
+    for dtype, name in ((torch.bfloat16, "bf16"), (torch.float32, "fp32")):
+        for m, k, n in sizes:
+            a, b = torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
+            mm[f"{name} {m}x{k} @ {k}x{n}"] = 2 * m * k * n / timed_median(lambda: torch.mm(a, b), reps)
+    n = stream_mib * 2 ** 20 // 4
+    x, y, z = torch.rand(n), torch.rand(n), torch.empty(n)
+    copy = 2 * n * 4 / timed_median(lambda: z.copy_(x), reps)
+    triad = 3 * n * 4 / timed_median(lambda: torch.add(x, y, alpha=3.0, out=z), reps)
+    peak = {d: max(v for k, v in mm.items() if k.startswith(d)) for d in ("bf16", "fp32")}
+    return {"matmul_flops_per_s": mm, "peak_flops_per_s": peak, "copy_bytes_per_s": copy,
+            "triad_bytes_per_s": triad, "bandwidth_bytes_per_s": max(copy, triad),
+            "threads": torch.get_num_threads(), "stream_mib": stream_mib}
+
+
+def print_limits(lim: dict) -> None:
+    print(f"machine: {cpu_model()}, {os.cpu_count()} cores; torch threads {lim['threads']}")
+    for k, v in lim["matmul_flops_per_s"].items():
+        print(f"  matmul {k:<28} {v / 1e9:8.1f} GFLOP/s")
+    print(f"  peak: bf16 {lim['peak_flops_per_s']['bf16'] / 1e9:.1f}, fp32 {lim['peak_flops_per_s']['fp32'] / 1e9:.1f}"
+          f" GFLOP/s; bandwidth: copy {lim['copy_bytes_per_s'] / 1e9:.1f}, triad {lim['triad_bytes_per_s'] / 1e9:.1f}"
+          f" GB/s ({lim['stream_mib']} MiB arrays)")
+
+
+# ---- the command -----------------------------------------------------------------------------
+def load_records(path, models: list[str], label: str | None = None) -> dict[str, dict]:
+    """The last serl_step.py record of each of ``models`` in a JSONL file (``label``: only those)."""
+    p = Path(path)
+    if not p.is_file():
+        raise SystemExit(f"{path}: not found")
+    out = {}
+    for lineno, line in enumerate(p.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            r = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise SystemExit(f"{path}:{lineno}: not JSON ({e.msg})") from None
+        if r.get("bench") != "serl_step" or r.get("model") not in models or label not in (None, r.get("label")):
+            continue
+        missing = [k for k in ("command", "counts", "per_step_s") if k not in r]
+        if missing:
+            raise SystemExit(f"{path}:{lineno}: a serl_step record without {', '.join(missing)}")
+        out[r["model"]] = r
+    return out
+
+
+def model_shape(name: str) -> Shape:
+    from serl.models import resolve_model
+
+    return Shape.from_config(json.loads((Path(resolve_model(name)) / "config.json").read_text()))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--run", action="store_true", help="run serl_step.py for each model first")
+    src.add_argument("--measured", help="a JSONL of serl_step.py records (the last one per model is read)")
+    ap.add_argument("--models", default="smollm2,qwen2.5-coder-0.5b")
+    ap.add_argument("--steps", type=int, default=3, help="with --run: serl_step.py --steps")
+    ap.add_argument("--skip", type=int, default=1, help="steps left out at the start (warm-up)")
+    ap.add_argument("--reps", type=int, default=5, help="timed repeats of each limit measurement")
+    ap.add_argument("--stream_mib", type=int, default=256, help="size of each bandwidth array")
+    ap.add_argument("--out", default=None, help="JSONL to append to (default bench/results.jsonl)")
+    args = ap.parse_args(argv)
+    models = [m for m in args.models.split(",") if m]
+    shapes = {m: model_shape(m) for m in models}
+    lim = measure_limits(list(shapes.values()), args.reps, args.stream_mib)
+    print_limits(lim)
+    out = args.out or RESULTS
+    if args.run:
+        import serl_step  # bench/ is on sys.path: this script's folder
+
+        records = {}
+        for m in models:  # one run at a time: each holds a vLLM engine and a learner
+            label = f"roofline-{m}"
+            serl_step.main(["--label", label, "--model", m, "--steps", str(args.steps),
+                            "--flags", MODEL_FLAGS.get(m, ""), "--out", str(out)])
+            records.update(load_records(out, [m], label))
+    else:
+        records = load_records(args.measured, models)
+    rows = []
+    for m in models:
+        if m not in records:
+            print(f"no serl_step record for {m}: left out")
+            continue
+        rows += stage_rows(shapes[m], records[m], lim["peak_flops_per_s"], lim["bandwidth_bytes_per_s"], args.skip)
+    if not rows:
+        raise SystemExit("no stage had a measured time: nothing to compare")
+    print("\n" + markdown(rows))
+    findings = [furthest([r for r in rows if r["model"] == m]) for m in models if any(r["model"] == m for r in rows)]
+    print("\n" + "\n".join(findings) + ("\nOverall: " + furthest(rows) if len(findings) > 1 else ""))
+    append_result({"bench": "roofline", "models": models, "skip": args.skip, "limits": lim,
+                   "sources": {m: {"label": r.get("label"), "date": r.get("date"), "steps": r.get("steps")}
+                               for m, r in records.items()},
+                   "rows": rows, "findings": findings, "overall": furthest(rows)}, out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
