@@ -3,22 +3,20 @@
     flock /tmp/vllm.lock env MALLOC_ARENA_MAX=2 python bench/roofline.py --run      # both models, 3 steps
     python bench/roofline.py --measured bench/results.jsonl     # from serl_step.py records made before
 
-1. The machine's limits, measured here: the matmul peak (torch.mm in bf16 and fp32, square
-   and skinny [tokens x hidden] @ [hidden x ffn] shapes, median of --reps after a warm-up,
-   torch's default threads) and the memory bandwidth (copy and triad over arrays far larger
-   than the caches, median GB/s). The peak of a dtype is its best shape's median.
-2. The work of each stage from the model's config.json (pure functions below): FLOPs and
-   the bytes that must cross the memory bus at least once. Roofline time = the sum over the
-   stage's phases of max(FLOPs / peak, bytes / bandwidth); an upper bound on the rate, since
-   activations, logits and cache misses are left out of the bytes.
-3. The measured times and token counts of `serl_step.py` runs (metrics.jsonl's ``time/*``
-   and counts), summed over the steps after --skip; ratio = roofline time / measured time.
+1. The limits, measured here: matmul peak (torch.mm, bf16 and fp32, square and the models'
+   [tokens x hidden] @ [hidden x ffn] shapes; median of --reps after a warm-up) and memory
+   bandwidth (copy and triad over arrays far larger than the caches; median GB/s).
+2. The work of each stage from config.json (pure functions, no torch): FLOPs, and the bytes
+   that must cross the memory bus at least once. Roofline time = the sum over the stage's
+   phases of max(FLOPs / peak, bytes / bandwidth): activations and logits are left out of the
+   bytes, so the roofline rate is an upper bound.
+3. Measured times and token counts: serl_step.py's records (metrics.jsonl's ``time/*`` and
+   counts), summed over the steps after --skip; ratio = roofline time / measured time.
 
-FLOPs: a forward pass costs 2 FLOPs per weight a token multiplies (Kaplan et al. 2020, §2.1,
-C_forward ~ 2N) plus attention's two matmuls over the context, 2 * ctx * d_attn each per layer
-(Hoffmann et al. 2022, Appendix F, "key @ query logits" and "softmax @ value"); the backward
-pass costs twice the forward (Kaplan: C ~ 6N to train), of which LoRA skips the base weights'
-gradients, and gradient checkpointing adds a forward.
+A forward pass costs 2 FLOPs per weight a token multiplies (Kaplan et al. 2020, §2.1) plus
+attention's two context matmuls, 2 * ctx * d_attn each per layer (Hoffmann et al. 2022,
+Appendix F); backward twice the forward (6N to train), less the weight gradients that LoRA's
+frozen base skips; gradient checkpointing adds a forward. bench/README.md has the table.
 """
 from __future__ import annotations
 
@@ -33,7 +31,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from _common import RESULTS, append_result, cpu_model
+from _common import RESULTS, append_result, cpu_model, machine
 
 MODEL_FLAGS = {  # serl_step.py --flags per model: Qwen's are the final configuration in bench/README.md
     "smollm2": "",
@@ -222,16 +220,15 @@ def stage_rows(s: Shape, record: dict, peaks: dict, bandwidth: float, skip: int 
             a.update(units=a["units"] + units, seconds=a["seconds"] + secs, compute=a["compute"] + roof["compute"],
                      memory=a["memory"] + roof["memory"])
             a["notes"].update(notes)
-    return [table_row(record["model"], name, a) for name, a in acc.items()]
-
-
-def table_row(model: str, stage: str, a: dict) -> dict:
-    roof = a["compute"] + a["memory"]
-    return {"model": model, "stage": stage, "unit": a["unit"], "measured_per_s": a["units"] / a["seconds"],
-            "bound": "compute" if a["compute"] >= a["memory"] else "memory",
-            "roofline_per_s": a["units"] / roof if roof else float("inf"),
-            "ratio": roof / a["seconds"], "measured_s": a["seconds"], "roofline_s": roof,
-            "notes": "; ".join(sorted(a.get("notes", ())))}
+    rows = []
+    for name, a in acc.items():
+        roof = a["compute"] + a["memory"]  # > 0: every stage moves bytes
+        rows.append({"model": record["model"], "stage": name, "unit": a["unit"], "measured_s": a["seconds"],
+                     "roofline_s": roof, "measured_per_s": a["units"] / a["seconds"],
+                     "roofline_per_s": a["units"] / roof, "ratio": roof / a["seconds"],
+                     "bound": "compute" if a["compute"] >= a["memory"] else "memory",
+                     "notes": "; ".join(sorted(a["notes"]))})
+    return rows
 
 
 def num(x: float) -> str:
@@ -257,12 +254,13 @@ def furthest(rows: list[dict]) -> str:
 # ---- 3. the machine's limits (torch only here) ----------------------------------------------
 def timed_median(fn, reps: int) -> float:
     fn()  # warm-up: kernel choice, first touch of memory
-    secs = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        secs.append(time.perf_counter() - t0)
-    return statistics.median(secs)
+    return statistics.median(timed(fn) for _ in range(reps))
+
+
+def timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
 
 
 def measure_limits(shapes: list[Shape], reps: int, stream_mib: int) -> dict:
@@ -356,6 +354,8 @@ def main(argv=None) -> int:
         if m not in records:
             print(f"no serl_step record for {m}: left out")
             continue
+        if records[m].get("machine", machine()) != machine():  # the limits are this machine's
+            print(f"warning: {m}'s record was made on {records[m]['machine']}, the limits here on {machine()}")
         rows += stage_rows(shapes[m], records[m], lim["peak_flops_per_s"], lim["bandwidth_bytes_per_s"], args.skip)
     if not rows:
         raise SystemExit("no stage had a measured time: nothing to compare")
