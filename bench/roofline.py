@@ -188,13 +188,14 @@ def step_stages(s: Shape, c: dict, times: dict, st: dict) -> dict[str, tuple]:
     out["rollout"] = (times.get("generate", 0), gen, "tokens", True,
                       generation_work(s, rounds, rolled, prompt, seqs, gen), notes)
     notes = []
-    scored = (c.get("train/batch_prompts") or 0) * st["n"]
+    scored = count("train/batch_prompts", st["batch"], "--rollout_batch_size") * st["n"]
     tokens = count("train/logprob_tokens", scored * (mean or 0), "answers only, prompts left out")
     passes = int(count("train/logprob_passes", 2 if st["kl"] else 0, "2 if --init_kl_coef > 0"))
     out["log-probs"] = (times.get("logprobs", 0), tokens * passes, "tokens", False,
                         forward_work(s, tokens, scored, st["micro"], passes, lw), notes)
     notes = []
-    tokens = count("train/tokens", c.get("actor/tokens") or 0, "actor/tokens: answers only, prompts left out")
+    answers = c.get("actor/tokens") or (c.get("train/sequences") or 0) * (mean or 0)
+    tokens = count("train/tokens", answers, "answers only, prompts left out")
     out["update"] = (times.get("learner", 0), tokens, "tokens", False, update_work(
         s, tokens, c.get("train/sequences") or 0, st["micro"], c.get("actor/steps") or 1, lw, st["lora"], st["ckpt"]),
         notes)
