@@ -67,13 +67,20 @@ class Shape:
         h, a, kv = self.hidden, self.heads * self.head_dim, self.kv_heads * self.head_dim
         return [(h, a), (h, kv), (h, kv), (a, h), (h, self.ffn), (h, self.ffn), (self.ffn, h)]
 
+    def body(self) -> int:
+        """Weights of every layer's linears (norms and biases left out)."""
+        return self.layers * sum(i * o for i, o in self.layer_linears())
+
+    def head(self) -> int:
+        """The LM head, needed only where a token is predicted (serl and vLLM skip the rest)."""
+        return self.vocab * self.hidden
+
     def matmul_params(self) -> int:
-        """Weights each token multiplies: every layer's linears and the LM head (norms and
-        biases left out; the input embedding is a lookup)."""
-        return self.layers * sum(i * o for i, o in self.layer_linears()) + self.vocab * self.hidden
+        """Weights a predicted token multiplies (the input embedding is a lookup)."""
+        return self.body() + self.head()
 
     def stored_params(self) -> int:
-        return self.matmul_params() + (0 if self.tied else self.vocab * self.hidden)
+        return self.matmul_params() + (0 if self.tied else self.head())
 
     def lora_params(self, rank: int) -> int:
         """A rank-r adapter on every linear but the head (serl's default, peft's all-linear)."""
@@ -91,11 +98,12 @@ class Shape:
 def generation_work(s: Shape, calls: float, prompts: float, prompt_tokens: float, seqs: float,
                     gen_tokens: float) -> list[tuple[float, float]]:
     """(FLOPs, bytes) of the prefill and the decode of ``calls`` engine calls. A prompt is
-    prefilled once for all its samples (prefix cache); at decode every step reads the
-    weights once for the call's ``seqs / calls`` sequences and each sequence its KV cache."""
+    prefilled once for all its samples (prefix cache), without the head (its last logits are
+    the first answer token's); at decode every step reads the weights once for the call's
+    ``seqs / calls`` sequences, and each sequence its KV cache."""
     p, g = prompt_tokens / max(prompts, 1), gen_tokens / max(seqs, 1)  # mean lengths
     w = s.matmul_params() * ENGINE_BYTES
-    prefill = (prompt_tokens * (2 * s.matmul_params() + s.attn_flops((p + 1) / 2)),
+    prefill = (prompt_tokens * (2 * s.body() + s.attn_flops((p + 1) / 2)),
                calls * w + prompt_tokens * s.kv_bytes())
     ctx = p + (g + 1) / 2  # mean context of a generated token
     batch = max(seqs / max(calls, 1), 1)
@@ -104,26 +112,28 @@ def generation_work(s: Shape, calls: float, prompts: float, prompt_tokens: float
     return [prefill, decode]
 
 
-def forward_work(s: Shape, tokens: float, seqs: float, micro: int, passes: int, wbytes: int
+def forward_work(s: Shape, tokens: float, answers: float, seqs: float, micro: int, passes: int, wbytes: int
                  ) -> list[tuple[float, float]]:
     """(FLOPs, bytes) of ``passes`` scoring passes over ``seqs`` sequences of ``tokens`` in
-    all, in micro-batches of ``micro`` sequences, each reading the weights once."""
+    all (the head on the ``answers`` only), in micro-batches of ``micro`` sequences, each
+    reading the weights once."""
     ctx = (tokens / max(seqs, 1) + 1) / 2
-    flops = tokens * (2 * s.matmul_params() + s.attn_flops(ctx))
+    flops = tokens * (2 * s.body() + s.attn_flops(ctx)) + answers * 2 * s.head()
     return [(flops, math.ceil(seqs / micro) * s.matmul_params() * wbytes)] * passes
 
 
-def update_work(s: Shape, tokens: float, seqs: float, micro: int, opt_steps: float, wbytes: int,
+def update_work(s: Shape, tokens: float, answers: float, seqs: float, micro: int, opt_steps: float, wbytes: int,
                 lora_rank: int = 0, checkpointing: bool = False) -> list[tuple[float, float]]:
     """(FLOPs, bytes) of forward + backward over every micro-batch and the AdamW steps.
     Backward = input gradients (2 per weight) + weight gradients (2 per weight, none for
-    LoRA's frozen base); the adapters cost 6 per adapter weight. Bytes: each pass reads the
+    LoRA's frozen base); the head on the ``answers`` only, and not recomputed by
+    checkpointing; the adapters cost 6 per adapter weight. Bytes: each pass reads the
     weights; fp32 gradients are read and written per micro-batch; AdamW per step."""
     ctx = (tokens / max(seqs, 1) + 1) / 2
-    fwd = 1 + checkpointing
-    weight_flops = 2 * s.matmul_params() * (fwd + 1 + (0 if lora_rank else 1))
+    fwd, full = 1 + checkpointing, 0 if lora_rank else 1
     trained = s.lora_params(lora_rank) if lora_rank else s.stored_params()
-    flops = tokens * (weight_flops + s.attn_flops(ctx) * (fwd + 2) + 6 * (trained if lora_rank else 0))
+    flops = (2 * (tokens * s.body() * (fwd + 1 + full) + answers * s.head() * (2 + full))
+             + tokens * (s.attn_flops(ctx) * (fwd + 2) + 6 * (trained if lora_rank else 0)))
     micros = math.ceil(seqs / micro)
     passes = micros * (s.matmul_params() * wbytes * (fwd + 1) + trained * 8)
     optimizer = opt_steps * trained * (ADAM_BYTES + (wbytes if wbytes < 4 else 0))  # + the bf16 copy
@@ -133,7 +143,7 @@ def update_work(s: Shape, tokens: float, seqs: float, micro: int, opt_steps: flo
 def sync_work(s: Shape, wbytes: int, lora_rank: int = 0) -> list[tuple[float, float]]:
     """One push: read the learner's weights, write the engine's (bf16); under LoRA each
     adapted weight is first merged (W + B @ A: 2 * rank FLOPs per weight)."""
-    flops = 2 * lora_rank * (s.matmul_params() - s.vocab * s.hidden) if lora_rank else 0
+    flops = 2 * lora_rank * s.body()
     return [(flops, s.stored_params() * (wbytes + ENGINE_BYTES))]
 
 
@@ -189,16 +199,17 @@ def step_stages(s: Shape, c: dict, times: dict, st: dict) -> dict[str, tuple]:
                       generation_work(s, rounds, rolled, prompt, seqs, gen), notes)
     notes = []
     scored = count("train/batch_prompts", st["batch"], "--rollout_batch_size") * st["n"]
-    tokens = count("train/logprob_tokens", scored * (mean or 0), "answers only, prompts left out")
+    answers = count("train/logprob_answer_tokens", scored * (mean or 0), "answers x mean length")
+    tokens = count("train/logprob_tokens", answers, "answers only, prompts left out")
     passes = int(count("train/logprob_passes", 2 if st["kl"] else 0, "2 if --init_kl_coef > 0"))
     out["log-probs"] = (times.get("logprobs", 0), tokens * passes, "tokens", False,
-                        forward_work(s, tokens, scored, st["micro"], passes, lw), notes)
+                        forward_work(s, tokens, answers, scored, st["micro"], passes, lw), notes)
     notes = []
-    answers = c.get("actor/tokens") or (c.get("train/sequences") or 0) * (mean or 0)
+    seqs = c.get("train/sequences") or 0
+    answers = count("actor/tokens", seqs * (mean or 0), "sequences x mean length")
     tokens = count("train/tokens", answers, "answers only, prompts left out")
     out["update"] = (times.get("learner", 0), tokens, "tokens", False, update_work(
-        s, tokens, c.get("train/sequences") or 0, st["micro"], c.get("actor/steps") or 1, lw, st["lora"], st["ckpt"]),
-        notes)
+        s, tokens, answers, seqs, st["micro"], c.get("actor/steps") or 1, lw, st["lora"], st["ckpt"]), notes)
     out["weight sync"] = (times.get("sync", 0), s.stored_params() / 1e6, "M weights", False,
                           sync_work(s, lw, st["lora"]), [])
     return out

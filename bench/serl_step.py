@@ -46,8 +46,8 @@ COUNTS = ("instruct/attempts", "instruct/completions", "instruct/gen_tokens", "i
           "filter/rounds", "train/sequences", "response/length_mean",
           # the work of each stage, for roofline.py
           "instruct/prompt_tokens", "batch/rolled_out", "rollout/prompt_tokens", "rollout/gen_tokens",
-          "train/batch_prompts", "train/logprob_tokens", "train/logprob_passes", "train/tokens",
-          "actor/tokens", "actor/steps")
+          "train/batch_prompts", "train/logprob_tokens", "train/logprob_answer_tokens", "train/logprob_passes",
+          "train/tokens", "actor/tokens", "actor/steps")
 
 
 def parse_args(argv=None):

@@ -21,7 +21,8 @@ def s():
 
 def test_counts_of_a_tiny_model(s):
     # a layer: q 4x4 + k 4x2 + v 4x2 + o 4x4 + gate, up 4x8 + down 8x4 = 16+8+8+16+32+32+32 = 144
-    assert s.matmul_params() == 2 * 144 + 10 * 4 == 328  # + the LM head
+    assert (s.body(), s.head()) == (2 * 144, 10 * 4) == (288, 40)
+    assert s.matmul_params() == 328
     assert s.stored_params() == 328  # tied: the embedding is the head
     assert rf.Shape.from_config(TINY | {"tie_word_embeddings": False}).stored_params() == 368
     assert s.lora_params(1) == 2 * (8 + 6 + 6 + 8 + 12 + 12 + 12) == 128  # rank x (in + out) per linear
@@ -43,23 +44,29 @@ def test_real_model_sizes_agree_with_known_counts():
 def test_generation_work(s):
     # 2 prompts of 3 tokens, 4 answers of 2 tokens, one call: decode batch 4
     prefill, decode = rf.generation_work(s, calls=1, prompts=2, prompt_tokens=6, seqs=4, gen_tokens=8)
-    # prefill: 6 x (2 x 328 + attention at mean ctx (3+1)/2 = 2: 64); the weights once (656 B) + 6 KV writes
-    assert prefill == (6 * (656 + 64), 656 + 6 * 16)
+    # prefill: 6 x (2 x 288, no head + attention at mean ctx (3+1)/2 = 2: 64); the weights once (656 B) + 6 KV
+    assert prefill == (6 * (576 + 64), 656 + 6 * 16)
     # decode: mean ctx 3 + (2+1)/2 = 4.5; weights once per step of 4 tokens; KV of 4.5 + 1 tokens read/written
     assert decode == (8 * (656 + 144), 8 / 4 * 656 + 8 * 16 * 5.5)
 
 
 def test_forward_and_update_work(s):
-    # 2 sequences, 10 tokens, mean ctx (5+1)/2 = 3; micro-batches of 1: the weights read twice per pass
-    assert rf.forward_work(s, tokens=10, seqs=2, micro=1, passes=2, wbytes=2) == [(10 * (656 + 96), 2 * 656)] * 2
-    # full fine-tuning: 6 x 328 per token (Kaplan's 6N) + attention x 3; one micro-batch:
+    # 2 sequences, 10 tokens of which 4 answer tokens, mean ctx (5+1)/2 = 3: the layers 2 x 288
+    # and attention 96 on all 10 tokens, the head 2 x 40 on the 4 answer tokens;
+    # micro-batches of 1: the weights read twice per pass
+    fwd = rf.forward_work(s, tokens=10, answers=4, seqs=2, micro=1, passes=2, wbytes=2)
+    assert fwd == [(10 * (576 + 96) + 4 * 80, 2 * 656)] * 2 == [(7040, 1312)] * 2
+    # full fine-tuning: 6 per weight (Kaplan's 6N) and attention x 3; one micro-batch:
     # weights read twice (2 B) + fp32 grads read and written (8 B), AdamW 28 B + the bf16 copy 2 B
-    full = rf.update_work(s, tokens=10, seqs=2, micro=2, opt_steps=1, wbytes=2)
-    assert full == [(10 * (6 * 328 + 3 * 96), 328 * 2 * 2 + 328 * 8 + 328 * 30)] == [(22560, 13776)]
-    # LoRA rank 1 with checkpointing: 2 forwards + input gradients (6 x 328), attention x 4,
-    # adapters 6 x 128; the base read 3 times, gradients and AdamW for the 128 adapter weights
-    lora = rf.update_work(s, tokens=10, seqs=2, micro=2, opt_steps=1, wbytes=2, lora_rank=1, checkpointing=True)
-    assert lora == [(10 * (1968 + 384 + 768), 328 * 2 * 3 + 128 * 8 + 128 * 30)] == [(31200, 6832)]
+    full = rf.update_work(s, tokens=10, answers=4, seqs=2, micro=2, opt_steps=1, wbytes=2)
+    assert full == [(6 * (10 * 288 + 4 * 40) + 3 * 10 * 96, 328 * 2 * 2 + 328 * 8 + 328 * 30)] == [(21120, 13776)]
+    # LoRA rank 1 with checkpointing: the layers 2 forwards + input gradients (2 x 3), the head
+    # forward + input gradient (2 x 2), attention x 4, adapters 6 x 128 a token; the base read
+    # 3 times, gradients and AdamW for the 128 adapter weights only
+    lora = rf.update_work(s, tokens=10, answers=4, seqs=2, micro=2, opt_steps=1, wbytes=2, lora_rank=1,
+                          checkpointing=True)
+    want = 6 * 10 * 288 + 4 * 4 * 40 + 4 * 10 * 96 + 6 * 128 * 10
+    assert lora == [(want, 328 * 2 * 3 + 128 * 8 + 128 * 30)] == [(29440, 6832)]
 
 
 def test_sync_work(s):
@@ -81,12 +88,13 @@ def record(*drop: str):
     ``drop``: counts the record lacks."""
     counts = {"batch/rolled_out": [99, 2], "rollout/gen_tokens": [99, 8], "rollout/prompt_tokens": [99, 6],
               "filter/rounds": [99, 1], "response/length_mean": [99, 2.0], "train/batch_prompts": [99, 1],
-              "train/logprob_tokens": [99, 10], "train/logprob_passes": [99, 2], "train/tokens": [99, 10],
+              "train/logprob_tokens": [99, 10], "train/logprob_answer_tokens": [99, 4],
+              "train/logprob_passes": [99, 2], "train/tokens": [99, 10], "actor/tokens": [99, 4],
               "train/sequences": [99, 2], "actor/steps": [None, None]}
     for k in drop:
         counts.pop(k)
     steps = [dict.fromkeys(("instruct", "generate", "logprobs", "learner", "sync"), 1.0),
-             {"instruct": 0.0, "generate": 55.36, "logprobs": 150.4, "learner": 551.04, "sync": 26.24}]
+             {"instruct": 0.0, "generate": 55.36, "logprobs": 140.8, "learner": 551.04, "sync": 26.24}]
     return {"bench": "serl_step", "model": "toy", "command": CMD, "counts": counts, "per_step_s": steps}
 
 
@@ -97,12 +105,12 @@ def test_settings_take_the_last_flag():
 
 def test_rows_ratios_and_the_furthest_stage(s):
     # peaks 1000 FLOP/s (bf16), bandwidth 100 B/s. Rollout: the generation example above,
-    # memory-bound: 752/100 + 2016/100 = 27.68 s. Log-probs: 2 passes of 7520 FLOPs (7.52 s)
-    # against 656 B (6.56 s): compute, 15.04 s. Update: 13776 B = 137.76 s. Sync: 1312 B = 13.12 s.
+    # memory-bound: 752/100 + 2016/100 = 27.68 s. Log-probs: 2 passes of 7040 FLOPs (7.04 s)
+    # against 656 B (6.56 s): compute, 14.08 s. Update: 13776 B = 137.76 s. Sync: 1312 B = 13.12 s.
     rows = rf.stage_rows(s, record(), {"bf16": 1000.0, "fp32": 1.0}, 100.0, skip=1)
     got = {r["stage"]: (r["bound"], r["ratio"], r["measured_per_s"], r["roofline_per_s"]) for r in rows}
     assert list(got) == ["rollout", "log-probs", "update", "weight sync"]  # no self-instruction in step 2
-    want = {"rollout": ("memory", 0.5, 8 / 55.36, 8 / 27.68), "log-probs": ("compute", 0.1, 20 / 150.4, 20 / 15.04),
+    want = {"rollout": ("memory", 0.5, 8 / 55.36, 8 / 27.68), "log-probs": ("compute", 0.1, 20 / 140.8, 20 / 14.08),
             "update": ("memory", 0.25, 10 / 551.04, 10 / 137.76),
             "weight sync": ("memory", 0.5, 328e-6 / 26.24, 328e-6 / 13.12)}
     for stage, (bound, ratio, measured, roof) in want.items():

@@ -242,6 +242,7 @@ class SerlRecipe(Recipe):
         metrics["train/sequences"] = len(keep)
         # the tokens each scoring pass and the update run over, prompts included (bench/roofline.py)
         metrics["train/logprob_tokens"] = sum(len(p) + n for p, n in zip(prompt_ids, lens))
+        metrics["train/logprob_answer_tokens"] = sum(lens)
         metrics["train/logprob_passes"] = (old is not None) + (ref is not None)
         metrics["train/tokens"] = sum(len(prompt_ids[i]) + lens[i] for i in keep)
         metrics["train/reward_mean"] = float(np.mean([rewards[i] for i in keep]))

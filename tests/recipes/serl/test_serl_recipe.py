@@ -46,8 +46,8 @@ def test_old_logprobs_only_when_the_reward_needs_them(kl_coef, kl_loss, estimato
     assert learner.calls == calls
     assert batch.response_ids == [[5, 6], [7]]
     # the work counted for bench/roofline.py: (2 prompt + 2) + (2 prompt + 1) tokens, per pass
-    assert (metrics["train/logprob_tokens"], metrics["train/logprob_passes"], metrics["train/tokens"]) == \
-        (7, len(calls), 7)
+    assert (metrics["train/logprob_tokens"], metrics["train/logprob_answer_tokens"], metrics["train/logprob_passes"],
+            metrics["train/tokens"]) == (7, 3, len(calls), 7)
     assert (batch.old_logprobs is None) == ("policy" not in calls)
     assert (batch.ref_logprobs is not None) == kl_loss
     if calls == ["policy", "ref"]:
