@@ -1,13 +1,28 @@
 """bench/roofline.py: the work formulas on a made-up model, worked out by hand, and the
 table built from a made-up serl_step record (no torch, no model, no run)."""
+import importlib.util
 import json
 import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-import roofline as rf  # noqa: E402
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+def _load():
+    """bench/roofline.py (it imports bench/_common.py), with bench/ on the path only meanwhile."""
+    sys.path.insert(0, str(BENCH))
+    try:
+        spec = importlib.util.spec_from_file_location("roofline", BENCH / "roofline.py")
+        mod = sys.modules["roofline"] = importlib.util.module_from_spec(spec)  # dataclasses look it up
+        spec.loader.exec_module(mod)
+        return mod
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+rf = _load()
 
 # 2 layers, hidden 4, 2 query heads and 1 KV head of 2, MLP 8, vocabulary 10, tied head
 TINY = {"num_hidden_layers": 2, "hidden_size": 4, "num_attention_heads": 2, "num_key_value_heads": 1,
