@@ -156,3 +156,22 @@ def test_load_records_names_the_bad_line(tmp_path):
     path.write_text("\n{not json\n")
     with pytest.raises(SystemExit, match=r"results.jsonl:2: not JSON"):
         rf.load_records(path, ["toy"])
+
+
+def test_main_reads_records_and_appends_the_table(tmp_path, monkeypatch, capsys, s):
+    """The command from a records file to results.jsonl, with the limits and the model given."""
+    lim = {"matmul_flops_per_s": {"bf16 2x2 @ 2x2": 1000.0, "fp32 2x2 @ 2x2": 1.0},
+           "peak_flops_per_s": {"bf16": 1000.0, "fp32": 1.0}, "copy_bytes_per_s": 100.0,
+           "triad_bytes_per_s": 90.0, "bandwidth_bytes_per_s": 100.0, "threads": 2, "stream_mib": 1}
+    monkeypatch.setattr(rf, "measure_limits", lambda shapes, reps, mib: lim)
+    monkeypatch.setattr(rf, "model_shape", lambda name: s)
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src.write_text(json.dumps(record()) + "\n")
+    assert rf.main(["--measured", str(src), "--models", "toy", "--out", str(out)]) == 0
+    rec = json.loads(out.read_text())
+    assert rec["bench"] == "roofline" and rec["skip"] == 1 and rec["limits"] == lim
+    assert [(r["stage"], round(r["ratio"], 6)) for r in rec["rows"]] == \
+        [("rollout", 0.5), ("log-probs", 0.1), ("update", 0.25), ("weight sync", 0.5)]
+    assert rec["overall"] == rec["findings"][0] and "toy log-probs, at 10.0%" in rec["overall"]
+    printed = capsys.readouterr().out
+    assert "| toy | update |" in printed and "peak: bf16 0.0, fp32 0.0 GFLOP/s" in printed
