@@ -11,7 +11,7 @@ after the push (must be back near the floor), then once more with other noise (a
 into an engine that was already reloaded). Prints the numbers and one ``SYNC_CHECK`` JSON line;
 exits 1 if a push did not land.
 
-    /work/venv-trl/bin/python bench/_trl_sync_check.py --model DIR
+    ../venv-trl/bin/python bench/_trl_sync_check.py --model DIR
 """
 from __future__ import annotations
 
