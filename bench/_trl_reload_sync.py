@@ -51,21 +51,22 @@ def install_eager() -> None:
 def patch_sync(generation) -> None:
     """Give this ``VLLMGeneration`` the reload push as its ``sync_weights``. Call before
     anything wraps ``sync_weights`` (a timer does): the trainer calls it by that name."""
+    from accelerate.utils import is_peft_model
+
     if generation.mode != "colocate":
         raise SystemExit(f"--vllm-sync reload: only for vllm_mode 'colocate', not {generation.mode!r}")
+    # The layer-wise reload keeps each tensor until its layer is complete: a parameter that a
+    # gather context frees again (ZeRO-3, FSDP) or an adapter merge undoes would be read too
+    # late, and a sleeping engine has no weights to reload. The bench uses none of them.
+    g = generation
+    if g.enable_sleep_mode or g._dist.is_zero3 or g._dist.is_fsdp or is_peft_model(g.model):
+        raise SystemExit("--vllm-sync reload: not with sleep mode, DeepSpeed ZeRO-3, FSDP or PEFT")
     generation.sync_weights = types.MethodType(reload_sync, generation)
     generation.reload_dropped_warnings = 0
 
 
 def reload_sync(self) -> None:
     """``VLLMGeneration.sync_weights``, colocate branch, with the push through ``reload_weights``."""
-    from accelerate.utils import is_peft_model
-
-    # The layer-wise reload keeps each tensor until its layer is complete: a parameter that a
-    # gather context frees again (ZeRO-3, FSDP) or an adapter merge undoes would be read too
-    # late. The bench uses none of them; refuse rather than push the wrong weights.
-    if self.enable_sleep_mode or self._dist.is_zero3 or self._dist.is_fsdp or is_peft_model(self.model):
-        raise SystemExit("--vllm-sync reload: not with sleep mode, DeepSpeed ZeRO-3, FSDP or PEFT")
     self.reload_dropped_warnings = push(self.llm, self._iter_named_params())
     self.llm.reset_prefix_cache()
 
