@@ -5,7 +5,7 @@ models could not be paired. Here each model plays the same deals (seeded from --
 learner alternating seats: even hands seat 0, odd hands seat 1) and each hand's outcome is written:
 the learner's seat, its payoff (chips in Kuhn Poker, +1 / -1 / 0 in TicTacToe; an invalid move
 forfeits 1, as ``serl.eval.games`` scores it), win / draw / loss, and its moves, invalid moves under
-the parser played and under the strict parser. No model text is kept, so the files can be exported
+the parser played and under the strict parser, and moves cut at the length limit. No model text is kept, so the files can be exported
 into the repository (export.py).
 
 Against the untrained model (``theta0``), one generator serves both sides: the model's own weights
@@ -36,16 +36,17 @@ def play_kept(policy, opponent, game: str, n: int, seed: int, *, kuhn_rules: str
                                     {"learner": policy, "opponent": opponent}, rule=FORFEIT, prompt=prompt,
                                     parse_options=parse)
     seat = [0 if ep.seats[0] == "learner" else 1 for ep in episodes]
-    moves, invalid, strict_bad = [0] * n, [0] * n, [0] * n
+    moves, invalid, strict_bad, cut = [0] * n, [0] * n, [0] * n, [0] * n
     for t in turns:
         if t.policy == "learner":
             moves[t.episode] += 1
             invalid[t.episode] += t.action is None
             strict_bad[t.episode] += not (t.action and parse_action(t.response, t.legal_actions).valid)
+            cut[t.episode] += getattr(t.output, "finish_reason", None) == "length"  # stopped by the limit
     outcome = {"win": 1, "draw": 0, "loss": -1}
     return {"n": n, "seat": seat, "payoff": [ep.rewards[s] for ep, s in zip(episodes, seat)],
             "result": [outcome[ep.outcome(s)] for ep, s in zip(episodes, seat)],
-            "moves": moves, "invalid": invalid, "invalid_strict": strict_bad}
+            "moves": moves, "invalid": invalid, "invalid_strict": strict_bad, "cut": cut}
 
 
 def evaluate_model(model: str, base: str, out: Path, *, games: list[str], n_games: dict[str, int],
@@ -121,3 +122,25 @@ def change(before: dict, after: dict) -> dict:
     wb, wa = [int(x == 1) for x in before["result"]], [int(x == 1) for x in after["result"]]
     w = paired_bootstrap([float(x) for x in wb], [float(x) for x in wa])
     return {"payoff": p[0], "payoff_ci": list(p[1:]), "win": w[0], "win_ci": list(w[1:]), "win_mcnemar_p": mcnemar_p(wb, wa)}
+
+
+def kinds(before: dict, after: dict) -> dict:
+    """The change split by kind, on the same deals: format (hands with an invalid move), stopping
+    (moves cut at the length limit) and correctness (payoff on the hands where neither model made
+    an invalid move or was cut: play judged only where both answered in form and in time)."""
+    from serl.eval.stats import paired_bootstrap
+
+    if before["seat"] != after["seat"] or "cut" not in before or "cut" not in after:
+        raise ValueError("kinds of gain need the same deals and seats, with cut moves recorded")
+    bad = lambda r, i: r["invalid"][i] > 0 or r["cut"][i] > 0  # noqa: E731
+    clean = [i for i in range(before["n"]) if not bad(before, i) and not bad(after, i)]
+    share = lambda r, key: sum(x > 0 for x in r[key]) / r["n"]  # noqa: E731
+    cut = lambda r: sum(r["cut"]) / max(1, sum(r["moves"]))  # noqa: E731
+    out = {"invalid_hands": [share(before, "invalid"), share(after, "invalid")],
+           "cut_moves": [cut(before), cut(after)], "clean_n": len(clean)}
+    if clean:
+        m, lo, hi = paired_bootstrap([float(before["payoff"][i]) for i in clean],
+                                     [float(after["payoff"][i]) for i in clean])
+        out |= {"clean_before": sum(before["payoff"][i] for i in clean) / len(clean), "clean_change": m,
+                "clean_ci": [lo, hi]}
+    return out

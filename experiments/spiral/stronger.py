@@ -142,7 +142,7 @@ def post_stages(a, out: Path, arms: list[str]) -> dict:
 
 
 def games_tables(out: Path, tags: list[str], games: list[str]) -> str:
-    from paired_eval import change, rates
+    from paired_eval import change, kinds, rates
 
     load = lambda name: json.loads((out / "games" / f"{name}.json").read_text())["games"]  # noqa: E731
     res = {tag: load(tag) for tag in tags}
@@ -171,6 +171,23 @@ def games_tables(out: Path, tags: list[str], games: list[str]) -> str:
             lines.append(f"{g}, {trained[0]} minus {trained[1]} against random (paired): payoff {c['payoff']:+.3f} "
                          f"[{c['payoff_ci'][0]:+.3f}, {c['payoff_ci'][1]:+.3f}], win rate {c['win']:+.3f} "
                          f"[{c['win_ci'][0]:+.3f}, {c['win_ci'][1]:+.3f}]")
+    lines += ["", "Kinds of gain against random, each arm against θ0 on the same deals: format (share of hands "
+              "with an invalid move), stopping (share of moves cut at the length limit), correctness (payoff on "
+              "the hands where neither model moved invalidly or was cut; paired bootstrap):", "",
+              "| game | model | hands with an invalid move: θ0 → arm | moves cut: θ0 → arm | "
+              "clean hands | θ0 payoff there | change there [95% CI] |", "|---|---|---|---|---|---|---|"]
+    for g in games:
+        for tag in trained:
+            try:
+                k = kinds(res["theta0"][g]["random"], res[tag][g]["random"])
+            except ValueError as e:  # results written before cut moves were recorded
+                lines.append(f"| {g} | {tag} | {e} | | | | |")
+                continue
+            row = (f"| {g} | {tag} | {k['invalid_hands'][0]:.3f} → {k['invalid_hands'][1]:.3f} | "
+                   f"{k['cut_moves'][0]:.3f} → {k['cut_moves'][1]:.3f} | {k['clean_n']} | ")
+            row += (f"{k['clean_before']:+.3f} | {k['clean_change']:+.3f} [{k['clean_ci'][0]:+.3f}, "
+                    f"{k['clean_ci'][1]:+.3f}] |" if k["clean_n"] else " | |")
+            lines.append(row)
     lines += ["", "Against the untrained model θ0 (the same deals, seats alternated; θ0 against itself is 0 by "
               "symmetry, so the row is the change):", "",
               "| game | model | payoff / game vs θ0 | win rate | draws | invalid moves | strict parser |",

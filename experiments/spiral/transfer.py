@@ -75,8 +75,8 @@ def evaluate(out: Path, models: dict[str, str], base: str, n_gsm8k: int, n_svamp
 def table(res: dict[str, dict[str, dict]], base_tag: str = "theta0") -> str:
     from serl.eval.stats import mcnemar_p, paired_bootstrap, wilson
 
-    lines = ["| benchmark | model | pass@1 [95% CI] | change vs θ0 [95% CI] | gained / lost (McNemar p) | cut | boxed |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| benchmark | model | pass@1 [95% CI] | change vs θ0 [95% CI] | gained / lost (McNemar p) | cut | boxed | "
+             "finished by both: change [95% CI] (n) |", "|---|---|---|---|---|---|---|---|"]
     for bench, by_tag in res.items():
         b = by_tag.get(base_tag)
         for tag, r in by_tag.items():
@@ -91,6 +91,16 @@ def table(res: dict[str, dict[str, dict]], base_tag: str = "theta0") -> str:
                        f"{mcnemar_p(b['correct_number'], c):.2f}) | "
             else:
                 row += " | | "
-            row += f"{sum(r['truncated']) / n:.1%} | {sum(r['boxed']) / n:.1%} |"
+            row += f"{sum(r['truncated']) / n:.1%} | {sum(r['boxed']) / n:.1%} | "
+            if b is not None and tag != base_tag:  # correctness apart from stopping: items neither model cut
+                done = [i for i in range(n) if not b["truncated"][i] and not r["truncated"][i]]
+                if done:
+                    d, dlo, dhi = paired_bootstrap([float(b["correct_number"][i]) for i in done],
+                                                   [float(c[i]) for i in done])
+                    row += f"{100 * d:+.1f} [{100 * dlo:+.1f}, {100 * dhi:+.1f}] ({len(done)}) |"
+                else:
+                    row += "none |"
+            else:
+                row += " |"
             lines.append(row)
     return "\n".join(lines)

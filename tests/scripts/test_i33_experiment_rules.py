@@ -50,6 +50,28 @@ def test_paired_change_needs_the_same_deals_and_reports_the_difference():
         pe.change(before, dict(after, seat=[1, 0, 1, 0]))
 
 
+
+def test_kinds_of_gain_split_format_stopping_and_play_on_clean_hands():
+    pe = load("experiments/spiral/paired_eval.py", "paired_eval_k")
+    before = {"n": 4, "seat": [0, 1, 0, 1], "payoff": [-1, -2, 1, -1], "result": [-1, -1, 1, -1],
+              "moves": [2, 2, 1, 2], "invalid": [1, 0, 0, 0], "invalid_strict": [1, 0, 0, 0], "cut": [0, 1, 0, 0]}
+    after = dict(before, payoff=[1, 2, 2, 1], invalid=[0, 0, 0, 0], cut=[0, 0, 0, 0])
+    k = pe.kinds(before, after)
+    # hands 0 (invalid) and 1 (cut) were not clean for theta0: play is judged on hands 2 and 3 only
+    assert k["invalid_hands"] == [0.25, 0.0] and k["cut_moves"] == [pytest.approx(1 / 7), 0.0]
+    assert k["clean_n"] == 2 and k["clean_before"] == 0.0 and k["clean_change"] == pytest.approx(1.5)
+    with pytest.raises(ValueError):
+        pe.kinds({k: v for k, v in before.items() if k != "cut"}, after)
+
+
+def test_math_transfer_table_reports_the_change_among_problems_both_finished():
+    tr = load("experiments/spiral/transfer.py", "transfer_t")
+    base = {"n": 4, "correct_number": [0, 0, 1, 0], "truncated": [1, 0, 0, 0], "boxed": [0, 1, 1, 1]}
+    arm = {"n": 4, "correct_number": [1, 1, 1, 0], "truncated": [0, 0, 0, 1], "boxed": [1, 1, 1, 1]}
+    row = [line for line in tr.table({"gsm8k": {"theta0": base, "arm": arm}}).splitlines() if "| arm |" in line][0]
+    # all four: +50 points; finished by both (items 1 and 2): item 1 gained, so +50 on 2 items
+    assert "+50.0 [" in row.split("|")[4] and row.rstrip().endswith("(2) |")
+
 def test_an_always_yes_verifier_is_not_calibrated():
     cal = load("experiments/spell/probe_verifier.py", "probe_verifier_t").calibration
     rule = [1.0, 1.0, 0.0, 0.0, 0.0]
