@@ -144,15 +144,13 @@ def _shared_groups(prompt_ids, response_ids, units: list[list[int]], size: int) 
     used, seen = 0, set()
     for bundle in sorted(bundles.values(), key=lambda b: -max(total(i) for u in b for i in u)):
         for u in bundle:
-            new = {tuple(prompt_ids[i]) for i in u} - seen
-            cost = sum(map(len, new)) + sum(len(response_ids[i]) for i in u)
-            if groups and used + cost <= budget:
-                groups[-1].append(u)
-                used, seen = used + cost, seen | new
-            else:
-                groups.append([u])
-                seen = {tuple(prompt_ids[i]) for i in u}
-                used = sum(map(len, seen)) + sum(len(response_ids[i]) for i in u)
+            prompts, answers = {tuple(prompt_ids[i]) for i in u}, sum(len(response_ids[i]) for i in u)
+            cost = lambda: sum(map(len, prompts - seen)) + answers  # noqa: E731 (a prompt already in: free)
+            if not groups or used + cost() > budget:
+                groups.append([])
+                used, seen = 0, set()
+            groups[-1].append(u)
+            used, seen = used + cost(), seen | prompts
     return groups
 
 
