@@ -212,6 +212,17 @@ def test_resume_refuses_run_defining_changes(tmp_path, flag, value):
     assert not (tmp_path / "config_changes.jsonl").exists()
 
 
+@pytest.mark.parametrize("flag, value", [("--filter_draw", "true"), ("--max_draw_retries", "2"),
+                                         ("--turn_discount", "0.9"), ("--fsp_start_from", "4")])
+def test_resume_refuses_changing_spirals_game_rules(tmp_path, flag, value):
+    """spiral-rl's draw replay, turn discount and population start change what a step trains on."""
+    from serl.train import resume_config
+
+    dump(config_class("spiral")(steps=3, opponent="population"), tmp_path / "config.yaml")
+    with pytest.raises(ConfigError, match=f"option '{flag[2:]}' was .* that makes it a different run"):
+        resume_config(tmp_path, [flag, value])
+
+
 def test_resume_refuses_a_different_run_and_records_harmless_changes(tmp_path):
     from serl.train import resume_config
 

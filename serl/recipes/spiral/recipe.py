@@ -46,7 +46,7 @@ class SpiralRecipe(Recipe):
                     "invalid_opponent_reward", "use_payoffs", "rae", "rae_alpha", "filter_zero_adv",
                     "mask_truncated", "opponent", "population_size", "population_every", "alternate_seats",
                     "ppo_epochs", "show_legal_actions", "prompt_example", "action_parser", "generate_max_len",
-                    "temperature", "top_p")
+                    "temperature", "top_p", "filter_draw", "max_draw_retries", "turn_discount", "fsp_start_from")
     step_state = ("switch_counts", "baseline_metrics")  # this collect's snapshot loads/reads and RAE baselines
 
     # ---- rules read by the engine factory and the runner ----------------------------------------------
