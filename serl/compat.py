@@ -19,6 +19,7 @@ Errors are ``ConfigError`` (exit 2), naming the word or the file and key at faul
 from __future__ import annotations
 
 import re
+import time
 
 from serl.config import ConfigError, _flag_value, _read_yaml
 
@@ -36,6 +37,14 @@ FLAGS = {
     "use_role_baseline": ("rae", ("spiral",)),
     "fsp_update_interval": ("population_every", ("spiral",)),
     "generate_max_length": ("generate_max_len", None),
+    # spiral-rl runs on OAT (sail-sg/oat, oat/args.py): its resource, checkpoint and W&B names
+    "vllm_gpu_ratio": ("vllm_gpu_memory_utilization", ("spiral",)),
+    "vllm_sleep": ("vllm_enable_sleep", ("spiral",)),
+    "max_save_num": ("max_ckpt_num", ("spiral",)),
+    "train_batch_size_per_device": ("micro_train_batch_size", ("spiral",)),
+    "use_wb": ("use_wandb", ("spiral",)),
+    "wb_project": ("wandb_project", ("spiral",)),
+    "wb_run_name": ("wandb_run_name", ("spiral",)),
     # truncated importance sampling: OpenRLHF's and TRL's names (docs/async.md)
     "enable_vllm_is_correction": ("importance_sampling_correction", None),
     "vllm_importance_sampling_correction": ("importance_sampling_correction", None),
@@ -105,15 +114,73 @@ def _values(argv: list[str], i: int) -> tuple[list[str], int]:
     return argv[i + 1:j], j
 
 
+def _given(argv: list[str], name: str) -> list[str] | None:
+    """The values of the first ``--name`` (or ``name=value`` word) in ``argv`` (``[]`` for a bare
+    flag), None if absent."""
+    for i, a in enumerate(argv):
+        if a.split("=")[0] in (f"--{name}", name if "=" in a else None):
+            return [a.split("=", 1)[1]] if "=" in a else _values(argv, i)[0]
+    return None
+
+
+def _oat_bool(name: str, vals: list[str]) -> bool:
+    if not vals:
+        return True
+    v = vals[0].lower()
+    if len(vals) > 1 or v not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+        raise ConfigError(f"--{name}: expected true or false, got {' '.join(vals)!r}")
+    return v in ("1", "true", "yes", "on")
+
+
+def _oat_gpus(vals: list[str], collocate: bool) -> list[str]:
+    """OAT's ``--gpus N`` on one node: with ``--collocate`` vLLM actors and DeepSpeed learner
+    ranks share all N GPUs; without, actors take the first half and the learner the second
+    (oat/interface.py ``get_program``). One vLLM engine per actor GPU, one rank per learner GPU."""
+    if len(vals) != 1 or not vals[0].strip().isdigit() or int(vals[0]) < 1:
+        raise ConfigError(f"--gpus: expected a whole number >= 1, got {' '.join(vals) or 'no value'}")
+    n = int(vals[0])
+    if n == 1:  # one device: serl's single process already shares it
+        return []
+    if n % 2 and not collocate:
+        raise ConfigError(f"--gpus {n}: OAT would make one GPU serve both halves; serl needs an even count "
+                          f"without --collocate (or add --collocate)")
+    k = n if collocate else n // 2
+    return ["--ray", "--learner", "deepspeed", "--actor_num_gpus_per_node", str(k), "--vllm_num_engines", str(k),
+            *(["--colocate_all_models", "true"] if collocate else [])]
+
+
 def rewrite(argv: list[str]) -> list[str]:
     """``argv`` in serl's names (see the module doc)."""
     argv = _expand_yaml(list(argv))
     recipe = _recipe(argv)
+    if recipe == "spiral":  # OAT's flags (tyro) also come with hyphens: --gradient-checkpointing
+        argv = [("--" + a[2:].partition("=")[0].replace("-", "_") + "".join(a[2:].partition("=")[1:]))
+                if a.startswith("--") else a for a in argv]
+    given = _given(argv, "collocate")
+    collocate = recipe == "spiral" and given is not None and _oat_bool("collocate", given)
+    gpus = any(_given(argv, n) is not None for n in ("gpus", "total_gpus"))
+    rnd_seed: list[str] = []
     out: list[str] = []
     i = 0
     while i < len(argv):
         a = argv[i]
         name, eq, inline = a[2:].partition("=") if a.startswith("--") else ("", "", "")
+        if recipe == "spiral" and name in ("gpus", "total_gpus", "collocate", "rnd_seed", "no_rnd_seed",
+                                           "wb_org", "wb_group"):
+            vals, j = ([inline], i + 1) if eq else _values(argv, i)
+            if name in ("gpus", "total_gpus"):
+                out += _oat_gpus(vals, collocate)
+            elif name == "collocate":  # read above; with --ray and no --gpus it still shares the GPUs
+                if collocate and "--ray" in argv and not gpus:
+                    out += ["--colocate_all_models", "true"]
+            elif name in ("rnd_seed", "no_rnd_seed"):  # OAT: a seed from the clock, overriding --seed
+                on = _oat_bool(name, vals) if name == "rnd_seed" else False
+                rnd_seed = ["--seed", str(time.time_ns() % 2 ** 31)] if on else []  # kept in config.yaml
+            else:
+                raise ConfigError(f"--{name}: serl has no flag for the W&B {name[3:]}; set "
+                                  f"{'WANDB_ENTITY' if name == 'wb_org' else 'WANDB_RUN_GROUP'} in the environment")
+            i = j
+            continue
         m = _OVERRIDE.match(a) if not a.startswith("-") else None
         if m and (i == 0 or not argv[i - 1].startswith("--") or "=" in argv[i - 1]):
             key, value = m.group(1), m.group(2)
@@ -168,7 +235,7 @@ def rewrite(argv: list[str]) -> list[str]:
             continue
         out.append(a)
         i += 1
-    return out
+    return out + rnd_seed
 
 
 def _openrlhf_is(name: str, vals: list[str]) -> list[str]:

@@ -37,6 +37,32 @@ def test_spiral_names_and_textarena_ids():
         check_game_names("Chess-v0")
 
 
+
+def test_spiral_rl_oat_resource_checkpoint_and_wandb_names():
+    """spiral-rl's scripts pass OAT's flags (oat/args.py), some with hyphens (tyro)."""
+    cfg = cfg_of("--recipe", "spiral", "--gpus", "8", "--collocate", "--vllm_sleep", "--vllm_gpu_ratio", "0.45",
+                 "--gradient-checkpointing", "--max_save_num", "30", "--train_batch_size_per_device", "1",
+                 "--use-wb", "--wb-run-name", "spiral-run", "--wb_project", "oat-self-play")
+    assert cfg.ray and cfg.learner == "deepspeed" and cfg.colocate_all_models
+    assert (cfg.actor_num_gpus_per_node, cfg.vllm_num_engines) == (8, 8)  # collocated: all 8 for both
+    assert cfg.vllm_enable_sleep and cfg.vllm_gpu_memory_utilization == 0.45 and cfg.gradient_checkpointing
+    assert cfg.max_ckpt_num == 30 and cfg.micro_train_batch_size == 1
+    assert cfg.use_wandb is True and cfg.wandb_run_name == "spiral-run" and cfg.wandb_project == "oat-self-play"
+    # without --collocate OAT splits the GPUs: vLLM actors on the first half, the learner on the second
+    cfg = cfg_of("--recipe", "spiral", "--gpus", "4", "collocate=false")
+    assert (cfg.actor_num_gpus_per_node, cfg.vllm_num_engines, cfg.colocate_all_models) == (2, 2, False)
+    assert not cfg_of("--recipe", "spiral", "--gpus", "1", "--collocate").ray  # one device: one process
+    with pytest.raises(ConfigError, match="--gpus 3: .* even count"):
+        rewrite(["--recipe", "spiral", "--gpus", "3"])
+    # OAT's --rnd_seed draws the seed from the clock and wins over --seed; it is then an ordinary seed
+    a = rewrite(["--recipe", "spiral", "--rnd-seed", "--seed", "7"])
+    assert a[-2] == "--seed" and a[-1] != "7" and cfg_of(*a).seed == int(a[-1])
+    assert cfg_of("--recipe", "spiral", "--no-rnd-seed", "--seed", "7").seed == 7
+    with pytest.raises(ConfigError, match="wb_org: .*WANDB_ENTITY"):
+        rewrite(["--recipe", "spiral", "--wb_org", "me"])
+    with pytest.raises(SystemExit):  # another recipe: OAT's names mean nothing there, the parser refuses them
+        cfg_of("--recipe", "serl", "--gpus", "8")
+
 def test_spiral_rl_draw_fsp_and_gamma_names(tmp_path):
     cfg = cfg_of("--recipe", "spiral", "--gamma", "0.9", "filter_draw=True", "max_draw_retries=2", "fsp_enabled=True",
                  "fsp_start_from=3", "fsp_pool_size=25", "fsp_update_interval=4", "role_baseline_ema_gamma=0.9",
