@@ -136,18 +136,19 @@ def test_population_snapshots_switching_and_eviction(tmp_path):
     # the update), and serves the updated policy (2.0) at the end
     assert 1.0 in gen.loads and gen.loads[-1] == 2.0
     # step 2 evicted step 1's snapshot; it stays until a checkpoint at step >= 2 exists
-    assert list(recipe.pool.snapshots) == ["snapshots/step_000002.safetensors"] and snap1.exists()
+    assert list(recipe.population.pool.snapshots) == ["snapshots/step_000002.safetensors"] and snap1.exists()
     state = recipe.state_dict()
     (tmp_path / "checkpoints/step_000002").mkdir(parents=True)
     (tmp_path / "checkpoints/step_000002/COMPLETE").write_text("")
-    recipe.trash.empty()
-    assert not snap1.exists() and recipe.trash.items == []
+    recipe.population.empty_trash()
+    assert not snap1.exists() and recipe.population.trash.items == []
 
     other, *_ = make(tmp_path, "--games", "kuhn_poker", "--games_per_step", "6", "--opponent",
                      "population", "--population_size", "2", "--population_every", "1")
     other.load_state_dict(state)
-    assert other.pool.snapshots == recipe.pool.snapshots and other.baselines.values == recipe.baselines.values
-    assert other.pool.sample(5) == recipe.pool.sample(5)
+    assert other.population.pool.snapshots == recipe.population.pool.snapshots
+    assert other.baselines.values == recipe.baselines.values
+    assert other.population.pool.sample(5) == recipe.population.pool.sample(5)
     (tmp_path / "snapshots/step_000002.safetensors").unlink()
     with pytest.raises(FileNotFoundError, match="step_000002"):
         other.load_state_dict(state)
@@ -238,7 +239,7 @@ def test_fsp_start_from_keeps_self_play_until_the_population_starts(tmp_path):
     m1, m2, m3 = recipe.step(1), recipe.step(2), recipe.step(3)
     assert m1["spiral/opponent/self"] == m2["spiral/opponent/self"] == 1.0  # 0 and 1 steps trained: < 2
     assert m1["spiral/population/size"] == 1 and m2["spiral/population/size"] == 2  # first snapshot: step 2
-    assert m3["spiral/opponent/snapshot"] > 0 and recipe.pool.snapshots[0] == "snapshots/step_000002.safetensors"
+    assert m3["spiral/opponent/snapshot"] > 0 and recipe.population.pool.snapshots[0] == "snapshots/step_000002.safetensors"
 
 
 def test_nim_trains_beside_a_spiral_game(tmp_path):
