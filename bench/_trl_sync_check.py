@@ -6,10 +6,13 @@ TRL's own ``VLLMGeneration`` (colocate, the engine built eager by the shim) next
 model it serves. The per-token log-probs of one prompt, vLLM's (``prompt_logprobs``, bf16)
 against the HF model's (fp32), are compared: first as loaded (the bf16 floor), then after the
 HF weights are changed (every tensor plus Gaussian noise of 0.2 x its own std, rounded to
-bf16 so the engine's cast adds nothing; the embedding is the tied LM head too) and before the push (the engine is stale: must differ clearly), then
-after the push (must be back near the floor), then once more with other noise (a second push
-into an engine that was already reloaded). Prints the numbers and one ``SYNC_CHECK`` JSON line;
-exits 1 if a push did not land.
+bf16 so the engine's cast adds nothing; the embedding is the tied LM head too) and before the
+push (the engine is stale: must differ clearly), then after the push (must be back near the
+floor). Then twice more into an engine already reloaded: other noise of the same size on the
+original weights (not on top of the first: twice-noised weights have a higher bf16 floor of
+their own), and last the original weights themselves, whose floor is the one measured first,
+so that push must land within a hair of it. Prints the numbers and one ``SYNC_CHECK`` JSON
+line; exits 1 if a push did not land.
 
     ../venv-trl/bin/python bench/_trl_sync_check.py --model DIR
 """
@@ -65,26 +68,34 @@ def main() -> int:
     def gap() -> float:
         return (engine_logprobs() - model_logprobs()).abs().mean().item()
 
-    def perturb(seed: int) -> None:
-        g = torch.Generator().manual_seed(seed)
+    original = {n: p.detach().clone() for n, p in model.named_parameters()}
+
+    def perturb(seed: int | None) -> None:
+        """The original weights plus noise drawn from ``seed``; None: the original weights."""
+        g = torch.Generator().manual_seed(seed or 0)
         with torch.no_grad():
-            for p in model.parameters():
-                p.add_(torch.randn(p.shape, generator=g) * a.noise * p.float().std().clamp_min(1e-6))
-                p.copy_(p.to(torch.bfloat16))  # values bf16 holds exactly, as the file the engine loaded
+            for n, p in model.named_parameters():
+                p.copy_(original[n])
+                if seed is not None:
+                    p.add_(torch.randn(p.shape, generator=g) * a.noise * p.float().std().clamp_min(1e-6))
+                    p.copy_(p.to(torch.bfloat16))  # values bf16 holds exactly, as the file the engine loaded
 
     res = {"floor": gap()}
-    for k, seed in (("1", 1), ("2", 2)):
+    for k, seed in (("1", 1), ("2", 2), ("back", None)):
         perturb(seed)
         res[f"stale_{k}"] = gap()
         gen.sync_weights()
         res[f"pushed_{k}"] = gap()
     res["dropped_warnings"] = gen.reload_dropped_warnings
-    # pushed: near the bf16 floor; stale: the weights changed enough that a missed push shows
+    # pushed: near the bf16 floor; stale: the weights changed enough that a missed push shows;
+    # back: the original weights again, so the floor measured first holds to a hair
     limit = max(3 * res["floor"], res["floor"] + 0.05)
-    ok = all(res[f"pushed_{k}"] <= limit and res[f"stale_{k}"] >= 3 * res[f"pushed_{k}"] for k in ("1", "2"))
+    ok = all(res[f"pushed_{k}"] <= limit and res[f"stale_{k}"] >= 3 * res[f"pushed_{k}"]
+             for k in ("1", "2", "back")) and abs(res["pushed_back"] - res["floor"]) <= 0.01
     for name, v in res.items():
         print(f"{name:>18}: {v:.4f}" if isinstance(v, float) else f"{name:>18}: {v}")
-    print(f"mean |log-prob gap| per token, nats; a push passes when <= {limit:.4f} and the stale gap is >= 3x it")
+    print(f"mean |log-prob gap| per token, nats; a push passes when <= {limit:.4f} and the stale gap is >= 3x it;"
+          " the push back to the original weights within 0.01 of the floor")
     print("SYNC_CHECK " + json.dumps({**{k: round(v, 5) if isinstance(v, float) else v for k, v in res.items()},
                                       "limit": round(limit, 5), "ok": ok}))
     return 0 if ok else 1

@@ -117,8 +117,9 @@ def main(argv=None) -> int:
             "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": cores,
             "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())})
         print(f"reload push checked: mean |log-prob gap| floor {sync_check['floor']:.4f}, stale "
-              f"{sync_check['stale_1']:.4f} / {sync_check['stale_2']:.4f}, pushed "
-              f"{sync_check['pushed_1']:.4f} / {sync_check['pushed_2']:.4f} nats")
+              f"{sync_check['stale_1']:.4f} / {sync_check['stale_2']:.4f} / {sync_check['stale_back']:.4f}, "
+              f"pushed {sync_check['pushed_1']:.4f} / {sync_check['pushed_2']:.4f} / "
+              f"{sync_check['pushed_back']:.4f} nats")
     timed: dict[str, list[dict]] = {"serl": [], "trl": []}
     trl_version = None
     for run in range(args.runs):
