@@ -17,8 +17,8 @@ def comp(first: int, n: int = 1) -> Completion:
 
 def estimator(name: str):
     """The run's estimator as the recipes call it (``Recipe.group_batch``)."""
-    cfg = SimpleNamespace(cfg=SimpleNamespace(advantage_estimator=name, gamma=1.0))
-    return lambda groups, rewards: Recipe.group_batch(cfg, groups, rewards)
+    recipe = SimpleNamespace(cfg=SimpleNamespace(advantage_estimator=name, gamma=1.0))
+    return lambda groups, rewards: Recipe.group_batch(recipe, groups, rewards)
 
 
 def test_role_batches_calls_the_estimator_once_per_role_with_its_groups():
