@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from serl import role_batch
 from serl.data.corpus import Cluster
 from serl.engines.base import Completion, TrainBatch
 from serl.rewards.difficulty import QUESTIONER_SIGMA, difficulty_reward
@@ -133,19 +134,18 @@ class RoleGroups:
             self.responder.append((q.responses, q.rewards))
         self.verifier += verifier_groups(q, band)
 
+    def by_role(self) -> dict[str, list[tuple[list[Completion], list[float]]]]:
+        """The groups of each role in training order; the questioner's replies (one per
+        cluster) are a single group over the step, as SPELL normalises them over the batch."""
+        asked = [([c for c, _ in self.questioner], [r for _, r in self.questioner])] if self.questioner else []
+        return {"questioner": asked, "responder": self.responder, "verifier": self.verifier}
+
 
 def role_batches(groups: RoleGroups, group_batch) -> dict[str, TrainBatch | None]:
-    """Per-role batches with advantages from ``group_batch(groups, rewards)`` (the run's
-    estimator, group-normalised by default): responder within each question's samples,
-    verifier within each response's judgments, questioner over the whole step's batch."""
-    out = {"questioner": None, "responder": None, "verifier": None}
-    if groups.questioner:
-        out["questioner"] = group_batch([[c for c, _ in groups.questioner]], [[r for _, r in groups.questioner]])
-    for role in ("responder", "verifier"):
-        gs = getattr(groups, role)
-        if gs:
-            out[role] = group_batch([g for g, _ in gs], [r for _, r in gs])
-    return out
+    """The three roles' batches (:func:`serl.role_batch.role_batches`), advantages from
+    ``group_batch(groups, rewards)`` (the run's estimator): responder within each question's
+    samples, verifier within each response's judgments, questioner over the whole step's batch."""
+    return role_batch.role_batches(groups.by_role(), group_batch)
 
 
 def _share(num, den) -> float:

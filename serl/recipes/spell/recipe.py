@@ -7,8 +7,9 @@ paragraphs (with the cluster's history memory in the prompt); repeated questions
 dropped (ROUGE-L); the responder answers without the documents (grounding check), then
 n times with them; each answer gets a rule score (cover-EM) and k verifier judgments;
 then the three roles' rewards. Groups with no reward spread are dropped and more
-clusters are asked (dynamic sampling, bounded rounds); ``episode.py`` holds the data, the
-step frame (``serl.step``) the update. ``--verifier_warmup_steps N``: ``warmup.py``.
+clusters are asked (dynamic sampling, bounded rounds); ``episode.py`` holds the data,
+``serl.role_batch`` joins the roles' batches into one, the step frame (``serl.step``) runs the
+update. ``--verifier_warmup_steps N``: ``warmup.py``.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import random
 
 from serl.data.corpus import CorpusError, fit_clusters, read_corpus, sample_evidence
 from serl.data.seeds import DataError
-from serl.engines.base import Sampling, TrainBatch
+from serl.engines.base import Sampling
 from serl.eval.roles import HeldOut, Roles, evaluate_roles, greedy_texts, load_heldout
 from serl.instruct.novelty import RougeIndex
 from serl.data.lengths import PromptBudget, budget_for, prompt_limit
@@ -30,6 +31,7 @@ from serl.recipes.spell.memory import HistoryMemory
 from serl.recipes.spell.prompts import (QUESTIONER_PREFILL, VERIFIER_PREFILL, prefill, questioner_prompt,
                                         responder_prompt, verifier_prompt)
 from serl.rewards.qa import cover_em_many, extract_final_answer
+from serl.role_batch import join_roles
 from serl.shipped import locate
 
 PROMPT_RESERVE = 256    # prompt tokens kept free of documents: chat template, instructions, question
@@ -106,10 +108,7 @@ class SpellRecipe(Recipe):
         metrics = episode.role_metrics(asked, groups) | {
             "filter/rounds": rounds, "questioner/memory_fill": self.memory.fill(len(self.clusters)),
             "corpus/skipped_long": float(self.corpus_stats.skipped_long), "corpus/clusters": float(len(self.clusters))}
-        batches = {k: b and b.nonzero_rows() for k, b in episode.role_batches(groups, self.group_batch).items()}
-        for role, b in batches.items():
-            metrics[f"train/{role}_seqs"] = len(b.response_ids) if b is not None else 0
-        return TrainBatch.concat(list(batches.values())), metrics
+        return join_roles(episode.role_batches(groups, self.group_batch), metrics), metrics  # train/<role>_seqs
 
     # ---- stages -----------------------------------------------------------------------
     def next_clusters(self, n: int):

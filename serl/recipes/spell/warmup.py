@@ -5,6 +5,7 @@ from __future__ import annotations
 from serl.data.verify_pairs import Balanced, read_pairs
 from serl.recipes.spell.prompts import verifier_prompt
 from serl.rewards.judge import label_rewards, parse_judgment, verdict_metrics
+from serl.role_batch import join_roles, role_batches
 
 
 def warmup_pairs(cfg, score, rng) -> Balanced | None:
@@ -26,8 +27,8 @@ def warmup_step(recipe):
     with recipe.timed("verifier"):
         groups = recipe.sample(prompts, cfg.verifier_warmup_samples, cfg.verifier_max_len)
     verdicts = [[parse_judgment(start + c.text) for c in g] for g in groups]  # judged on prefill + reply
-    batch = recipe.group_batch(groups, [label_rewards(v, p.label) for v, p in zip(verdicts, pairs)])
-    batch = batch and batch.nonzero_rows()
+    verifier = list(zip(groups, [label_rewards(v, p.label) for v, p in zip(verdicts, pairs)]))
     metrics = {f"warmup/{k}": v for k, v in verdict_metrics([p.label for p in pairs], verdicts).items()}
-    seqs = len(batch.response_ids) if batch else 0
-    return batch, metrics | {"warmup/pairs": float(len(pairs)), "train/verifier_seqs": seqs}
+    metrics["warmup/pairs"] = float(len(pairs))
+    # the verifier, the one role trained: its batch and train/verifier_seqs as in self-play
+    return join_roles(role_batches({"verifier": verifier}, recipe.group_batch), metrics), metrics
