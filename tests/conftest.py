@@ -2,6 +2,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -68,3 +69,50 @@ def tiny_path(tmp_path_factory):
     path = tmp_path_factory.mktemp("tiny") / "model"
     LlamaForCausalLM(cfg).save_pretrained(str(path))
     return str(path)
+
+
+@pytest.fixture
+def train_here(capsys):
+    """Runs `serl train ARGS` in this process, as `python -m serl.cli train ARGS` would, and returns
+    (exit code, stderr). For input refused before any model loads: no interpreter start and
+    no imports per case (a subprocess costs 2 to 7 s each)."""
+    import logging
+
+    from serl import cli
+
+    def run(*args):
+        capsys.readouterr()
+        # what the command's logging.basicConfig shows on stderr (a no-op under pytest's handlers)
+        root, handler = logging.getLogger(), logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S"))
+        level = root.level
+        root.addHandler(handler)
+        root.setLevel(logging.INFO)
+        try:
+            rc = cli.main(["train", *map(str, args)])
+        except SystemExit as e:  # argparse's own refusals
+            rc = e.code
+        finally:
+            root.removeHandler(handler)
+            root.setLevel(level)
+        return rc, capsys.readouterr().err
+
+    return run
+
+
+MATH_DIR = ROOT.parent / "shared" / "data" / "serl_math_benchmarks"  # tests/eval/conftest.py's math_dir
+# Evaluation on two math benchmarks before training, every 2 steps and at the end.
+TINY_EVAL = ["--eval_benchmarks", "gsm8k,svamp", "--eval_data_dir", str(MATH_DIR), "--eval_limit", "2",
+             "--eval_k", "2", "--eval_steps", "2"]
+
+
+@pytest.fixture(scope="session")
+def tiny_serl_run(tmp_path_factory, smol_path):
+    """One TINY_TRAIN run on the CPU, shared: tests/recipes/serl/test_golden_metrics.py checks its
+    training rows, tests/eval/test_train_eval.py its evaluation (on when the shared math data is
+    there). Evaluation never changes what training samples (serl.run_state.isolated_rng), so the
+    training rows are those of a run without it. Returns (dir, the CompletedProcess, evaluated)."""
+    run = tmp_path_factory.mktemp("tiny_serl") / "run"
+    evaluated = MATH_DIR.is_dir()
+    r = _serl_train("--run_dir", run, *TINY_TRAIN, "--device", "cpu", *(TINY_EVAL if evaluated else []))
+    return SimpleNamespace(dir=run, result=r, evaluated=evaluated)
