@@ -71,6 +71,32 @@ def tiny_path(tmp_path_factory):
     return str(path)
 
 
+def _cut_back(run: Path, to: Path, step: int) -> Path:
+    """A copy of the finished run ``run`` at ``to`` as a run stopped after ``step`` leaves it: the later
+    checkpoints and the final outputs (model, merged model, report) removed. The later metrics lines
+    and other files stay, so the resume must drop or overwrite them."""
+    import shutil
+
+    from serl.checkpoint import checkpoint_step, complete_checkpoints
+
+    shutil.copytree(run, to)
+    steps = [checkpoint_step(c) for c in complete_checkpoints(to)]
+    assert step in steps and max(steps) > step, f"{run}: checkpoints of steps {steps}, none of {step} and later"
+    for c in (to / "checkpoints").iterdir():  # complete or not: a stopped run has none past its step
+        if c.name.startswith("step_") and checkpoint_step(c) > step:
+            shutil.rmtree(c)
+    for name in ("model", "model_merged", "report"):
+        shutil.rmtree(to / name, ignore_errors=True)
+    return to
+
+
+@pytest.fixture(scope="session")
+def cut_back():
+    """``cut_back(run, to, step)``: instead of a second run stopped after ``step``, a copy of the
+    uninterrupted one cut back to its checkpoint of ``step`` (one process fewer per resume test)."""
+    return _cut_back
+
+
 @pytest.fixture
 def train_here(capsys):
     """Runs `serl train ARGS` in this process, as `python -m serl.cli train ARGS` would, and returns
