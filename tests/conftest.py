@@ -71,6 +71,49 @@ def tiny_path(tmp_path_factory):
     return str(path)
 
 
+class _Started:
+    """A `serl train` started in the background; ``wait()`` gives its CompletedProcess."""
+
+    def __init__(self, args, out: Path, env: dict):
+        self.args, self.out = args, out
+        out.mkdir(parents=True, exist_ok=True)
+        # output to files, not pipes: a pipe nobody reads stops the run once it is full
+        with open(out / "stdout", "w") as so, open(out / "stderr", "w") as se:
+            self.proc = subprocess.Popen([sys.executable, "-m", "serl.cli", "train", *args], env=env, cwd=ROOT,
+                                         stdout=so, stderr=se, text=True)
+
+    def wait(self, timeout: float = 1800) -> subprocess.CompletedProcess:
+        try:
+            rc = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise
+        return subprocess.CompletedProcess(self.args, rc, (self.out / "stdout").read_text(),
+                                           (self.out / "stderr").read_text())
+
+
+@pytest.fixture(scope="session")
+def serl_start(tmp_path_factory):
+    """``serl_start(*ARGS, fault=None)`` starts `serl train ARGS` and returns at once; ``.wait()``
+    gives the CompletedProcess. Two runs that need nothing from each other go side by side: one
+    intra-op thread each (a second one only spin-waits at these sizes; runs compared with each
+    other must use the same count), so on two cores the pair takes the time of the longer one."""
+    started = []
+
+    def start(*args, fault=None):
+        env = dict(os.environ, SERL_FAULT=fault or "", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+        run = _Started(list(map(str, args)), tmp_path_factory.mktemp("serl_start"), env)
+        started.append(run)
+        return run
+
+    yield start
+    for run in started:  # a test that failed before waiting: no run outlives the session
+        if run.proc.poll() is None:
+            run.proc.kill()
+            run.proc.wait()
+
+
 def _cut_back(run: Path, to: Path, step: int) -> Path:
     """A copy of the finished run ``run`` at ``to`` as a run stopped after ``step`` leaves it: the later
     checkpoints and the final outputs (model, merged model, report) removed. The later metrics lines

@@ -43,13 +43,14 @@ def serve_reward():
         proc.wait(timeout=30)
 
 
-def test_serl_with_serve_reward_gives_the_built_in_vote_s_rewards(serl_train, serve_reward, tmp_path):
+def test_serl_with_serve_reward_gives_the_built_in_vote_s_rewards(serl_start, serve_reward, tmp_path):
     remote, local = tmp_path / "remote", tmp_path / "local"
-    r = serl_train(*SERL, "--steps", 1, "--save_path", remote, "--ckpt_path", remote / "ckpt",
-                   "--remote_rm_url", serve_reward)
-    assert r.returncode == 0, r.stderr[-3000:]
-    r = serl_train(*SERL, "--steps", 1, "--save_path", local)
-    assert r.returncode == 0, r.stderr[-3000:]
+    # side by side (conftest's serl_start: one thread each, so both sample alike)
+    runs = [serl_start(*SERL, "--steps", 1, "--save_path", remote, "--ckpt_path", remote / "ckpt",
+                       "--remote_rm_url", serve_reward),
+            serl_start(*SERL, "--steps", 1, "--save_path", local)]
+    for r in [run.wait() for run in runs]:
+        assert r.returncode == 0, r.stderr[-3000:]
     (a,), (b,) = rows(remote), rows(local)  # same seed, same samples: the same rewards
     assert rewards_of(a) == rewards_of(b) and "reward/mean" in a and a["reward/groups"] == 2
 

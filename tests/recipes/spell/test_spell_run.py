@@ -39,10 +39,22 @@ def rows(run_dir: Path) -> dict[int, dict]:
 
 
 @pytest.fixture(scope="module")
-def two_steps(tmp_path_factory):
-    run = tmp_path_factory.mktemp("spell") / "run"
-    spell("--run_dir", run, "--steps", 2, "--save_steps", 0, *TINY, *SHIPPED)
-    return run
+def shipped_runs(tmp_path_factory, serl_start):
+    """The two-step run with held-out evaluation and, beside it, the one-step run without it that
+    the resume test continues: they need nothing from each other (conftest's serl_start: one
+    thread each, as spell() runs them)."""
+    root = tmp_path_factory.mktemp("spell")
+    two, one = root / "two", root / "one"
+    runs = [serl_start("--recipe", "spell", "--run_dir", two, "--steps", 2, "--save_steps", 0, *TINY, *SHIPPED),
+            serl_start("--recipe", "spell", "--run_dir", one, "--steps", 1, *TINY, *SHIPPED, "--heldout_eval", "false")]
+    for r in [run.wait(timeout=2400) for run in runs]:
+        assert r.returncode == 0, r.stderr[-3000:]
+    return two, one
+
+
+@pytest.fixture(scope="module")
+def two_steps(shipped_runs):
+    return shipped_runs[0]
 
 
 @pytest.mark.slow
@@ -67,10 +79,10 @@ def test_two_steps_on_the_shipped_corpus(two_steps):
 
 
 @pytest.mark.slow
-def test_resume_matches_the_uninterrupted_run(two_steps, tmp_path):
-    run = tmp_path / "run"
-    spell("--run_dir", run, "--steps", 1, *TINY, *SHIPPED, "--heldout_eval", "false")
-    spell("--resume", run, "--steps", 2)
+def test_resume_matches_the_uninterrupted_run(shipped_runs, serl_start):
+    two_steps, run = shipped_runs  # run: one step, started beside two_steps
+    r = serl_start("--resume", run, "--steps", 2).wait(timeout=2400)  # the same thread count as both runs
+    assert r.returncode == 0, r.stderr[-3000:]
     want, got = rows(two_steps), rows(run)
     assert sorted(got) == [1, 2]
     # without any evaluation (cheaper, and evaluation must never change training) the
