@@ -2,6 +2,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -68,3 +69,119 @@ def tiny_path(tmp_path_factory):
     path = tmp_path_factory.mktemp("tiny") / "model"
     LlamaForCausalLM(cfg).save_pretrained(str(path))
     return str(path)
+
+
+class _Started:
+    """A `serl train` started in the background; ``wait()`` gives its CompletedProcess."""
+
+    def __init__(self, args, out: Path, env: dict):
+        self.args, self.out = args, out
+        out.mkdir(parents=True, exist_ok=True)
+        # output to files, not pipes: a pipe nobody reads stops the run once it is full
+        with open(out / "stdout", "w") as so, open(out / "stderr", "w") as se:
+            self.proc = subprocess.Popen([sys.executable, "-m", "serl.cli", "train", *args], env=env, cwd=ROOT,
+                                         stdout=so, stderr=se, text=True)
+
+    def wait(self, timeout: float = 1800) -> subprocess.CompletedProcess:
+        try:
+            rc = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise
+        return subprocess.CompletedProcess(self.args, rc, (self.out / "stdout").read_text(),
+                                           (self.out / "stderr").read_text())
+
+
+@pytest.fixture(scope="session")
+def serl_start(tmp_path_factory):
+    """``serl_start(*ARGS, fault=None)`` starts `serl train ARGS` and returns at once; ``.wait()``
+    gives the CompletedProcess. Two runs that need nothing from each other go side by side: one
+    intra-op thread each (a second one only spin-waits at these sizes; runs compared with each
+    other must use the same count), so on two cores the pair takes the time of the longer one."""
+    started = []
+
+    def start(*args, fault=None):
+        env = dict(os.environ, SERL_FAULT=fault or "", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+        run = _Started(list(map(str, args)), tmp_path_factory.mktemp("serl_start"), env)
+        started.append(run)
+        return run
+
+    yield start
+    for run in started:  # a test that failed before waiting: no run outlives the session
+        if run.proc.poll() is None:
+            run.proc.kill()
+            run.proc.wait()
+
+
+def _cut_back(run: Path, to: Path, step: int) -> Path:
+    """A copy of the finished run ``run`` at ``to`` as a run stopped after ``step`` leaves it: the later
+    checkpoints and the final outputs (model, merged model, report) removed. The later metrics lines
+    and other files stay, so the resume must drop or overwrite them."""
+    import shutil
+
+    from serl.checkpoint import checkpoint_step, complete_checkpoints
+
+    shutil.copytree(run, to)
+    steps = [checkpoint_step(c) for c in complete_checkpoints(to)]
+    assert step in steps and max(steps) > step, f"{run}: checkpoints of steps {steps}, none of {step} and later"
+    for c in (to / "checkpoints").iterdir():  # complete or not: a stopped run has none past its step
+        if c.name.startswith("step_") and checkpoint_step(c) > step:
+            shutil.rmtree(c)
+    for name in ("model", "model_merged", "report"):
+        shutil.rmtree(to / name, ignore_errors=True)
+    return to
+
+
+@pytest.fixture(scope="session")
+def cut_back():
+    """``cut_back(run, to, step)``: instead of a second run stopped after ``step``, a copy of the
+    uninterrupted one cut back to its checkpoint of ``step`` (one process fewer per resume test)."""
+    return _cut_back
+
+
+@pytest.fixture
+def train_here(capsys):
+    """Runs `serl train ARGS` in this process, as `python -m serl.cli train ARGS` would, and returns
+    (exit code, stderr). For input refused before any model loads: no interpreter start and
+    no imports per case (a subprocess costs 2 to 7 s each)."""
+    import logging
+
+    from serl import cli
+
+    def run(*args):
+        capsys.readouterr()
+        # what the command's logging.basicConfig shows on stderr (a no-op under pytest's handlers)
+        root, handler = logging.getLogger(), logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S"))
+        level = root.level
+        root.addHandler(handler)
+        root.setLevel(logging.INFO)
+        try:
+            rc = cli.main(["train", *map(str, args)])
+        except SystemExit as e:  # argparse's own refusals
+            rc = e.code
+        finally:
+            root.removeHandler(handler)
+            root.setLevel(level)
+        return rc, capsys.readouterr().err
+
+    return run
+
+
+MATH_DIR = ROOT.parent / "shared" / "data" / "serl_math_benchmarks"  # tests/eval/conftest.py's math_dir
+# Evaluation on two math benchmarks before training, every 2 steps and at the end.
+TINY_EVAL = ["--eval_benchmarks", "gsm8k,svamp", "--eval_data_dir", str(MATH_DIR), "--eval_limit", "2",
+             "--eval_k", "2", "--eval_steps", "2"]
+
+
+@pytest.fixture(scope="session")
+def tiny_serl_run(tmp_path_factory, smol_path):
+    """One TINY_TRAIN run on the CPU, shared: tests/recipes/serl/test_golden_metrics.py checks its
+    training rows, tests/eval/test_train_eval.py its evaluation (on when the shared math data is
+    there). Evaluation never changes what training samples (serl.run_state.isolated_rng), so the
+    training rows are those of a run without it. Returns (dir, the CompletedProcess, evaluated)."""
+    run = tmp_path_factory.mktemp("tiny_serl") / "run"
+    evaluated = MATH_DIR.is_dir()
+    r = _serl_train("--run_dir", run, *TINY_TRAIN, "--device", "cpu", *(TINY_EVAL if evaluated else []))
+    return SimpleNamespace(dir=run, result=r, evaluated=evaluated)

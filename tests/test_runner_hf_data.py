@@ -1,8 +1,5 @@
 """Hugging Face datasets as --prompt_data / --eval_data in `serl train`: --eval_split, and
 clear errors (exit 2, no run directory) for missing columns, empty splits, unreadable data."""
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -73,15 +70,15 @@ NEEDLES = {"missing_column": "missing column 'problem' (columns present: questio
 
 @pytest.mark.parametrize("option", ["--prompt_data", "--eval_data"])
 @pytest.mark.parametrize("kind", list(NEEDLES))
-def test_bad_dataset_exits_2_naming_it(tmp_path, option, kind):
+def test_bad_dataset_exits_2_naming_it(tmp_path, train_here, monkeypatch, option, kind):
+    # in this process (conftest's train_here): refused before a model loads, where a subprocess
+    # each cost 3 to 7 s of interpreter start and imports; the cache is _isolated_cache's
     src = _make(tmp_path, kind)
     run_dir = tmp_path / "run"
-    env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-               HF_DATASETS_CACHE=str(tmp_path / "hf_cache"))
-    r = subprocess.run([sys.executable, "-m", "serl.cli", "train", "--run_dir", str(run_dir), "--generator", "hf",
-                        "--prompt_data", str(ROOT / "dataset" / "arith_seed.jsonl"), option, str(src)],
-                       capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
-    assert r.returncode == 2, r.stderr[-2000:]
-    assert NEEDLES[kind] in r.stderr and str(src) in r.stderr, r.stderr[-2000:]
-    assert "Traceback" not in r.stderr
+    monkeypatch.chdir(tmp_path)
+    rc, err = train_here("--run_dir", str(run_dir), "--generator", "hf",
+                         "--prompt_data", str(ROOT / "dataset" / "arith_seed.jsonl"), option, str(src))
+    assert rc == 2, err[-2000:]
+    assert NEEDLES[kind] in err and str(src) in err, err[-2000:]
+    assert "Traceback" not in err
     assert not run_dir.exists()

@@ -43,22 +43,73 @@ def serve_reward():
         proc.wait(timeout=30)
 
 
-def test_serl_with_serve_reward_gives_the_built_in_vote_s_rewards(serl_train, serve_reward, tmp_path):
+def test_serl_with_serve_reward_gives_the_built_in_vote_s_rewards(serl_start, serve_reward, tmp_path):
     remote, local = tmp_path / "remote", tmp_path / "local"
-    r = serl_train(*SERL, "--steps", 1, "--save_path", remote, "--ckpt_path", remote / "ckpt",
-                   "--remote_rm_url", serve_reward)
-    assert r.returncode == 0, r.stderr[-3000:]
-    r = serl_train(*SERL, "--steps", 1, "--save_path", local)
-    assert r.returncode == 0, r.stderr[-3000:]
+    # side by side (conftest's serl_start: one thread each, so both sample alike)
+    runs = [serl_start(*SERL, "--steps", 1, "--save_path", remote, "--ckpt_path", remote / "ckpt",
+                       "--remote_rm_url", serve_reward),
+            serl_start(*SERL, "--steps", 1, "--save_path", local)]
+    for r in [run.wait() for run in runs]:
+        assert r.returncode == 0, r.stderr[-3000:]
     (a,), (b,) = rows(remote), rows(local)  # same seed, same samples: the same rewards
     assert rewards_of(a) == rewards_of(b) and "reward/mean" in a and a["reward/groups"] == 2
 
 
-def test_serl_with_a_reward_file(serl_train, tmp_path):
-    r = serl_train(*SERL, "--steps", 1, "--save_path", tmp_path / "run", "--reward_mode", "rule",
-                   "--remote_rm_url", ROOT / "reward_utils/math_rule_reward.py")
+@pytest.fixture(scope="module")
+def plain_pair(serl_start, tmp_path_factory):
+    """The runs of the rule reward file and of spiral-rl's README command, side by side (conftest's
+    serl_start: one thread each): they need nothing from each other. Name -> (result, run dir)."""
+    root = tmp_path_factory.mktemp("seed_commands")
+    file_run, spiral_run = root / "reward_file", root / "spiral"
+    runs = {"reward_file": (serl_start(*SERL, "--steps", 1, "--save_path", file_run, "--reward_mode", "rule",
+                                       "--remote_rm_url", ROOT / "reward_utils/math_rule_reward.py"), file_run),
+            # spiral-rl's README: python train_spiral.py --env_ids KuhnPoker-v1 ... --pretrain ... --learning_rate
+            # 0.000001 --num_ppo_epochs 2 --gamma 1 --beta 0 --temperature 1.0 --top_p 1
+            "spiral": (serl_start("--recipe", "spiral", "--env_ids", "TicTacToe-v0", "KuhnPoker-v1", "--pretrain",
+                                  "smollm2", "--learning_rate", "0.000001", "--num_ppo_epochs", "1", "--gamma", "1",
+                                  "--beta", "0", "--temperature", "1.0", "--top_p", "1", "--games_per_step", "2",
+                                  "--max_turns", "2", "--generate_max_len", "8", "--steps", "1", "--run_dir",
+                                  spiral_run, "--device", "cpu", *SMALL), spiral_run)}
+    return {name: (run.wait(timeout=900), path) for name, (run, path) in runs.items()}
+
+
+@pytest.fixture(scope="module")
+def parquet_pair(serl_start, tmp_path_factory):
+    """The runs of verl's SPIN command on a verl parquet and of SPELL on a parquet corpus, side by
+    side (as plain_pair). Name -> (result, run dir)."""
+    pa, pq = pytest.importorskip("pyarrow"), pytest.importorskip("pyarrow.parquet")
+    root = tmp_path_factory.mktemp("seed_parquet")
+    src = [json.loads(x) for x in (ROOT / "dataset/arith_spin_train.jsonl").read_text().splitlines()[:8]]
+    table = [{"data_source": "arith", "prompt": [{"role": "user", "content": s["problem"]}],
+              "reward_model": {"style": "rule", "ground_truth": s["answer"]}} for s in src]
+    data, corpus = root / "verl_in" / "train.parquet", root / "spell_in" / "train.parquet"  # the names as before
+    data.parent.mkdir()
+    corpus.parent.mkdir()
+    pq.write_table(pa.Table.from_pylist(table), data)
+    docs = [json.loads(x) for x in (ROOT / "dataset/docs_train.jsonl").read_text().splitlines()[:6]]
+    pq.write_table(pa.Table.from_pylist([{"text": d["text"]} for d in docs]), corpus)
+    verl_run, spell_run = root / "verl", root / "spell"
+    # verl's recipe/spin README: python3 -m recipe.spin.main_spin data.train_files=... algorithm.dpo_beta=0.1 ...
+    runs = {"verl": (serl_start("--recipe", "spin", "--spin_mode", "online", f"data.train_files={data}",
+                                "data.prompt_key=prompt", "--label_key", "reward_model.ground_truth", "--reward_mode",
+                                "rule", "actor_rollout_ref.model.path=smollm2", "actor_rollout_ref.actor.optim.lr=1e-6",
+                                "algorithm.dpo_beta=0.2", "trainer.ref_update_freq=1", "data.train_batch_size=2",
+                                "actor_rollout_ref.rollout.n=2", "data.max_response_length=12",
+                                "trainer.total_training_steps=1", f"trainer.default_local_dir={verl_run}", *SMALL),
+                     verl_run),
+            "spell": (serl_start("--recipe", "spell", "--corpus", corpus, "--corpus_cluster_key", "",
+                                 "--questioner_reward", "azr", "--rollout_batch_size", "2", "--n_samples_per_prompt",
+                                 "2", "--verifier_samples", "2", "--grounding_samples", "1", "--max_refill_rounds", "1",
+                                 "--cluster_size", "2", "--paragraphs_per_prompt", "1", "--questioner_max_len", "32",
+                                 "--generate_max_len", "32", "--verifier_max_len", "16", "--prompt_max_len", "512",
+                                 "--heldout_eval", "false", "--steps", "1", "--run_dir", spell_run, *SMALL), spell_run)}
+    return {name: (run.wait(timeout=900), path) for name, (run, path) in runs.items()}
+
+
+def test_serl_with_a_reward_file(plain_pair):
+    r, run = plain_pair["reward_file"]
     assert r.returncode == 0, r.stderr[-3000:]
-    (row,) = rows(tmp_path / "run")
+    (row,) = rows(run)
     assert 0.0 <= row["reward/mean"] <= 1.0 and row["reward/groups"] == 2
 
 
@@ -117,50 +168,24 @@ def test_a_reward_file_that_hangs_stops_the_run_naming_the_file(serl_train, tmp_
     assert time.monotonic() - t0 < 600
 
 
-def test_spiral_readme_command(serl_train, tmp_path):
-    # spiral-rl's README: python train_spiral.py --env_ids KuhnPoker-v1 ... --pretrain ... --learning_rate
-    # 0.000001 --num_ppo_epochs 2 --gamma 1 --beta 0 --temperature 1.0 --top_p 1
-    r = serl_train("--recipe", "spiral", "--env_ids", "TicTacToe-v0", "KuhnPoker-v1", "--pretrain", "smollm2",
-                   "--learning_rate", "0.000001", "--num_ppo_epochs", "1", "--gamma", "1", "--beta", "0",
-                   "--temperature", "1.0", "--top_p", "1", "--games_per_step", "2", "--max_turns", "2",
-                   "--generate_max_len", "8", "--steps", "1", "--run_dir", tmp_path / "run", "--device", "cpu", *SMALL)
+def test_spiral_readme_command(plain_pair):
+    r, run = plain_pair["spiral"]
     assert r.returncode == 0, r.stderr[-3000:]
-    (row,) = rows(tmp_path / "run")
+    (row,) = rows(run)
     assert any(k.startswith("spiral/tictactoe/") for k in row) and any(k.startswith("spiral/kuhn_poker/") for k in row)
-    assert "turn_discount: 1.0" in (tmp_path / "run" / "config.yaml").read_text()  # spiral-rl's --gamma 1
+    assert "turn_discount: 1.0" in (run / "config.yaml").read_text()  # spiral-rl's --gamma 1
 
 
-def test_verl_spin_command_with_a_verl_parquet(serl_train, tmp_path):
-    pa, pq = pytest.importorskip("pyarrow"), pytest.importorskip("pyarrow.parquet")
-    src = [json.loads(x) for x in (ROOT / "dataset/arith_spin_train.jsonl").read_text().splitlines()[:8]]
-    table = [{"data_source": "arith", "prompt": [{"role": "user", "content": s["problem"]}],
-              "reward_model": {"style": "rule", "ground_truth": s["answer"]}} for s in src]
-    data = tmp_path / "train.parquet"
-    pq.write_table(pa.Table.from_pylist(table), data)
-    # verl's recipe/spin README: python3 -m recipe.spin.main_spin data.train_files=... algorithm.dpo_beta=0.1 ...
-    r = serl_train("--recipe", "spin", "--spin_mode", "online", f"data.train_files={data}", "data.prompt_key=prompt",
-                   "--label_key", "reward_model.ground_truth", "--reward_mode", "rule",
-                   "actor_rollout_ref.model.path=smollm2", "actor_rollout_ref.actor.optim.lr=1e-6",
-                   "algorithm.dpo_beta=0.2", "trainer.ref_update_freq=1", "data.train_batch_size=2",
-                   "actor_rollout_ref.rollout.n=2", "data.max_response_length=12", "trainer.total_training_steps=1",
-                   f"trainer.default_local_dir={tmp_path / 'run'}", *SMALL)
+def test_verl_spin_command_with_a_verl_parquet(parquet_pair):
+    r, run = parquet_pair["verl"]
     assert r.returncode == 0, r.stderr[-3000:]
-    cfg = (tmp_path / "run" / "config.yaml").read_text()
+    cfg = (run / "config.yaml").read_text()
     assert "beta: 0.2" in cfg and "ref_update: steps:1" in cfg
-    (row,) = rows(tmp_path / "run")
+    (row,) = rows(run)
     assert row["pairs/groups"] == 2
 
 
-def test_spell_with_a_parquet_corpus_and_the_azr_mapping(serl_train, tmp_path):
-    pa, pq = pytest.importorskip("pyarrow"), pytest.importorskip("pyarrow.parquet")
-    docs = [json.loads(x) for x in (ROOT / "dataset/docs_train.jsonl").read_text().splitlines()[:6]]
-    corpus = tmp_path / "train.parquet"
-    pq.write_table(pa.Table.from_pylist([{"text": d["text"]} for d in docs]), corpus)
-    r = serl_train("--recipe", "spell", "--corpus", corpus, "--corpus_cluster_key", "", "--questioner_reward", "azr",
-                   "--rollout_batch_size", "2", "--n_samples_per_prompt", "2", "--verifier_samples", "2",
-                   "--grounding_samples", "1", "--max_refill_rounds", "1", "--cluster_size", "2",
-                   "--paragraphs_per_prompt", "1", "--questioner_max_len", "32", "--generate_max_len", "32",
-                   "--verifier_max_len", "16", "--prompt_max_len", "512", "--heldout_eval", "false",
-                   "--steps", "1", "--run_dir", tmp_path / "run", *SMALL)
+def test_spell_with_a_parquet_corpus_and_the_azr_mapping(parquet_pair):
+    r, run = parquet_pair["spell"]
     assert r.returncode == 0, r.stderr[-3000:]
-    assert len(rows(tmp_path / "run")) == 1
+    assert len(rows(run)) == 1

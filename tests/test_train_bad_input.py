@@ -1,16 +1,19 @@
-"""Bad input to `serl train`: one clear message, exit code 2, no run directory left behind."""
-import subprocess
-import sys
-
+"""Bad input to `serl train`: one clear message, exit code 2, no run directory left behind.
+The command runs in this process (conftest's train_here): every case is refused before a
+model loads, where a subprocess each cost 2 to 6 s of interpreter start and imports."""
 import pytest
 
 
-def run_train(tmp_path, *args):
-    run_dir = tmp_path / "run"
-    r = subprocess.run([sys.executable, "-m", "serl.cli", "train", "--run_dir", str(run_dir),
-                        "--generator", "hf", *args], capture_output=True, text=True, cwd=tmp_path,
-                       timeout=300)
-    return r, run_dir
+@pytest.fixture
+def run_train(tmp_path, train_here, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # as the subprocess ran: from a folder that is not the checkout
+
+    def run(*args):
+        run_dir = tmp_path / "run"
+        rc, err = train_here("--run_dir", str(run_dir), "--generator", "hf", *args)
+        return rc, err, run_dir
+
+    return run
 
 
 @pytest.mark.parametrize("content,needle", [
@@ -19,35 +22,35 @@ def run_train(tmp_path, *args):
     ('{"question": "a b c d"}\n', "seeds.jsonl:1: missing key 'problem'"),
     ("", "no seed problems"),
 ])
-def test_bad_seed_file(tmp_path, content, needle):
+def test_bad_seed_file(tmp_path, run_train, content, needle):
     seeds = tmp_path / "seeds.jsonl"
     if content is not None:
         seeds.write_text(content)
-    r, run_dir = run_train(tmp_path, "--prompt_data", str(seeds))
-    assert r.returncode == 2, r.stderr
-    assert needle in r.stderr and str(seeds) in r.stderr
-    assert "Traceback" not in r.stderr
+    rc, err, run_dir = run_train("--prompt_data", str(seeds))
+    assert rc == 2, err
+    assert needle in err and str(seeds) in err
+    assert "Traceback" not in err
     assert not run_dir.exists()
 
 
-def test_missing_model_path(tmp_path):
+def test_missing_model_path(tmp_path, run_train):
     seeds = tmp_path / "seeds.jsonl"
     seeds.write_text('{"problem": "What is 1 + 1?", "answer": "2"}\n')
-    r, run_dir = run_train(tmp_path, "--prompt_data", str(seeds), "--model", str(tmp_path / "no-model"))
-    assert r.returncode == 2 and "model path does not exist" in r.stderr
+    rc, err, run_dir = run_train("--prompt_data", str(seeds), "--model", str(tmp_path / "no-model"))
+    assert rc == 2 and "model path does not exist" in err
     assert not run_dir.exists()
 
 
-def test_existing_run_dir_is_refused(tmp_path, smol_path):
+def test_existing_run_dir_is_refused(tmp_path, run_train, smol_path):
     """Everything else is valid (a real model, good seeds): only the run dir is wrong."""
     seeds = tmp_path / "seeds.jsonl"
     seeds.write_text('{"problem": "What is 1 + 1?", "answer": "2"}\n')
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "keep.txt").write_text("x")
-    r, run_dir = run_train(tmp_path, "--prompt_data", str(seeds), "--model", str(smol_path))
-    assert r.returncode == 2, r.stderr
-    assert f"run_dir: {run_dir} already exists and is not empty" in r.stderr
-    assert f"--resume {run_dir}" in r.stderr and "Traceback" not in r.stderr
+    rc, err, run_dir = run_train("--prompt_data", str(seeds), "--model", str(smol_path))
+    assert rc == 2, err
+    assert f"run_dir: {run_dir} already exists and is not empty" in err
+    assert f"--resume {run_dir}" in err and "Traceback" not in err
     assert sorted(p.name for p in run_dir.iterdir()) == ["keep.txt"]  # nothing written into it
     assert (run_dir / "keep.txt").read_text() == "x"
 
@@ -74,7 +77,7 @@ def test_eval_sets_load_and_fail_clearly(tmp_path):
         load_eval_sets(TrainConfig(eval_benchmarks="tiny"))
 
 
-def test_resume_of_a_truncated_config_exits_2_naming_what_is_missing(tmp_path):
+def test_resume_of_a_truncated_config_exits_2_naming_what_is_missing(tmp_path, train_here, monkeypatch):
     """The issue's case: config.yaml cut to its first 300 bytes, then --resume. Refused before
     anything runs or is written, naming the file and the options gone."""
     from serl.config import dump, parse_args
@@ -84,10 +87,10 @@ def test_resume_of_a_truncated_config_exits_2_naming_what_is_missing(tmp_path):
     cfg, _ = parse_args(["--run_dir", str(run_dir), "--generator", "hf", "--steps", "2"])
     dump(cfg, run_dir / "config.yaml")
     (run_dir / "config.yaml").write_bytes((run_dir / "config.yaml").read_bytes()[:300])
-    r = subprocess.run([sys.executable, "-m", "serl.cli", "train", "--resume", str(run_dir)],
-                       capture_output=True, text=True, cwd=tmp_path, timeout=300)
-    assert r.returncode == 2, r.stderr
-    assert f"serl train: error: {run_dir / 'config.yaml'}: " in r.stderr
-    assert "option(s) that define the run are missing" in r.stderr
-    assert "generator, learner" in r.stderr and "Traceback" not in r.stderr
+    monkeypatch.chdir(tmp_path)
+    rc, err = train_here("--resume", str(run_dir))
+    assert rc == 2, err
+    assert f"serl train: error: {run_dir / 'config.yaml'}: " in err
+    assert "option(s) that define the run are missing" in err
+    assert "generator, learner" in err and "Traceback" not in err
     assert sorted(p.name for p in run_dir.iterdir()) == ["config.yaml"]

@@ -35,6 +35,27 @@ def _run(cmd, cwd, env, timeout=600):
     return r
 
 
+def _start(cmd, cwd, env, name):
+    """``_run`` started in the background (output to files beside ``cwd``, not pipes); ``_wait`` ends it."""
+    cmd = [str(c) for c in cmd]
+    out, err = cwd.parent / f"{name}.stdout", cwd.parent / f"{name}.stderr"
+    with open(out, "w") as so, open(err, "w") as se:
+        return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=so, stderr=se, text=True), out, err
+
+
+def _wait(started, timeout=600):
+    proc, out, err = started
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise
+    r = subprocess.CompletedProcess(proc.args, proc.returncode, out.read_text(), err.read_text())
+    assert r.returncode == 0, f"{proc.args}: exit {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+    return r
+
+
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory):
     """(python, serl script, environment, outside dir) of a fresh venv holding only the wheel."""
@@ -136,13 +157,18 @@ def tiny_model(tmp_path_factory, smol_tokenizer):
 @pytest.mark.slow
 def test_instruct_and_a_tiny_train_run_outside_the_checkout(venv, tiny_model):
     py, serl, env, outside = venv
+    # the two commands side by side, one intra-op thread each (on two cores: the time of the longer)
+    env = dict(env, OMP_NUM_THREADS="1")
     # serl instruct: the default model, the documented seed path and the packaged template
-    _run([serl, "instruct", "--seeds", "dataset/arith_seed.jsonl", "--out", "new.jsonl", "-n", "1",
-          "--n_shots", "2", "--prompts_per_call", "1", "--max_attempts", "2", "--max_new_tokens", "64"], outside, env)
+    instruct = _start([serl, "instruct", "--seeds", "dataset/arith_seed.jsonl", "--out", "new.jsonl", "-n", "1",
+                       "--n_shots", "2", "--prompts_per_call", "1", "--max_attempts", "2", "--max_new_tokens", "64"],
+                      outside, env, "instruct")
+    # serl train with the default seed file (dataset/arith_seed.jsonl), one tiny step
+    train = _start([serl, "train", "--model", tiny_model, "--run_dir", "run", *TINY], outside, env, "train")
+    _wait(instruct)
+    r = _wait(train)
     rows = [json.loads(line) for line in (outside / "new.jsonl").read_text().splitlines()]
     assert rows and all({"text", "passed", "parents"} <= set(r) for r in rows), rows
-    # serl train with the default seed file (dataset/arith_seed.jsonl), one tiny step
-    r = _run([serl, "train", "--model", tiny_model, "--run_dir", "run", *TINY], outside, env)
     run = outside / "run"
     cfg = yaml.safe_load((run / "config.yaml").read_text())
     assert cfg["prompt_data"] == "dataset/arith_seed.jsonl" and cfg["steps"] == 1

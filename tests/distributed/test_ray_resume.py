@@ -1,7 +1,10 @@
-"""A `serl train --ray` run killed with SIGKILL before its second update and resumed ends
-exactly as an uninterrupted `--ray` run (transformers generator in a Ray actor): the same
-metrics, policy weights and run state. Before serl.run_state, GeneratorGroup had no state,
-so a resumed run re-seeded sampling from call 0 and drew other samples."""
+"""A `serl train --ray` run stopped after its first step and resumed ends exactly as the
+uninterrupted `--ray` run (transformers generator in a Ray actor): the same metrics, policy
+weights and run state. Before serl.run_state, GeneratorGroup had no state, so a resumed run
+re-seeded sampling from call 0 and drew other samples. The stopped run is a copy of the
+uninterrupted one cut back to its step-1 checkpoint, what a run killed before its second update
+leaves (a third Ray run, killed there, cost about 40 s of CI; tests/test_resume.py kills runs
+at every point)."""
 from __future__ import annotations
 
 import importlib.util
@@ -27,8 +30,8 @@ FLAGS = ["--pretrain", "smollm2", "--prompt_data", str(ROOT / "dataset" / "arith
          "--save_model", "false", "--progress", "quiet", "--ray"]
 
 
-def _train(args, fault=""):
-    env = dict(os.environ, SERL_FAULT=fault, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+def _train(args):
+    env = dict(os.environ, SERL_FAULT="", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     env.pop("RAY_ADDRESS", None)  # a local cluster of its own
     proc = subprocess.Popen([sys.executable, "-m", "serl.cli", "train", *map(str, args)], cwd=ROOT, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
@@ -36,7 +39,7 @@ def _train(args, fault=""):
         _, err = proc.communicate(timeout=1800)
     finally:
         time.sleep(1.0)
-        try:  # whatever the run started and left (a SIGKILLed driver cannot stop its actors)
+        try:  # whatever the run started and left (a driver that dies cannot stop its actors)
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
@@ -48,7 +51,7 @@ def _metrics(run_dir):
             for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
-def test_a_ray_run_killed_and_resumed_matches_the_uninterrupted_one(tmp_path):
+def test_a_ray_run_stopped_and_resumed_matches_the_uninterrupted_one(tmp_path, cut_back):
     from serl.checkpoint import latest_checkpoint, load_trainer_state
 
     spec = importlib.util.spec_from_file_location("_resume_helpers", ROOT / "tests" / "test_resume.py")
@@ -58,8 +61,7 @@ def test_a_ray_run_killed_and_resumed_matches_the_uninterrupted_one(tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
     rc, err = _train(["--save_path", a, *FLAGS])
     assert rc == 0, err[-3000:]
-    rc, err = _train(["--save_path", b, *FLAGS], fault="learner:2")  # killed before step 2's update
-    assert rc == -signal.SIGKILL, err[-3000:]
+    cut_back(a, b, 1)  # stopped before step 2's update: its step-2 metrics line stays, to be dropped
     assert latest_checkpoint(b).name == "step_000001"
     rc, err = _train(["--resume", b])
     assert rc == 0, err[-3000:]

@@ -29,25 +29,55 @@ def test_script_reaches_cli(shell, tmp_path):
     assert r.returncode == 2 and "--k must be >= 0" in r.stderr
 
 
+DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"  # as conftest's math_dir and mmlu_dir
+CASES = {  # id: (shell, script, env, bench, keys)
+    "bash-math_maj": ("bash", "math_maj.sh", {"MATH_SETS": "gsm8k,math_500", "LIMIT": "2", "K": "2"},
+                      {"gsm8k": 2, "math_500": 2}, {"pass@1", "maj@2", "pass@2"}),
+    "zsh-mmlu_pro": ("zsh", "mmlu_pro.sh", {"STRATIFIED": "2", "K": "2"}, {"mmlu_pro": 2},
+                     {"pass@1", "maj@2", "pass@2"}),
+    "zsh-math_greedy": ("zsh", "math_greedy.sh", {"MATH_SETS": "svamp", "LIMIT": "1"}, {"svamp": 1}, {"pass@1"}),
+}
+
+
+@pytest.fixture(scope="module")
+def script_runs(tmp_path_factory, smol_path):
+    """Each script run as a user would, two at a time (one thread each, so on two cores the three
+    take about the time of the longest two): id -> (CompletedProcess, its output root)."""
+    if not ((DATA / "serl_math_benchmarks").exists() and (DATA / "mmlu_pro").exists()):
+        return {}  # the test skips through math_dir / mmlu_dir
+    started = {}
+    for name, (shell, script, extra_env, _, _) in CASES.items():
+        if shutil.which(shell) is None:
+            continue
+        if len([p for p, *_ in started.values() if p.poll() is None]) >= 2:
+            next(p for p, *_ in started.values() if p.poll() is None).wait()
+        where = tmp_path_factory.mktemp(name)
+        env = {"PATH": "/usr/bin:/bin", "PYTHON": sys.executable, "HOME": str(Path.home()), "MODEL": smol_path,
+               "GENERATOR": "hf", "MAX_NEW_TOKENS": "8", "MAX_MODEL_LEN": "1024",
+               "DATA_DIR": str(DATA / "serl_math_benchmarks"), "MMLU_DIR": str(DATA / "mmlu_pro"),
+               "OUT_ROOT": str(where / "out"), "OMP_NUM_THREADS": "1", **extra_env}
+        path = next(p for p in SCRIPTS if p.name == script)
+        args = [shell, str(path), "--quiet", *(["--n_shots", "1"] if script == "mmlu_pro.sh" else [])]
+        with open(where / "stdout", "w") as so, open(where / "stderr", "w") as se:  # files: no pipe fills up
+            started[name] = (subprocess.Popen(args, cwd=where, stdout=so, stderr=se, text=True, env=env), where)
+    runs = {}
+    for name, (proc, where) in started.items():
+        proc.wait(timeout=1800)
+        runs[name] = (subprocess.CompletedProcess(proc.args, proc.returncode, (where / "stdout").read_text(),
+                                                  (where / "stderr").read_text()), where / "out")
+    return runs
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("shell,script,env,bench,keys", [
-    ("bash", "math_maj.sh", {"MATH_SETS": "gsm8k,math_500", "LIMIT": "2", "K": "2"},
-     {"gsm8k": 2, "math_500": 2}, {"pass@1", "maj@2", "pass@2"}),
-    ("zsh", "mmlu_pro.sh", {"STRATIFIED": "2", "K": "2"}, {"mmlu_pro": 2}, {"pass@1", "maj@2", "pass@2"}),
-    ("zsh", "math_greedy.sh", {"MATH_SETS": "svamp", "LIMIT": "1"}, {"svamp": 1}, {"pass@1"}),
-], ids=["bash-math_maj", "zsh-mmlu_pro", "zsh-math_greedy"])
-def test_script_runs_real_model(shell, script, env, bench, keys, tmp_path, smol_path, math_dir, mmlu_dir):
+@pytest.mark.parametrize("case", list(CASES))
+def test_script_runs_real_model(case, script_runs, math_dir, mmlu_dir):
     """Each script, run as a user would, evaluates the real model on a small slice."""
+    shell, _, _, bench, keys = CASES[case]
     if shutil.which(shell) is None:
         pytest.skip(f"{shell} not installed")
-    path = next(p for p in SCRIPTS if p.name == script)
-    env = {"PATH": "/usr/bin:/bin", "PYTHON": sys.executable, "HOME": str(Path.home()), "MODEL": smol_path,
-           "GENERATOR": "hf", "MAX_NEW_TOKENS": "8", "MAX_MODEL_LEN": "1024", "DATA_DIR": str(math_dir),
-           "MMLU_DIR": str(mmlu_dir), "OUT_ROOT": str(tmp_path / "out"), "OMP_NUM_THREADS": "1", **env}
-    extra = ["--n_shots", "1"] if script == "mmlu_pro.sh" else []
-    r = subprocess.run([shell, str(path), "--quiet", *extra], cwd=tmp_path, capture_output=True, text=True, env=env)
+    r, out = script_runs[case]
     assert r.returncode == 0, r.stderr[-2000:]
-    (res_file,) = (tmp_path / "out").glob("*/results.json")
+    (res_file,) = out.glob("*/results.json")
     res = json.loads(res_file.read_text())
     assert res["generator"] == "hf"
     assert {name: e["n"] for name, e in res["benchmarks"].items()} == bench

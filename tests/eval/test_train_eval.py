@@ -5,10 +5,11 @@ import pytest
 
 
 @pytest.mark.slow
-def test_train_evaluates_every_n_steps_and_logs(tmp_path, math_dir, serl_train, tiny_train_args):
-    run = tmp_path / "run"
-    r = serl_train("--run_dir", run, *tiny_train_args, "--eval_benchmarks", "gsm8k,svamp",
-                   "--eval_data_dir", math_dir, "--eval_limit", "2", "--eval_k", "2", "--eval_steps", "2")
+def test_train_evaluates_every_n_steps_and_logs(math_dir, tiny_serl_run):
+    # the shared TINY_TRAIN run of tests/conftest.py (its training rows are also the golden metrics'),
+    # with --eval_benchmarks gsm8k,svamp --eval_limit 2 --eval_k 2 --eval_steps 2 on math_dir
+    assert tiny_serl_run.evaluated  # math_dir is there (else skipped), so the run evaluated
+    run, r = tiny_serl_run.dir, tiny_serl_run.result
     assert r.returncode == 0, r.stderr[-3000:]
 
     lines = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]

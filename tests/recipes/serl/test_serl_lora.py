@@ -4,9 +4,6 @@ folder, give the same metrics and the same final adapter (so LoRA resumes exactl
 dataset folder trains as the JSONL does); the final save is a PEFT adapter and, with
 --save_merged, the merged model in Hugging Face layout."""
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -20,23 +17,14 @@ def _metrics(run_dir):
     return out
 
 
-ROOT = Path(__file__).resolve().parents[3]
-
-
-def _train(*args):
-    """`serl train ARGS` in a subprocess from the repository root (a shared 2-core machine
-    under load can take several minutes a step, hence the long timeout)."""
-    return subprocess.run([sys.executable, "-m", "serl.cli", "train", *map(str, args)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=3600)
-
-
 def _added(run_dir):
     lines = (run_dir / "pool.jsonl").read_text().splitlines()
     return [e["item"]["text"] for e in map(json.loads, filter(str.strip, lines)) if e.get("e") == "add"]
 
 
 @pytest.mark.slow
-def test_serl_lora_run_resumes_exactly_and_saves_adapter_and_merged(tmp_path, tiny_train_args, smol_path):
+def test_serl_lora_run_resumes_exactly_and_saves_adapter_and_merged(tmp_path, tiny_train_args, smol_path,
+                                                                     serl_start):
     import datasets
     from safetensors.torch import load_file
 
@@ -48,12 +36,13 @@ def test_serl_lora_run_resumes_exactly_and_saves_adapter_and_merged(tmp_path, ti
     lora = ["--lora_rank", "8", "--lora_alpha", "16", "--actor_learning_rate", "1e-3", "--save_model", "true",
             "--enable_self_evolution", "false", "--generate_max_len", "16"]
     a, b = tmp_path / "a", tmp_path / "b"
-    r = _train("--run_dir", a, *tiny_train_args, *lora, "--steps", "2", "--save_merged", "true")
-    assert r.returncode == 0, r.stderr[-3000:]
-    r = _train("--run_dir", b, *tiny_train_args, *lora, "--steps", "1", "--save_merged", "true",
-                   "--prompt_data", folder)
-    assert r.returncode == 0, r.stderr[-3000:]
-    r = _train("--resume", b, "--steps", "2")
+    # the two first runs side by side (conftest's serl_start: one thread each), and so the resume too
+    runs = [serl_start("--run_dir", a, *tiny_train_args, *lora, "--steps", "2", "--save_merged", "true"),
+            serl_start("--run_dir", b, *tiny_train_args, *lora, "--steps", "1", "--save_merged", "true",
+                       "--prompt_data", folder)]
+    for r in [run.wait(timeout=3600) for run in runs]:
+        assert r.returncode == 0, r.stderr[-3000:]
+    r = serl_start("--resume", b, "--steps", "2").wait(timeout=3600)
     assert r.returncode == 0, r.stderr[-3000:]
     ma, mb = _metrics(a), _metrics(b)
     assert [m["step"] for m in mb] == [1, 2]

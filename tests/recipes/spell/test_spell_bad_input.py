@@ -1,6 +1,6 @@
-"""Bad input to `serl train --recipe spell`: one message naming the file, exit 2, no run dir."""
-import subprocess
-import sys
+"""Bad input to `serl train --recipe spell`: one message naming the file, exit 2, no run dir.
+Each case runs the command in this process (conftest's train_here): all are refused before a
+model loads, and a subprocess each cost 2 to 7 s of interpreter start and imports."""
 from pathlib import Path
 
 import pytest
@@ -8,11 +8,15 @@ import pytest
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def run_spell(tmp_path, *args):
+@pytest.fixture(autouse=True)
+def _from_root(monkeypatch):
+    monkeypatch.chdir(ROOT)  # where a user of the repository runs it (and the subprocess ran)
+
+
+def run_spell(train_here, tmp_path, *args):
     run_dir = tmp_path / "run"
-    r = subprocess.run([sys.executable, "-m", "serl.cli", "train", "--recipe", "spell", "--run_dir", str(run_dir),
-                        "--generator", "hf", *map(str, args)], capture_output=True, text=True, cwd=ROOT, timeout=300)
-    return r, run_dir
+    rc, err = train_here("--recipe", "spell", "--run_dir", run_dir, "--generator", "hf", *args)
+    return rc, err, run_dir
 
 
 def _write(tmp_path, kind):
@@ -32,20 +36,20 @@ def _write(tmp_path, kind):
 
 
 @pytest.mark.parametrize("kind", ["missing", "empty_file", "empty_dir", "bad_jsonl"])
-def test_bad_corpus(tmp_path, kind):
+def test_bad_corpus(tmp_path, train_here, kind):
     path, needle = _write(tmp_path, kind)
-    r, run_dir = run_spell(tmp_path, "--corpus", path)
-    assert r.returncode == 2, r.stderr
-    assert needle in r.stderr and str(path) in r.stderr
-    assert "Traceback" not in r.stderr
+    rc, err, run_dir = run_spell(train_here, tmp_path, "--corpus", path)
+    assert rc == 2, err
+    assert needle in err and str(path) in err
+    assert "Traceback" not in err
     assert not run_dir.exists()
 
 
-def test_bad_heldout_file(tmp_path):
+def test_bad_heldout_file(tmp_path, train_here):
     bad = tmp_path / "qa.jsonl"
     bad.write_text('{"cluster": "heldout-000", "question": "Q?"}\n')
-    r, run_dir = run_spell(tmp_path, "--eval_qa_data", bad)
-    assert r.returncode == 2 and f"{bad}:1: key 'answer'" in r.stderr, r.stderr
+    rc, err, run_dir = run_spell(train_here, tmp_path, "--eval_qa_data", bad)
+    assert rc == 2 and f"{bad}:1: key 'answer'" in err, err
     assert not run_dir.exists()
 
 
@@ -54,14 +58,14 @@ def test_bad_heldout_file(tmp_path):
     (["--questioner_max_len", "512", "--generate_max_len", "128"], "questioner_max_len"),
     (["--rouge_threshold", "0.5"], "belongs to recipe 'serl'"),
 ])
-def test_bad_options(tmp_path, flags, needle):
-    r, run_dir = run_spell(tmp_path, *flags)
-    assert r.returncode == 2 and needle in r.stderr, r.stderr
+def test_bad_options(tmp_path, train_here, flags, needle):
+    rc, err, run_dir = run_spell(train_here, tmp_path, *flags)
+    assert rc == 2 and needle in err, err
     assert not run_dir.exists()
 
 
 @pytest.mark.parametrize("kind", ["missing_key", "held_out", "one_label"])
-def test_bad_warmup_pairs(tmp_path, kind):
+def test_bad_warmup_pairs(tmp_path, train_here, kind):
     """The warm-up's pairs are checked before anything is written: file, line and key; a held-out
     question; both labels present."""
     pairs = tmp_path / "pairs.jsonl"
@@ -75,6 +79,6 @@ def test_bad_warmup_pairs(tmp_path, kind):
     else:
         pairs.write_text('{"question": "Q?", "candidate": "It was 1881.", "gold": "1881"}\n')
         needle = "1 right and 0 wrong"
-    r, run_dir = run_spell(tmp_path, "--verifier_warmup_steps", 1, "--verifier_warmup_data", pairs)
-    assert r.returncode == 2 and needle in r.stderr, r.stderr
-    assert "Traceback" not in r.stderr and not run_dir.exists()
+    rc, err, run_dir = run_spell(train_here, tmp_path, "--verifier_warmup_steps", 1, "--verifier_warmup_data", pairs)
+    assert rc == 2 and needle in err, err
+    assert "Traceback" not in err and not run_dir.exists()

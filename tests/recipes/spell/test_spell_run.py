@@ -1,11 +1,8 @@
 """Real `serl train --recipe spell` runs on SmolLM2 (transformers generator, tiny sizes): the
 shipped corpus with held-out evaluation and an exact resume (one run of two steps, one of one
-step plus a resumed step); a user's text folder read as the run reads it."""
+step plus a resumed step); a user's text folder read as the run reads it; a verifier warm-up
+resumed in its middle. The runs go two at a time (one module fixture, one thread each)."""
 import json
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,14 +16,9 @@ EVAL = ["--eval_qa_limit", "2", "--eval_verify_limit", "2", "--eval_questioner_l
         "--eval_docs", ROOT / "dataset/docs_heldout.jsonl", "--eval_qa_data", ROOT / "dataset/docs_heldout_qa.jsonl",
         "--eval_verify_data", ROOT / "dataset/docs_heldout_verify.jsonl"]
 SHIPPED = ["--corpus", ROOT / "dataset/docs_train.jsonl", *EVAL]
-
-
-def spell(*args):
-    env = dict(os.environ, OMP_NUM_THREADS="1")  # tiny batches: a second thread only spins on a shared machine
-    r = subprocess.run([sys.executable, "-m", "serl.cli", "train", "--recipe", "spell", *map(str, args)],
-                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=2400)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return r
+WARM = ["--verifier_warmup_steps", 2, "--verifier_warmup_pairs", 2, "--verifier_warmup_samples", 4,
+        "--heldout_eval", "false", "--corpus", ROOT / "dataset/docs_train.jsonl",
+        "--verifier_warmup_data", ROOT / "dataset/docs_train_verify.jsonl"]
 
 
 def rows(run_dir: Path) -> dict[int, dict]:
@@ -39,14 +31,45 @@ def rows(run_dir: Path) -> dict[int, dict]:
 
 
 @pytest.fixture(scope="module")
-def two_steps(tmp_path_factory):
-    run = tmp_path_factory.mktemp("spell") / "run"
-    spell("--run_dir", run, "--steps", 2, "--save_steps", 0, *TINY, *SHIPPED)
-    return run
+def runs(tmp_path_factory, serl_start, cut_back):
+    """Every real run of the module, never more than two at once (conftest's serl_start: one
+    intra-op thread each, as these runs always had): "two", the shipped corpus for two steps with
+    held-out evaluation; "one", its first step without evaluation, then "one+1", that run resumed
+    for a second step; "whole", three steps with a two-step verifier warm-up, then "part", its copy
+    cut back to its step-1 checkpoint (conftest's cut_back), resumed. Name -> (CompletedProcess or
+    None when the run it continues failed, run dir); the tests check the exit codes."""
+    root = tmp_path_factory.mktemp("spell")
+    where = {name: root / name for name in ("two", "one", "whole", "part")}
+    where["one+1"] = where["one"]
+
+    def spell(*args):
+        return serl_start("--recipe", "spell", *args)
+
+    whole = spell("--run_dir", where["whole"], "--steps", 3, "--save_steps", 1, "--max_ckpt_num", 3, *TINY, *WARM)
+    two = spell("--run_dir", where["two"], "--steps", 2, "--save_steps", 0, *TINY, *SHIPPED)
+    done = {"two": two.wait(timeout=2400)}
+    one = spell("--run_dir", where["one"], "--steps", 1, *TINY, *SHIPPED, "--heldout_eval", "false")
+    done["whole"] = whole.wait(timeout=2400)
+    part = None
+    if done["whole"].returncode == 0:  # the stopped run: one process fewer than running it
+        cut_back(where["whole"], where["part"], 1)
+        part = spell("--resume", where["part"])
+    done["one"] = one.wait(timeout=2400)
+    one_more = spell("--resume", where["one"], "--steps", 2) if done["one"].returncode == 0 else None
+    done["part"] = part and part.wait(timeout=2400)
+    done["one+1"] = one_more and one_more.wait(timeout=2400)
+    return {name: (done[name], where[name]) for name in done}
+
+
+def ok(run):
+    r, _ = run
+    assert r is not None and r.returncode == 0, r and r.stderr[-3000:]
 
 
 @pytest.mark.slow
-def test_two_steps_on_the_shipped_corpus(two_steps):
+def test_two_steps_on_the_shipped_corpus(runs):
+    ok(runs["two"])
+    two_steps = runs["two"][1]
     m = rows(two_steps)
     assert sorted(m) == [0, 1, 2]
     for key in ("eval/responder/strict", "eval/responder/lenient", "eval/verifier/accuracy",
@@ -67,11 +90,10 @@ def test_two_steps_on_the_shipped_corpus(two_steps):
 
 
 @pytest.mark.slow
-def test_resume_matches_the_uninterrupted_run(two_steps, tmp_path):
-    run = tmp_path / "run"
-    spell("--run_dir", run, "--steps", 1, *TINY, *SHIPPED, "--heldout_eval", "false")
-    spell("--resume", run, "--steps", 2)
-    want, got = rows(two_steps), rows(run)
+def test_resume_matches_the_uninterrupted_run(runs):
+    for name in ("two", "one", "one+1"):
+        ok(runs[name])
+    want, got = rows(runs["two"][1]), rows(runs["one+1"][1])
     assert sorted(got) == [1, 2]
     # without any evaluation (cheaper, and evaluation must never change training) the
     # one-step run resumed for a second step trains exactly as the uninterrupted run
@@ -99,24 +121,15 @@ def test_a_users_text_folder(tmp_path, smol_path):
     assert [len(c.paragraphs) for c in corpus.clusters] == [2, 2]
 
 
-WARM = ["--verifier_warmup_steps", 2, "--verifier_warmup_pairs", 2, "--verifier_warmup_samples", 4,
-        "--heldout_eval", "false", "--corpus", ROOT / "dataset/docs_train.jsonl",
-        "--verifier_warmup_data", ROOT / "dataset/docs_train_verify.jsonl"]
-
-
 @pytest.mark.slow
-def test_verifier_warmup_then_self_play_resumes_exactly(tmp_path):
+def test_verifier_warmup_then_self_play_resumes_exactly(runs):
     """Two warm-up steps on labelled training pairs, then one self-play step, on SmolLM2; the same
     run cut back to its first warm-up step and resumed gives the same metrics at every step."""
-    whole, part = tmp_path / "whole", tmp_path / "part"
-    spell("--run_dir", whole, "--steps", 3, "--save_steps", 1, "--max_ckpt_num", 3, *TINY, *WARM)
-    # the stopped run is a copy of the whole one cut back to its step-1 checkpoint (one process
-    # fewer than running it; files the later steps left behind must not change the resumed run)
-    shutil.copytree(whole, part)
-    for step in (2, 3):
-        shutil.rmtree(part / f"checkpoints/step_{step:06d}")
-    spell("--resume", part)
-    want, got = rows(whole), rows(part)
+    # "part" is a copy of "whole" cut back to its step-1 checkpoint: files the later steps left
+    # behind must not change the resumed run
+    ok(runs["whole"])
+    ok(runs["part"])
+    want, got = rows(runs["whole"][1]), rows(runs["part"][1])
     assert sorted(want) == sorted(got) == [1, 2, 3]
     for step in (1, 2):  # the warm-up: only the verifier, 2 pairs (one rule-right, one rule-wrong) x 4 verdicts
         m = want[step]

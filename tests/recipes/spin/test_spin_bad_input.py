@@ -1,7 +1,7 @@
-"""Bad input to `serl train --recipe spin`: one clear message, exit code 2, no run directory."""
+"""Bad input to `serl train --recipe spin`: one clear message, exit code 2, no run directory.
+Each case runs the command in this process (conftest's train_here): all are refused before a
+model loads, where a subprocess each cost about 2 s of interpreter start and imports."""
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -11,14 +11,14 @@ ROOT = Path(__file__).resolve().parents[3]  # run from the repo root: this check
 GOOD = {"problem": "What is 1 + 1?", "answer": "2", "solution": "1 + 1 = 2.\nThe answer is \\boxed{2}"}
 
 
-def run_train(tmp_path, rows, *args):
+def run_train(train_here, monkeypatch, tmp_path, rows, *args):
     data = tmp_path / "sft.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     run_dir = tmp_path / "run"
-    r = subprocess.run([sys.executable, "-m", "serl.cli", "train", "--recipe", "spin", "--run_dir", str(run_dir),
-                        "--generator", "hf", "--prompt_data", str(data), *args],
-                       capture_output=True, text=True, cwd=ROOT, timeout=300)
-    return r, run_dir, data
+    monkeypatch.chdir(ROOT)
+    rc, err = train_here("--recipe", "spin", "--run_dir", str(run_dir), "--generator", "hf",
+                         "--prompt_data", str(data), *args)
+    return rc, err, run_dir, data
 
 
 @pytest.mark.parametrize("rows,args,needles", [
@@ -35,10 +35,10 @@ def run_train(tmp_path, rows, *args):
     ([GOOD, {"problem": "What is 2 + 2?", "solution": "4"}], ["--spin_mode", "online", "--reward_mode", "rule"],
      ["sft.jsonl", "problem 2 has no 'answer'"]),
 ])
-def test_bad_input_exits_2_without_a_run_dir(tmp_path, rows, args, needles):
-    r, run_dir, data = run_train(tmp_path, rows, *args)
-    assert r.returncode == 2, r.stderr[-2000:]
+def test_bad_input_exits_2_without_a_run_dir(tmp_path, train_here, monkeypatch, rows, args, needles):
+    rc, err, run_dir, data = run_train(train_here, monkeypatch, tmp_path, rows, *args)
+    assert rc == 2, err[-2000:]
     for needle in needles:
-        assert needle in r.stderr, (needle, r.stderr[-2000:])
-    assert "Traceback" not in r.stderr
+        assert needle in err, (needle, err[-2000:])
+    assert "Traceback" not in err
     assert not run_dir.exists()

@@ -4,8 +4,6 @@ its reference at each iteration (``sync_ref``); under LoRA that is a snapshot of
 adapter on the shared base, so the first step of each iteration starts at margin 0."""
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,27 +19,22 @@ TINY_SPIN_LORA = ["--recipe", "spin", "--generator", "hf", "--iteration_size", "
                   "--prompt_data", str(ROOT / "dataset/arith_spin_train.jsonl")]
 
 
-def _train(*args):
-    """`serl train ARGS` from the repository root (long timeout: a shared machine under load)."""
-    return subprocess.run([sys.executable, "-m", "serl.cli", "train", *map(str, args)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=3600)
-
-
 def _metrics(run_dir):
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     return [{k: v for k, v in r.items() if not k.startswith("time/") and k != "wall_time"} for r in rows]
 
 
-def test_spin_lora_resumes_exactly_and_refreshes_the_reference(tmp_path):
+def test_spin_lora_resumes_exactly_and_refreshes_the_reference(tmp_path, serl_start):
     from safetensors.torch import load_file
 
     a, b = tmp_path / "a", tmp_path / "b"
-    r = _train(*TINY_SPIN_LORA, "--steps", "3", "--run_dir", a)
-    assert r.returncode == 0, r.stderr[-3000:]
-    r = _train(*TINY_SPIN_LORA, "--steps", "1", "--run_dir", b)
-    assert r.returncode == 0, r.stderr[-3000:]
-    r = _train("--resume", b, "--steps", "3")  # step 2 starts iteration 1: sync_ref after a resume
-    assert r.returncode == 0, r.stderr[-3000:]
+    # the two first runs side by side (conftest's serl_start: one thread each), and so the resume too
+    runs = [serl_start(*TINY_SPIN_LORA, "--steps", "3", "--run_dir", a),
+            serl_start(*TINY_SPIN_LORA, "--steps", "1", "--run_dir", b)]
+    for r in [run.wait(timeout=3600) for run in runs]:
+        assert r.returncode == 0, r.stderr[-3000:]
+    r = serl_start("--resume", b, "--steps", "3").wait(timeout=3600)  # step 2 starts iteration 1: sync_ref
+    assert r.returncode == 0, r.stderr[-3000:]                        # after a resume
     ma, mb = _metrics(a), _metrics(b)
     assert ma == mb
     assert [m["spin/iteration"] for m in ma] == [0, 1, 1]

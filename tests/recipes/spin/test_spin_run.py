@@ -26,12 +26,28 @@ def without_times(rows):
     return [{k: v for k, v in r.items() if not k.startswith("time/") and k != "wall_time"} for r in rows]
 
 
+# online DPO with the label-free vote: 2 prompts x 4 samples, two steps
+ONLINE = ["--recipe", "spin", "--spin_mode", "online", "--generator", "hf", "--steps", "2",
+          "--rollout_batch_size", "2", "--n_samples_per_prompt", "4", "--generate_max_len", "16",
+          "--reward_mode", "majority", "--progress", "quiet", "--save_model", "false",
+          "--prompt_data", str(ROOT / "dataset/arith_spin_train.jsonl")]
+
+
 @pytest.fixture(scope="module")
-def spin_run(serl_train, tmp_path_factory):
-    run_dir = tmp_path_factory.mktemp("spin") / "run"
-    r = serl_train(*TINY_SPIN, "--steps", "3", "--run_dir", run_dir)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return run_dir
+def spin_runs(serl_start, tmp_path_factory):
+    """The 3-step SPIN run and, beside it, the online-DPO run: they need nothing from each other
+    (conftest's serl_start: one thread each; the resume below uses the same count)."""
+    root = tmp_path_factory.mktemp("spin")
+    spin, online = root / "run", root / "online"
+    runs = [serl_start(*TINY_SPIN, "--steps", "3", "--run_dir", spin), serl_start(*ONLINE, "--run_dir", online)]
+    for r in [run.wait(timeout=900) for run in runs]:
+        assert r.returncode == 0, r.stderr[-3000:]
+    return spin, online
+
+
+@pytest.fixture(scope="module")
+def spin_run(spin_runs):
+    return spin_runs[0]
 
 
 def test_two_iterations_raise_the_real_answer_logprob(spin_run):
@@ -50,23 +66,18 @@ def test_two_iterations_raise_the_real_answer_logprob(spin_run):
     assert "dpo/accuracy" in (report / "summary.md").read_text()
 
 
-def test_resume_across_the_iteration_boundary_is_exact(spin_run, serl_train, tmp_path):
-    run_dir = tmp_path / "run"
-    r = serl_train(*TINY_SPIN, "--steps", "1", "--run_dir", run_dir)
-    assert r.returncode == 0, r.stderr[-3000:]
+def test_resume_across_the_iteration_boundary_is_exact(spin_run, serl_start, cut_back, tmp_path):
+    # the run stopped after step 1 is a copy of the 3-step one cut back to its step-1 checkpoint
+    # (a second run of one step costs about 20 s of CI); resuming drops its later metrics lines
+    run_dir = cut_back(spin_run, tmp_path / "run", 1)
     # step 2 starts iteration 1 (new answers, mixing, reference); step 3 uses the kept one
-    r = serl_train("--resume", run_dir, "--steps", "3")
+    r = serl_start("--resume", run_dir, "--steps", "3").wait(timeout=900)  # one thread, as spin_run
     assert r.returncode == 0, r.stderr[-3000:]
     assert without_times(metrics(run_dir)) == without_times(metrics(spin_run))
 
 
-def test_online_dpo_runs_with_the_majority_vote(serl_train, tmp_path):
-    run_dir = tmp_path / "run"
-    r = serl_train("--recipe", "spin", "--spin_mode", "online", "--generator", "hf", "--steps", "2",
-                   "--rollout_batch_size", "2", "--n_samples_per_prompt", "4", "--generate_max_len", "16",
-                   "--reward_mode", "majority", "--progress", "quiet", "--save_model", "false",
-                   "--prompt_data", str(ROOT / "dataset/arith_spin_train.jsonl"), "--run_dir", run_dir)
-    assert r.returncode == 0, r.stderr[-3000:]
+def test_online_dpo_runs_with_the_majority_vote(spin_runs):
+    run_dir = spin_runs[1]
     rows = metrics(run_dir)
     assert len(rows) == 2
     assert sum(r["pairs/pairs"] for r in rows) >= 1

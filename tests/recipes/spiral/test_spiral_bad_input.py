@@ -1,17 +1,12 @@
 """Bad SPIRAL input: exit code 2, a message naming the option, and no run directory (`serl eval
---games` refusals: tests/eval/test_eval_games.py)."""
-import subprocess
-import sys
+--games` refusals: tests/eval/test_eval_games.py). Each case runs the command in this process
+(conftest's train_here): all are refused before a model loads, where a subprocess each cost
+about 2 s of interpreter start and imports."""
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
-
-
-def serl(*args):
-    return subprocess.run([sys.executable, "-m", "serl.cli", *map(str, args)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
 
 
 @pytest.mark.parametrize("flags,message", [
@@ -25,10 +20,10 @@ def serl(*args):
     (["--filter_draw", "--max_draw_retries", "-1"], "max_draw_retries: must be >= 0, got -1"),
     (["--gamma", "1.5"], "turn_discount: must be in [0, 1], got 1.5"),
 ])
-def test_train_refuses_with_exit_2_and_no_run_dir(tmp_path, flags, message):
+def test_train_refuses_with_exit_2_and_no_run_dir(tmp_path, train_here, monkeypatch, flags, message):
     run_dir = tmp_path / "run"
-    r = serl("train", "--recipe", "spiral", "--generator", "hf", "--run_dir", run_dir, *flags)
-    assert r.returncode == 2, r.stderr[-2000:]
-    assert message in r.stderr
+    monkeypatch.chdir(ROOT)  # as the subprocess ran: the snapshot path is relative
+    rc, err = train_here("--recipe", "spiral", "--generator", "hf", "--run_dir", run_dir, *flags)
+    assert rc == 2, err[-2000:]
+    assert message in err
     assert not run_dir.exists()
-
