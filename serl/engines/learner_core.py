@@ -52,7 +52,7 @@ class LearnerConfig:
     micro_batch_size: int = 4  # sequences per forward/backward pass
     max_grad_norm: float = 1.0  # clip the global gradient norm to this (<= 0: no clipping)
     bf16: bool = False  # bf16 compute; master weights and Adam stay fp32
-    bf16_weights: bool = True  # with bf16: keep the weights in bf16 beside an fp32 master copy (TorchLearner without LoRA; with LoRA, the adapted layers' frozen weights in bf16), instead of autocast casting fp32 weights every pass
+    bf16_weights: bool = True  # with bf16: keep the weights in bf16 beside an fp32 master copy (TorchLearner without LoRA; with LoRA, the frozen weights in bf16), instead of autocast casting fp32 weights every pass
     pack: bool = True  # pack each micro-batch's sequences into one row (no padding); falls back to padding, with a warning, for models without pluggable attention
     share_prompts: bool = False  # write each distinct prompt once per packed micro-batch, its responses after it (Prefix Grouper); a micro-batch then holds up to micro_batch_size x the longest sequence in tokens (serl.engines.micro); needs pack, off when packing falls back to padding
     attn_implementation: str = "auto"  # auto | eager | sdpa | flash_attention_2 (serl.engines.attention)

@@ -126,14 +126,18 @@ class LoraAdapter:
         self.ref_adapter = snap
 
     def cast_base(self, dtype: torch.dtype) -> None:
-        """Store the frozen weights of the adapted layers in ``dtype``. Under autocast every
-        pass casts them to it anyway (frozen weights are not in autocast's cast cache), so
-        the numbers are the same and the casts, and half their memory, are saved."""
+        """Store every frozen weight in ``dtype`` (autocast's compute type) and keep the
+        adapter's input in it. Frozen weights are not in autocast's cast cache, so fp32 ones
+        were cast again in every pass (the tied LM head alone is vocab x hidden), and an fp32
+        embedding and norms kept the residual stream fp32, so every linear re-cast its input.
+        The model then computes as the full-weight bf16 learner does; the adapter stays fp32
+        (the optimizer's masters) and autocast casts it once per pass."""
         with torch.no_grad():
-            for layer in self._layers.values():
-                for p in layer.base_layer.parameters():
-                    if p.is_floating_point() and not p.requires_grad:
-                        p.data = p.data.to(dtype)
+            for p in self.lm.parameters():
+                if p.is_floating_point() and not p.requires_grad:
+                    p.data = p.data.to(dtype)
+        for layer in self._layers.values():
+            layer.cast_input_dtype_enabled = False  # peft would cast x up to the adapter's fp32
 
     @contextmanager
     def as_reference(self, gather: Gather = _no_gather):

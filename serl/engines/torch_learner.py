@@ -6,8 +6,9 @@ The shared half (micro-batching, log-probs, the objective loop, metrics) is
 - The policy and the reference live on ``LearnerConfig.device``. AdamW and the weights it
   updates are fp32. With ``bf16`` (and ``bf16_weights``, the default) the models compute
   with bf16 weights and the optimizer keeps an fp32 master copy
-  (``serl.engines.master_weights``); with ``bf16_weights=False``, or under LoRA, the
-  weights stay fp32 and forward/backward run under autocast.
+  (``serl.engines.master_weights``); with ``bf16_weights=False`` the weights stay fp32 and
+  forward/backward run under autocast. Under LoRA the frozen weights are bf16 and the fp32
+  adapter trains under autocast.
 - ``named_weights`` yields the live parameters under their Hugging Face names; a tied
   LM head appears once, as ``model.embed_tokens.weight``, which is what
   ``from_pretrained`` and vLLM expect for ``tie_word_embeddings`` models.
@@ -80,8 +81,8 @@ class TorchLearner(LearnerCore):
             from serl.engines.lora import LoraAdapter
 
             self.lora = LoraAdapter(self.policy, cfg, model_path)  # freezes all but the adapter
-        # bf16 weights (fp32 masters in the optimizer) unless LoRA; under LoRA the adapted layers'
-        # frozen weights are stored in bf16 (what autocast computes with), the rest stays fp32
+        # bf16 weights (fp32 masters in the optimizer) unless LoRA; under LoRA the frozen weights
+        # are stored in bf16 (what autocast computes with) and the fp32 adapter trains under autocast
         self.bf16_weights = cfg.bf16 and cfg.bf16_weights and self.lora is None
         if self.lora is not None and cfg.bf16 and cfg.bf16_weights:
             self.lora.cast_base(torch.bfloat16)

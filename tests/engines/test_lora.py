@@ -272,19 +272,26 @@ def test_gradient_checkpointing_gives_the_same_update(tiny_path):
         torch.testing.assert_close(w1[k], w0[k], rtol=0, atol=1e-6)
 
 
-def test_bf16_base_gives_autocasts_numbers(tiny_path):
-    # autocast over fp32 base weights vs the adapted layers' frozen weights stored in bf16:
-    # the matmuls see the same bf16 numbers, so log-probs, updates and merges agree
-    cast = TorchLearner(tiny_path, _cfg(bf16=True), need_ref=True)
+def test_bf16_frozen_weights_compute_as_the_full_bf16_learner(tiny_path):
+    # under LoRA every frozen weight is stored in bf16 and the adapter sees bf16 input: at
+    # init (B = 0) the model is exactly the full-weight bf16 learner's, and after an update
+    # it stays within bf16 rounding of autocast over fp32 weights
+    lora = TorchLearner(tiny_path, _cfg(bf16=True), need_ref=True)
+    full = TorchLearner(tiny_path, _cfg(bf16=True, lora_rank=0), need_ref=True)
     auto = TorchLearner(tiny_path, _cfg(bf16=True, bf16_weights=False), need_ref=True)
-    base = {n: p for n, p in cast.policy.named_parameters() if "base_layer" in n}
-    assert base and all(p.dtype == torch.bfloat16 for p in base.values())
-    assert all(p.dtype == torch.float32 for _, p in cast.lora.adapter_params())
-    assert all(p.dtype == torch.float32 for n, p in auto.policy.named_parameters())
-    for ln in (cast, auto):
-        ln.step(_batch(ln))
+    frozen = [p for p in lora.policy.parameters() if not p.requires_grad]
+    assert frozen and all(p.dtype == torch.bfloat16 for p in frozen)
+    assert all(p.dtype == torch.float32 for _, p in lora.lora.adapter_params())
+    assert all(p.dtype == torch.float32 for p in auto.policy.parameters())
     for model in ("policy", "ref"):
-        a, b = cast.logprobs(PROMPTS, RESPONSES, model=model), auto.logprobs(PROMPTS, RESPONSES, model=model)
-        assert all(torch.allclose(x, y, atol=1e-5) for x, y in zip(a, b)), model
-    for (n1, w1), (n2, w2) in zip(cast.named_weights(), auto.named_weights()):
-        assert n1 == n2 and torch.allclose(w1.float(), w2.float(), atol=1e-2), n1
+        assert _equal(lora.logprobs(PROMPTS, RESPONSES, model=model),
+                      full.logprobs(PROMPTS, RESPONSES, model=model)), model
+    before = _adapter(lora)
+    for ln in (lora, auto):
+        ln.step(_batch(ln))
+    assert any(not torch.equal(before[n], p) for n, p in lora.lora.adapter_params())
+    for model in ("policy", "ref"):
+        a, b = lora.logprobs(PROMPTS, RESPONSES, model=model), auto.logprobs(PROMPTS, RESPONSES, model=model)
+        assert all(torch.allclose(x, y, atol=2e-2) for x, y in zip(a, b)), model
+    for (n1, w1), (n2, w2) in zip(lora.named_weights(), auto.named_weights()):
+        assert n1 == n2 and torch.allclose(w1.float(), w2.float(), atol=2e-2), n1
