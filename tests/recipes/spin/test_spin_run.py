@@ -4,6 +4,7 @@ Iteration 0 is one step (2 prompts, 1 answer each, 2 pairs per step); iteration 
 its 2 new pairs with the 2 previous ones, in 2 steps."""
 import json
 import math
+import shutil
 from pathlib import Path
 
 import pytest
@@ -42,7 +43,8 @@ def spin_runs(serl_start, tmp_path_factory):
     runs = [serl_start(*TINY_SPIN, "--steps", "3", "--run_dir", spin), serl_start(*ONLINE, "--run_dir", online)]
     for r in [run.wait(timeout=900) for run in runs]:
         assert r.returncode == 0, r.stderr[-3000:]
-    return spin, online
+    yield spin, online
+    shutil.rmtree(root, ignore_errors=True)  # about 8 GB of checkpoints
 
 
 @pytest.fixture(scope="module")
