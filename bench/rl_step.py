@@ -5,7 +5,8 @@ with the same "put the final answer in \\boxed{}" instruction, 8 samples each at
 temperature 1.0 / top_p 1.0, at most 128 new tokens, the majority-vote reward (serl's
 vote code on both sides), GRPO group-normalised advantages, no KL, AdamW at lr 1e-6 with
 a constant schedule, micro-batches of 8 sequences, one optimizer step per 16 x 8
-samples, bf16 autocast over fp32 weights. serl runs as a user runs it (`serl train`,
+samples, bf16 with fp32 optimizer state (serl: bf16 weights with fp32 masters, its default; TRL:
+autocast over fp32 weights). serl runs as a user runs it (`serl train`,
 vLLM generation, torch learner, weight sync every step, no self-instruction, difficulty
 filter off); TRL runs its defaults for the rest (transformers `generate`). Each run is a
 fresh process doing ``--steps`` steps; the first step of each run is warm-up and not

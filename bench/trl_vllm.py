@@ -4,8 +4,9 @@ bench/rl_step.py's settings on both sides (SmolLM2-135M-Instruct, the first 16 S
 problems in the chat template with the boxed-answer instruction, 8 samples each at
 temperature 1.0 / top_p 1.0, <= 128 new tokens, serl's majority vote on both sides, GRPO
 group-normalised advantages, no KL, AdamW lr 1e-6 with betas (0.9, 0.95) and a constant
-schedule, micro-batches of 8, one optimizer step per 16 x 8 samples, bf16 autocast over
-fp32 weights), and in addition the same generation engine and memory settings:
+schedule, micro-batches of 8, one optimizer step per 16 x 8 samples, bf16 with fp32 optimizer
+state: serl's default bf16 weights with fp32 masters, TRL's autocast over fp32 weights), and in
+addition the same generation engine and memory settings:
 
 - TRL: ``use_vllm=True, vllm_mode="colocate"`` (vLLM in the trainer's process, the
   weights pushed into it before each rollout), importance-sampling correction off (serl's
