@@ -63,6 +63,27 @@ def decide(per_game: dict[str, dict[str, dict]]) -> dict:
     return {"generate_max_len": limit, "action_parser": parser, "why": why}
 
 
+def decide_prompt(by_prompt: dict[str, dict]) -> dict:
+    """The second Qwen plan's rule (README, "Second Qwen plan"), fixed before its probe ran: for each
+    candidate instruction, the smallest limit at which at most 15% of answers are cut in every game;
+    among the instructions that have one, the one whose lowest strict legal-move rate over the games is
+    highest there (a tie keeps the first, upstream's bare instruction); if none fits, the first at its
+    largest limit. The parser then follows ``decide``'s rule at the chosen limit."""
+    fitting = {}
+    for name, probe in by_prompt.items():
+        d = decide(probe["per_game"])
+        if all(g[str(d["generate_max_len"])]["cut"] <= MAX_CUT for g in probe["per_game"].values()):
+            fitting[name] = (min(g[str(d["generate_max_len"])]["strict"] for g in probe["per_game"].values()), d)
+    if fitting:
+        best = max(fitting, key=lambda n: fitting[n][0])  # max keeps the first of equal ones
+        d, why = fitting[best][1], f"instruction {best!r}: the highest lowest strict rate among those that fit ("
+        why += ", ".join(f"{n} {r:.1%}" for n, (r, _) in fitting.items()) + ")"
+    else:
+        best = next(iter(by_prompt))
+        d, why = decide(by_prompt[best]["per_game"]), f"no instruction fits: {best!r}"
+    return {**d, "system_prompt_name": best, "why": f"{why}; {d['why']}"}
+
+
 def run_probe(model: str, games: list[str], n: int, limits: list[int], temperature: float = 1.0,
               generator: str = "auto", seed: int = 0, system_prompt: str = "", show: int = 2) -> dict:
     from serl.engines.base import Sampling

@@ -23,6 +23,11 @@ exploitability with intervals and math transfer for θ0 (the no-training arm) an
     .venv/bin/python experiments/spiral/run.py --model qwen2.5-coder-0.5b            # runs/spiral_qwen2.5-coder-0.5b
     .venv/bin/python experiments/spiral/run.py --model qwen2.5-coder-0.5b --resume   # after a stop
     .venv/bin/python experiments/spiral/run.py --plan stronger --smoke --generator hf --out runs/spiral_stronger_smoke
+
+The second Qwen plan (README, "Second Qwen plan"): the same stages, a probe that also chooses the
+instruction, and a KL term to θ0 in the loss.
+
+    .venv/bin/python experiments/spiral/run.py --model qwen2.5-coder-0.5b --plan stronger2 [--resume]
 """
 from __future__ import annotations
 
@@ -37,6 +42,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+PLANS = ("auto", "round1", "stronger", "stronger2")
 ARMS = {"rae_population": ["--rae", "true"], "control_no_rae": ["--rae", "false"]}
 # The measured run. Trimmed to fit ~45 min per arm on an idle 2-core machine (README, "Cost"): one PPO
 # epoch (upstream: 2), bf16 autocast in the learner, 64 new tokens, a population of 3 (fewer weight
@@ -53,17 +59,19 @@ def parse(argv=None) -> argparse.Namespace:
 
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--model", default="smollm2")
-    pre.add_argument("--plan", default="auto", choices=("auto", "round1", "stronger"))
+    pre.add_argument("--plan", default="auto", choices=PLANS)
     pre.add_argument("--smoke", action="store_true")
     known = pre.parse_known_args(argv)[0]
     plan = known.plan if known.plan != "auto" else ("round1" if known.model == "smollm2" else "stronger")
-    full = FULL if plan == "round1" else {**stronger.FULL, **(stronger.POST_SMOKE if known.smoke else stronger.POST)}
+    post = stronger.POST2 if plan == "stronger2" else stronger.POST
+    full = FULL if plan == "round1" else {**stronger.FULL, **(stronger.POST_SMOKE if known.smoke else post)}
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="smollm2", help="the model every arm starts from (smollm2: the embedded "
                    "SmolLM2-135M; an opt-in one such as qwen2.5-coder-0.5b runs the stronger plan)")
-    p.add_argument("--plan", default="auto", choices=("auto", "round1", "stronger"),
+    p.add_argument("--plan", default="auto", choices=PLANS,
                    help="round1: the measured SmolLM2 experiment; stronger: issue 33's (probe, LoRA, two games, "
-                        "paired evaluations, math transfer); auto: round1 for smollm2, stronger otherwise")
+                        "paired evaluations, math transfer); stronger2: its second plan (the probe also chooses "
+                        "the instruction; KL to θ0); auto: round1 for smollm2, stronger otherwise")
     p.add_argument("--out", default=None, help="folder of the runs and the results (default runs/spiral_experiment; "
                    "stronger plan: runs/spiral_<model>)")
     p.add_argument("--resume", action="store_true", help="continue arms whose run directory exists")
@@ -93,7 +101,8 @@ def parse(argv=None) -> argparse.Namespace:
     if not a.arms or set(a.arms) - set(arms):
         p.error(f"--arms: choose among {', '.join(arms)}")
     if a.out is None:
-        a.out = "runs/spiral_experiment" if plan == "round1" else f"runs/spiral_{a.model}"
+        a.out = {"round1": "runs/spiral_experiment", "stronger": f"runs/spiral_{a.model}"}.get(
+            plan, f"runs/spiral2_{a.model}")
     if a.smoke and plan == "round1":
         a.full = {k: getattr(a, k) for k in FULL}  # what the estimate scales to
         for k, v in SMOKE.items():
@@ -105,10 +114,11 @@ def parse(argv=None) -> argparse.Namespace:
 
 
 def train_args(a, run_dir: Path, arm: list[str]) -> list[str]:
-    if a.plan == "stronger":
+    if a.plan != "round1":
         import stronger
 
-        extra = ["--model", a.model, *stronger.TRAIN_FLAGS]
+        extra = ["--model", a.model, *stronger.TRAIN_FLAGS, "--system_prompt", a.system_prompt]
+        extra += stronger.KL2 if a.plan == "stronger2" else []
     else:  # SmolLM2 runs past the limit in ~90% of its answers (README)
         extra = ["--mask_truncated", "false", "--micro_train_batch_size", "4"]  # 4: ~1 GB less at the peak than 8
     return ["--recipe", "spiral", "--run_dir", str(run_dir), "--games", a.games, "--kuhn_rules", "standard",
@@ -258,7 +268,9 @@ def main_stronger(a) -> int:
     t0 = time.time()
     fixed = stronger.probe_stage(a, out)
     a.generate_max_len, a.action_parser = fixed["generate_max_len"], fixed["action_parser"]
-    settings = {k: v for k, v in vars(a).items() if k not in ("resume", "export", "out", "full")}
+    a.system_prompt = fixed["system_prompt"]
+    settings = {k: v for k, v in vars(a).items() if k not in ("resume", "export", "out", "full")
+                and not (k == "system_prompt" and not v)}  # the first plan's setup.json has no such key
     setup = out / "setup.json"
     if setup.exists():  # a resume continues the same experiment, never a changed one
         saved = json.loads(setup.read_text())["settings"]
@@ -278,6 +290,7 @@ def main_stronger(a) -> int:
     if trained:
         results = {name: evals(out / name) for name in trained}
         plot(results, out, title=f"SPIRAL on Kuhn Poker ({a.model}): RAE + population vs RAE off")
+        stronger.plot_lengths(out, trained, title=f"SPIRAL training answers ({a.model}, plan {a.plan})")
     with open(out / "timing.jsonl", "a") as f:
         f.write(json.dumps({"command_wall_s": round(time.time() - t0, 1), "post_wall_s": post["post_wall_s"]}) + "\n")
     if a.export:
@@ -289,7 +302,7 @@ def main_stronger(a) -> int:
 
 def main() -> int:
     a = parse()
-    if a.plan == "stronger":
+    if a.plan != "round1":
         return main_stronger(a)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -40,6 +40,14 @@ LR = 5e-5
 TRAIN_FLAGS = ["--lora_rank", "32", "--lora_alpha", "64", "--save_merged", "true", "--vllm_kv_cache_gib", "0.5",
                "--micro_train_batch_size", "4", "--temperature", "1.0", "--mask_truncated", "true"]
 TRAINED = ("rae_population", "control_no_rae")
+# The second Qwen plan (--plan stronger2; README, "Second Qwen plan"), fixed before its probe ran. The
+# first plan's policies dropped their reasoning within 4 steps (a cut answer is an invalid move), so:
+# the probe also tries a brevity instruction and keeps it only by decide_prompt's rule, and a KL term to
+# θ0 (k3, in the loss, at DeepSeekMath GRPO's 0.04; Shao et al., 2024) holds the policy near θ0.
+# Everything else is the first plan's.
+PROMPTS2 = {"upstream": "", "brief": "Be brief: reason in at most three short sentences, then give your move."}
+KL2 = ["--use_kl_loss", "true", "--init_kl_coef", "0.04", "--kl_estimator", "k3"]
+POST2 = {**POST, "probe_limits": "128,192,256,384"}
 
 
 def log(msg: str) -> None:
@@ -49,15 +57,21 @@ def log(msg: str) -> None:
 def probe_stage(a, out: Path) -> dict:
     """The probe's decision (cached in probe.json); --generate_max_len / --action_parser given on the
     command line override it, and the override is recorded."""
-    from probe_legal import run_probe
+    from probe_legal import decide_prompt, run_probe
 
     path = out / "probe.json"
     if path.exists():
         probe = json.loads(path.read_text())
     else:
         log(f"probe: {a.model}, {a.probe_n} states per game, limits {a.probe_limits}")
-        probe = run_probe(a.model, a.games.split(","), a.probe_n, [int(x) for x in a.probe_limits.split(",")],
-                          1.0, a.generator, a.seed)
+        limits = [int(x) for x in a.probe_limits.split(",")]
+        run = lambda text="": run_probe(a.model, a.games.split(","), a.probe_n, limits, 1.0,  # noqa: E731
+                                        a.generator, a.seed, system_prompt=text)
+        if a.plan == "stronger2":
+            probe = {"prompts": {name: run(text) for name, text in PROMPTS2.items()}, "instructions": PROMPTS2}
+            probe["decision"] = decide_prompt(probe["prompts"])
+        else:
+            probe = run()
         from common import write_json
 
         write_json(path, probe)
@@ -65,14 +79,20 @@ def probe_stage(a, out: Path) -> dict:
     log(f"probe decision: {d['why']}")
     return {"generate_max_len": a.generate_max_len or d["generate_max_len"],
             "action_parser": a.action_parser or d["action_parser"],
+            "system_prompt": PROMPTS2[d["system_prompt_name"]] if "system_prompt_name" in d else "",
             "overridden": bool(a.generate_max_len or a.action_parser)}
+
+
+def chosen(probe: dict) -> dict:
+    """The probe of the chosen instruction (the second plan probes several)."""
+    return probe["prompts"][probe["decision"]["system_prompt_name"]] if "prompts" in probe else probe
 
 
 def projection(probe: dict, a, tok_per_s: float = 400.0) -> str:
     """A rough length of the whole run from the probe's answer lengths and a generation speed
     (serl_efficacy measured ~400 tokens/s greedy for this model with vLLM on this CPU)."""
     lim = str(a.generate_max_len)
-    tok = {g: r[lim]["tokens_mean"] for g, r in probe["per_game"].items() if lim in r}
+    tok = {g: r[lim]["tokens_mean"] for g, r in chosen(probe)["per_game"].items() if lim in r}
     kuhn, ttt = tok.get("kuhn_poker", 200.0), tok.get("tictactoe", 200.0)
     gens = lambda hands, games, both=1: hands * 1.5 * both * kuhn + games * 4.5 * both * ttt  # noqa: E731
     step = gens(a.games_per_step / 2, a.games_per_step / 2, 2)
@@ -202,13 +222,14 @@ def games_tables(out: Path, tags: list[str], games: list[str]) -> str:
 
 
 def probe_table(probe: dict) -> str:
-    lines = ["| game | limit | strict legal [95% CI] | lenient legal [95% CI] | cut at the limit | tokens |",
-             "|---|---|---|---|---|---|"]
-    for g, by in probe["per_game"].items():
-        for lim, r in by.items():
-            lines.append(f"| {g} | {lim} | {r['strict']:.1%} [{r['strict_wilson95'][0]:.1%}, {r['strict_wilson95'][1]:.1%}] "
-                         f"| {r['lenient']:.1%} [{r['lenient_wilson95'][0]:.1%}, {r['lenient_wilson95'][1]:.1%}] | "
-                         f"{r['cut']:.1%} | {r['tokens_mean']:.0f} |")
+    lines = ["| instruction | game | limit | strict legal [95% CI] | lenient legal [95% CI] | cut at the limit | "
+             "tokens |", "|---|---|---|---|---|---|---|"]
+    for name, one in (probe["prompts"] if "prompts" in probe else {"upstream": probe}).items():
+        for g, by in one["per_game"].items():
+            for lim, r in by.items():
+                lines.append(f"| {name} | {g} | {lim} | {r['strict']:.1%} [{r['strict_wilson95'][0]:.1%}, "
+                             f"{r['strict_wilson95'][1]:.1%}] | {r['lenient']:.1%} [{r['lenient_wilson95'][0]:.1%}, "
+                             f"{r['lenient_wilson95'][1]:.1%}] | {r['cut']:.1%} | {r['tokens_mean']:.0f} |")
     return "\n".join(lines) + f"\n\nDecision: {probe['decision']['why']}"
 
 
@@ -256,3 +277,28 @@ def export(out: Path, dest: Path) -> list[Path]:
     for m in sorted(out.glob("*/metrics.jsonl")):
         put(f"{m.parent.name}/metrics.jsonl", m.read_text())
     return written
+
+
+def plot_lengths(out: Path, arms: list[str], title: str) -> None:
+    """curves_length.png: the training side's answer length, cut share and invalid-move rate per step,
+    the signals that showed the first plan's policies dropping their reasoning."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = [("response/length_mean", "answer tokens (mean)"), ("response/truncated_frac", "answers cut"),
+            ("spiral/invalid_rate", "invalid moves")]
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2), layout="constrained")
+    for arm in arms:
+        rows = [json.loads(x) for x in (out / arm / "metrics.jsonl").read_text().splitlines()]
+        for ax, (key, label) in zip(axes, keys):
+            pts = [(r["step"], r[key]) for r in rows if key in r]
+            ax.plot([s for s, _ in pts], [v for _, v in pts], marker="o", label=arm)
+            ax.set_xlabel("training step")
+            ax.set_ylabel(label)
+    for ax in axes:
+        ax.grid(True, alpha=0.3)
+        ax.legend()
+    fig.suptitle(title)
+    fig.savefig(out / "curves_length.png", dpi=110)

@@ -38,6 +38,23 @@ def test_probe_decision_takes_the_smallest_limit_that_fits_and_strict_only_above
     assert decide(probe)["generate_max_len"] == 384  # none fits: the largest
 
 
+def test_second_plan_keeps_the_instruction_that_fits_with_the_higher_lowest_strict_rate():
+    decide_prompt = load("experiments/spiral/probe_legal.py", "probe_legal_t2").decide_prompt
+    upstream = {"per_game": {"kuhn_poker": {"192": rates(0.5, 0.4), "384": rates(0.4, 0.3)},
+                             "tictactoe": {"192": rates(0.3, 0.5), "384": rates(0.3, 0.4)}}}
+    brief = {"per_game": {"kuhn_poker": {"192": rates(0.8, 0.10), "384": rates(0.8, 0.0)},
+                          "tictactoe": {"192": rates(0.45, 0.12), "384": rates(0.6, 0.0)}}}
+    d = decide_prompt({"upstream": upstream, "brief": brief})
+    assert (d["system_prompt_name"], d["generate_max_len"], d["action_parser"]) == ("brief", 192, "lenient")
+    assert decide_prompt({"upstream": upstream, "u2": upstream})["system_prompt_name"] == "upstream"  # none fits
+    tie = decide_prompt({"upstream": brief, "brief": brief})
+    assert tie["system_prompt_name"] == "upstream"  # a tie keeps the first: upstream's bare instruction
+    upstream["per_game"]["kuhn_poker"]["384"] = rates(0.9, 0.0)
+    upstream["per_game"]["tictactoe"]["384"] = rates(0.7, 0.1)
+    d = decide_prompt({"upstream": upstream, "brief": brief})
+    assert (d["system_prompt_name"], d["generate_max_len"], d["action_parser"]) == ("upstream", 384, "strict")
+
+
 def test_paired_change_needs_the_same_deals_and_reports_the_difference():
     pe = load("experiments/spiral/paired_eval.py", "paired_eval_t")
     before = {"n": 4, "seat": [0, 1, 0, 1], "payoff": [-1, -1, 1, -2], "result": [-1, -1, 1, -1],
