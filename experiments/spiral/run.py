@@ -93,6 +93,8 @@ def parse(argv=None) -> argparse.Namespace:
                    help="how a response becomes a move; mention (default here): SmolLM2 never uses the box "
                         "at step 0 (README), so the legal action it names last is taken; the strict rate "
                         "is reported as well (stronger plan: '' = the probe's choice)")
+    if plan == "stronger2":
+        p.add_argument("--kl_coef", type=float, default=stronger.KL2_COEF, help="β of the KL term to θ0 (k3, loss)")
     p.add_argument("--export", default="", help="stronger plan: copy per-item results (no text) to this folder")
     p.add_argument("--seed", type=int, default=1)
     a = p.parse_args(argv)
@@ -118,7 +120,7 @@ def train_args(a, run_dir: Path, arm: list[str]) -> list[str]:
         import stronger
 
         extra = ["--model", a.model, *stronger.TRAIN_FLAGS, "--system_prompt", a.system_prompt]
-        extra += stronger.KL2 if a.plan == "stronger2" else []
+        extra += [*stronger.KL2, "--init_kl_coef", str(a.kl_coef)] if a.plan == "stronger2" else []
     else:  # SmolLM2 runs past the limit in ~90% of its answers (README)
         extra = ["--mask_truncated", "false", "--micro_train_batch_size", "4"]  # 4: ~1 GB less at the peak than 8
     return ["--recipe", "spiral", "--run_dir", str(run_dir), "--games", a.games, "--kuhn_rules", "standard",
@@ -274,7 +276,7 @@ def main_stronger(a) -> int:
     setup = out / "setup.json"
     if setup.exists():  # a resume continues the same experiment, never a changed one
         saved = json.loads(setup.read_text())["settings"]
-        diff = {k: (saved.get(k), v) for k, v in settings.items() if saved.get(k) != v}
+        diff = {k: (saved.get(k), v) for k, v in settings.items() if saved.get(k) != v and k != "arms"}
         if diff:
             sys.exit(f"{setup}: settings differ from this command's: {diff}; use another --out")
     else:

@@ -46,7 +46,8 @@ TRAINED = ("rae_population", "control_no_rae")
 # θ0 (k3, in the loss, at DeepSeekMath GRPO's 0.04; Shao et al., 2024) holds the policy near θ0.
 # Everything else is the first plan's.
 PROMPTS2 = {"upstream": "", "brief": "Be brief: reason in at most three short sentences, then give your move."}
-KL2 = ["--use_kl_loss", "true", "--init_kl_coef", "0.04", "--kl_estimator", "k3"]
+KL2 = ["--use_kl_loss", "true", "--kl_estimator", "k3"]  # with --init_kl_coef from run.py's --kl_coef
+KL2_COEF = 0.04
 POST2 = {**POST, "probe_limits": "128,192,256,384"}
 
 
