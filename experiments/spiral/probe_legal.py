@@ -60,7 +60,7 @@ def decide(per_game: dict[str, dict[str, dict]]) -> dict:
            + ", ".join(f"{k} {v:.1%}" for k, v in strict.items())
            + (f": all >= {MIN_STRICT:.0%}, strict parser" if parser == "strict"
               else f": one < {MIN_STRICT:.0%}, lenient parser (both rates reported)"))
-    return {"generate_max_len": limit, "action_parser": parser, "why": why}
+    return {"generate_max_len": limit, "action_parser": parser, "fits": bool(fits), "why": why}
 
 
 def decide_prompt(by_prompt: dict[str, dict]) -> dict:
@@ -72,7 +72,7 @@ def decide_prompt(by_prompt: dict[str, dict]) -> dict:
     fitting = {}
     for name, probe in by_prompt.items():
         d = decide(probe["per_game"])
-        if all(g[str(d["generate_max_len"])]["cut"] <= MAX_CUT for g in probe["per_game"].values()):
+        if d["fits"]:
             fitting[name] = (min(g[str(d["generate_max_len"])]["strict"] for g in probe["per_game"].values()), d)
     if fitting:
         best = max(fitting, key=lambda n: fitting[n][0])  # max keeps the first of equal ones

@@ -73,7 +73,7 @@ def parse(argv=None) -> argparse.Namespace:
                         "paired evaluations, math transfer); stronger2: its second plan (the probe also chooses "
                         "the instruction; KL to θ0); auto: round1 for smollm2, stronger otherwise")
     p.add_argument("--out", default=None, help="folder of the runs and the results (default runs/spiral_experiment; "
-                   "stronger plan: runs/spiral_<model>)")
+                   "stronger plan: runs/spiral_<model>; stronger2: runs/spiral2_<model>)")
     p.add_argument("--resume", action="store_true", help="continue arms whose run directory exists")
     p.add_argument("--smoke", action="store_true", help="the FULL step and evaluation twice, and a time estimate "
                    "(stronger plan: every stage at tiny sizes)")

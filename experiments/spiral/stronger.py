@@ -43,8 +43,9 @@ TRAINED = ("rae_population", "control_no_rae")
 # The second Qwen plan (--plan stronger2; README, "Second Qwen plan"), fixed before its probe ran. The
 # first plan's policies dropped their reasoning within 4 steps (a cut answer is an invalid move), so:
 # the probe also tries a brevity instruction and keeps it only by decide_prompt's rule, and a KL term to
-# θ0 (k3, in the loss, at DeepSeekMath GRPO's 0.04; Shao et al., 2024) holds the policy near θ0.
-# Everything else is the first plan's.
+# θ0 (k3, in the loss) holds the policy near θ0: β defaults to DeepSeekMath GRPO's 0.04 (Shao et al.,
+# 2024); the run uses --kl_coef 0.5, chosen by a 4-step pilot on training signals (README). Everything
+# else is the first plan's.
 PROMPTS2 = {"upstream": "", "brief": "Be brief: reason in at most three short sentences, then give your move."}
 KL2 = ["--use_kl_loss", "true", "--kl_estimator", "k3"]  # with --init_kl_coef from run.py's --kl_coef
 KL2_COEF = 0.04
