@@ -28,7 +28,7 @@ from functools import partial
 import torch
 
 from serl.algos.rae import RoleBaselines, turn_advantages
-from serl.engines.base import Sampling, TrainBatch
+from serl.engines.base import TrainBatch
 from serl.engines.population import Population
 from serl.engines.snapshots import CURRENT, WeightSwitcher
 from serl.eval.games import evaluate_games
@@ -97,7 +97,7 @@ class SpiralRecipe(Recipe):
             if cfg.opponent == "population" else None
         self.fixed = str(cfg.opponent_path()) if cfg.opponent_path() else None
         self.switch = WeightSwitcher(self.generator, self.learner.named_weights)
-        self.sampling = Sampling(cfg.generate_max_len, cfg.temperature, cfg.top_p)
+        self.play = self.sampling()
         self.rule = RewardRule(invalid=cfg.invalid_penalty, invalid_opponent=cfg.invalid_opponent_reward,
                                use_payoffs=cfg.use_payoffs)
         self.prompt = partial(render_prompt, show_legal_actions=cfg.show_legal_actions, example=cfg.prompt_example)
@@ -182,7 +182,7 @@ class SpiralRecipe(Recipe):
             with self.timed("swap"):
                 self.switch.use(key)
             with self.timed(stage):
-                groups = self.generator.generate([self.chat_prompt(r.prompt) for r in requests], 1, self.sampling)
+                groups = self.generator.generate([self.chat_prompt(r.prompt) for r in requests], 1, self.play)
             return [g[0] for g in groups]
 
         return play
@@ -211,7 +211,7 @@ class SpiralRecipe(Recipe):
         """Games against uniform random (seats alternated, fixed deals) and Kuhn exploitability."""
         cfg, t0 = self.cfg, time.perf_counter()
         self.switch.use(CURRENT)
-        sampling = Sampling(cfg.generate_max_len, cfg.temperature, cfg.top_p, seed=cfg.seed + 1)
+        sampling = self.sampling(seed=cfg.seed + 1)
 
         def generate(prompts):
             return [g[0].text for g in self.generator.generate([self.chat_prompt(p) for p in prompts], 1, sampling)]
