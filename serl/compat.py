@@ -10,6 +10,8 @@ how is in ``docs/compat.md`` (one table per seed). The rules:
 * ``key=value`` and dotted ``section.key=value`` words (spiral-rl's and verl's
   overrides) become ``--key value``; a dotted key is looked up in ``VERL_KEYS``, and one
   with no serl meaning is refused by name, never dropped.
+* with ``--recipe spiral``, the rest of spiral-rl's ``run.sh`` (its ``SelfPlayArgs`` and OAT's flags):
+  ``serl.compat_spiral``, which maps, accepts one value, notes on stderr what has no effect, or refuses.
 * ``--config FILE`` whose YAML has nested sections (verl's ``algorithm:``, ``trainer:``,
   ...) is read here and handed on as flags, each nested key mapped as above; a flat YAML
   file is left to the parser, unchanged.
@@ -37,6 +39,7 @@ FLAGS = {
     "use_role_baseline": ("rae", ("spiral",)),
     "fsp_update_interval": ("population_every", ("spiral",)),
     "generate_max_length": ("generate_max_len", None),
+    "eval_generate_max_length": ("eval_generate_max_len", ("spiral",)),  # spiral-rl's game evaluation
     # spiral-rl runs on OAT (sail-sg/oat, oat/args.py): its resource, checkpoint and W&B names
     "vllm_gpu_ratio": ("vllm_gpu_memory_utilization", ("spiral",)),
     "vllm_sleep": ("vllm_enable_sleep", ("spiral",)),
@@ -161,10 +164,20 @@ def rewrite(argv: list[str]) -> list[str]:
     gpus = any(_given(argv, n) is not None for n in ("gpus", "total_gpus"))
     rnd_seed: list[str] = []
     out: list[str] = []
+    oat, oat_names = None, ()
+    if recipe == "spiral":  # the rest of spiral-rl's run.sh: serl.compat_spiral
+        from serl.compat_spiral import NAMES as oat_names, OatFlags
+
+        oat = OatFlags(argv, collocate)
     i = 0
     while i < len(argv):
         a = argv[i]
         name, eq, inline = a[2:].partition("=") if a.startswith("--") else ("", "", "")
+        if oat is not None and name in oat_names:
+            vals, j = ([inline], i + 1) if eq else _values(argv, i)
+            out += oat.translate(name, vals)
+            i = j
+            continue
         if recipe == "spiral" and name in ("gpus", "total_gpus", "collocate", "rnd_seed", "no_rnd_seed",
                                            "wb_org", "wb_group"):
             vals, j = ([inline], i + 1) if eq else _values(argv, i)
@@ -235,7 +248,7 @@ def rewrite(argv: list[str]) -> list[str]:
             continue
         out.append(a)
         i += 1
-    return out + rnd_seed
+    return out + rnd_seed + (oat.tail if oat is not None else [])
 
 
 def _openrlhf_is(name: str, vals: list[str]) -> list[str]:

@@ -215,6 +215,8 @@ class TrainConfig:
             raise ConfigError(f"max_minutes: must be >= 0 (0 = no limit), got {self.max_minutes}")
         if self.eval_steps < 0 or self.eval_k < 0:
             raise ConfigError("eval_steps / eval_k: must be >= 0")
+        if self.save_steps < 0:  # step % -1 would save every step: the opposite of OAT's and verl's -1
+            raise ConfigError(f"save_steps: must be >= 0 (0 = only at the end), got {self.save_steps}")
         if self.temperature < 0:
             raise ConfigError(f"temperature: must be >= 0, got {self.temperature}")
         self._validate_lora()
