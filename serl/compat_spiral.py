@@ -21,7 +21,8 @@ from __future__ import annotations
 import math
 import sys
 
-from serl.compat import _given, _oat_bool
+from typing import Callable
+
 from serl.config import ConfigError, _flag_value, _read_yaml
 
 # OAT's defaults (oat-llm 0.1.3.post1, the version spiral-rl's README installs), where a flag is absent
@@ -38,6 +39,16 @@ NAMES = ("use_llm_obs_wrapper", "eval_env_ids", "eval_use_llm_obs_wrappers", "ev
          "use_intermediate_rewards", "fixed_opponent", "prompt_template", "eval_prompt_template",
          *(f"no_{b}" for b in BOOLS))
 LAYOUT = ("rollout_batch_size", "rollout_batch_size_per_device", "max_train", "pi_buffer_maxlen_per_device")
+
+
+def oat_bool(name: str, vals: list[str]) -> bool:
+    """An OAT (tyro) boolean: a bare ``--flag`` is true, else one true/false word."""
+    if not vals:
+        return True
+    v = vals[0].lower()
+    if len(vals) > 1 or v not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+        raise ConfigError(f"--{name}: expected true or false, got {' '.join(vals)!r}")
+    return v in ("1", "true", "yes", "on")
 
 
 def _note(flag: str, vals: list[str], why: str) -> None:
@@ -70,17 +81,19 @@ def _shows(game: str) -> str:
 
 
 class OatFlags:
-    """The spiral-rl/OAT flags of one command line (``argv`` in OAT's names, hyphens already ``_``)."""
+    """The spiral-rl/OAT flags of one command line (``argv`` in OAT's names, hyphens already ``_``);
+    ``given(argv, name)`` reads a flag's values (``serl.compat._given``: None if absent)."""
 
-    def __init__(self, argv: list[str], collocate: bool):
+    def __init__(self, argv: list[str], collocate: bool, given: Callable[[list[str], str], list[str] | None]):
         self.argv, self.collocate, self.tail = argv, collocate, []  # tail: flags that go last (they win)
-        self.constant_lr = _given(argv, "lr_scheduler") == ["constant"]
-        self.oat_batch = any(_given(argv, n) is not None for n in LAYOUT)
+        self.given = lambda name: given(argv, name)
+        self.constant_lr = self.given("lr_scheduler") == ["constant"]
+        self.oat_batch = any(self.given(n) is not None for n in LAYOUT)
 
     def _int(self, name: str) -> int:
-        vals = _given(self.argv, name)
+        vals = self.given(name)
         if name == "gpus" and vals is None:
-            vals = _given(self.argv, "total_gpus")
+            vals = self.given("total_gpus")
         return OAT[name] if vals is None else _whole(name, vals)
 
     def layout(self) -> tuple[int, int, int, int]:
@@ -99,15 +112,15 @@ class OatFlags:
             name, vals = name[3:], ["false"]
         value = " ".join(vals)
         if name == "use_llm_obs_wrapper":
-            self._check_obs(name, _oat_bool(name, vals), self._training_games())
+            self._check_obs(name, oat_bool(name, vals), self._training_games())
             return []
         if name == "eval_env_ids":
             return ["--eval_game_names", ",".join(vals)] if vals else ["--eval_game_names"]
         if name == "eval_use_llm_obs_wrappers":
-            games = _games(_given(self.argv, "eval_env_ids"))
+            games = _games(self.given("eval_env_ids"))
             if games is None:
                 raise ConfigError(f"--{name}: pairs one value with each game of --eval_env_ids; give both")
-            flags = [_oat_bool(name, [v]) for v in vals]
+            flags = [oat_bool(name, [v]) for v in vals]
             if len(flags) != len(games):  # train_spiral.py asserts it too
                 raise ConfigError(f"--{name}: {len(flags)} value(s) for {len(games)} --eval_env_ids game(s)")
             for g, on in zip(games, flags):
@@ -160,7 +173,7 @@ class OatFlags:
                                   f"fixed:PATH (a local snapshot) or population")
             return ["--opponent", "random"] if value == "random" else []
         if name == "use_intermediate_rewards":
-            if not _oat_bool(name, vals):  # upstream then gives every turn the outcome: gamma unused
+            if not oat_bool(name, vals):  # upstream then gives every turn the outcome: gamma unused
                 self.tail = ["--turn_discount", "1"]
             return []
         if name in ("prompt_template", "eval_prompt_template", "eval_split"):
@@ -185,7 +198,7 @@ class OatFlags:
                 _note(name, vals, "spiral-rl pickles its games for debugging; serl writes no game dumps (a "
                                   "step's game metrics are in metrics.jsonl)")
         elif name == "enable_prefix_caching":
-            if not _oat_bool(name, vals):  # on: vLLM's own default, which serl's engines keep
+            if not oat_bool(name, vals):  # on: vLLM's own default, which serl's engines keep
                 _note(name, vals, "serl's vLLM engines keep vLLM's default (prefix caching on); caching "
                                   "changes speed, not what is sampled")
         elif name == "max_model_len":
@@ -219,7 +232,7 @@ class OatFlags:
 
     def _training_games(self) -> list[str]:
         for name in ("env_id", "env_ids", "games"):
-            games = _games(_given(self.argv, name))
+            games = _games(self.given(name))
             if games:
                 return games
         conf = _flag_value(self.argv, "--config")  # a flat YAML file (nested ones are flags by now)
@@ -240,7 +253,7 @@ class OatFlags:
     def _steps(self, most: int) -> list[str]:
         """OAT's number of updates for ``--max_train most``: it stops after the first round in which the
         W P samples a round add up to more than ``most``; an update every U rounds."""
-        if _given(self.argv, "steps") is not None:
+        if self.given("steps") is not None:
             raise ConfigError("--max_train: it sets --steps (OAT's number of updates); give one of them")
         w, p, r, u = self.layout()
         rounds = most // (w * p) + 1
