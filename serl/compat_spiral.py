@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 import sys
-
 from typing import Callable
 
 from serl.config import ConfigError, _flag_value, _read_yaml
@@ -117,9 +116,12 @@ class OatFlags:
         if name == "eval_env_ids":
             return ["--eval_game_names", ",".join(vals)] if vals else ["--eval_game_names"]
         if name == "eval_use_llm_obs_wrappers":
-            games = _games(self.given("eval_env_ids"))
-            if games is None:
+            ids = self.given("eval_env_ids")
+            if not ids:
                 raise ConfigError(f"--{name}: pairs one value with each game of --eval_env_ids; give both")
+            games = _games(ids)
+            if games is None:  # an unknown game: --eval_game_names is refused by the config, naming it
+                return []
             flags = [oat_bool(name, [v]) for v in vals]
             if len(flags) != len(games):  # train_spiral.py asserts it too
                 raise ConfigError(f"--{name}: {len(flags)} value(s) for {len(games)} --eval_env_ids game(s)")
@@ -231,14 +233,14 @@ class OatFlags:
         return []
 
     def _training_games(self) -> list[str]:
+        from serl.recipes.spiral.config import SpiralOptions
+
         for name in ("env_id", "env_ids", "games"):
             games = _games(self.given(name))
             if games:
                 return games
         conf = _flag_value(self.argv, "--config")  # a flat YAML file (nested ones are flags by now)
         games = _games([str(_read_yaml(conf)[1].get("games") or "")]) if conf else None
-        from serl.recipes.spiral.config import SpiralOptions
-
         return games or _games([SpiralOptions.games])  # SPIRAL's default --games
 
     def _check_obs(self, name: str, on: bool, games: list[str]) -> None:
