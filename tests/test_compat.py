@@ -246,3 +246,9 @@ def test_spiral_rl_values_serl_already_has(capsys):
 def test_spiral_rl_refusals_name_the_flag(flags, message, capsys):
     with pytest.raises(ConfigError, match=message):
         cfg_of("--recipe", "spiral", *flags)
+
+
+@pytest.mark.parametrize("words", [["--save_steps", "-1"], ["trainer.save_freq=-1"]])
+def test_minus_one_save_interval_means_only_the_final_checkpoint(words):
+    """OpenRLHF's and verl's -1: no periodic checkpoints (step % -1 == 0 would have saved every step)."""
+    assert cfg_of(*words).save_steps == 0
