@@ -8,7 +8,7 @@ is, with upstream's source as the evidence (table in docs/compat.md, "SPIRAL"):
 * accepted at the one value serl's behaviour equals (``--num_samples 1``, the observation wrappers
   upstream itself requires per game, ...), any other value refused with the reason;
 * accepted with one notice line on stderr when it only shapes OAT's throughput or debugging output
-  and so has no effect in serl (``--num_envs``, ``--max_model_len``, ...);
+  and so has no effect in serl (``--num_envs``, ``--max_model_len``, ``--enable_prefix_caching``, ...);
 * refused by name when it has no serl meaning (API opponents), never dropped.
 
 OAT counts in "collect rounds": each of its W learner ranks takes ``--rollout_batch_size_per_device``
@@ -199,10 +199,12 @@ class OatFlags:
             if _whole(name, vals, None) > 0:  # 0 or less: upstream writes none either
                 _note(name, vals, "spiral-rl pickles its games for debugging; serl writes no game dumps (a "
                                   "step's game metrics are in metrics.jsonl)")
-        elif name == "enable_prefix_caching":
-            if not oat_bool(name, vals):  # on: vLLM's own default, which serl's engines keep
-                _note(name, vals, "serl's vLLM engines keep vLLM's default (prefix caching on); caching "
-                                  "changes speed, not what is sampled")
+        elif name == "enable_prefix_caching":  # serl has no switch; either value is noted
+            on = oat_bool(name, vals)
+            _note(name, vals, ("serl has no switch for it: its vLLM engines keep vLLM's default, on for models "
+                               "that support it (Qwen3 does), and --generator hf has none" if on else
+                               "serl has no switch for it: its vLLM engines keep vLLM's default (on)") +
+                  "; caching changes speed, not what is sampled")
         elif name == "max_model_len":
             _note(name, vals, f"vLLM's context in OAT ({_whole(name, vals)}); serl sizes its engines' context as "
                               f"--prompt_max_len + --generate_max_len")

@@ -140,7 +140,8 @@ SPIRAL_RUN_SH = """
 
 def notes(capsys) -> set[str]:
     """The flags named by serl.compat_spiral's notice lines on stderr."""
-    return {line.split()[2][2:] for line in capsys.readouterr().err.splitlines() if line.startswith("serl: note: --")}
+    return {line.split()[2].rstrip(":")[2:] for line in capsys.readouterr().err.splitlines()
+            if line.startswith("serl: note: --")}
 
 
 def test_spiral_rl_run_sh_rewrites_to_serl_flags_and_parses(capsys):
@@ -161,7 +162,8 @@ def test_spiral_rl_run_sh_rewrites_to_serl_flags_and_parses(capsys):
         "--wandb_project", "spiral"]
     assert out[-2] == "--seed" and out[-1].isdigit()  # --rnd-seed: drawn from the clock
     assert notes(capsys) == {"eval_split", "rollout_batch_size", "dump_game_state_every", "num_envs",
-                             "rollout_batch_size_per_device", "max_model_len", "max_context_length"}
+                             "rollout_batch_size_per_device", "enable_prefix_caching", "max_model_len",
+                             "max_context_length"}
     cfg = parse_args(out)[0]
     assert cfg.game_list() == ["kuhn_poker"] and cfg.eval_game_list() == ["tictactoe", "kuhn_poker"]
     assert (cfg.steps, cfg.eval_steps, cfg.save_steps, cfg.eval_games) == (401, 16, 0, 16)
@@ -199,7 +201,7 @@ def test_spiral_rl_values_serl_already_has(capsys):
     assert cfg_of("--recipe", "spiral", "use_intermediate_rewards=False", "--gamma", "0.9").turn_discount == 1.0
     assert cfg_of("--recipe", "spiral", "--use_intermediate_rewards", "--gamma", "0.9").turn_discount == 0.9
     cfg = cfg_of("--recipe", "spiral", "--env_id", "TicTacToe-v0", "--no-use-llm-obs-wrapper", "--num_samples", "1",
-                 "--reward_scaling", "1.0", "--eval_opponent_names", "random", "--enable_prefix_caching",
+                 "--reward_scaling", "1.0", "--eval_opponent_names", "random",
                  "--dump_game_state_every", "0", "--eval_env_ids", "SimpleNegotiation-v1", "LiarsDice-v0",
                  "--eval_use_llm_obs_wrappers", "True", "True", "--eval_games", "4")
     assert cfg.game_list() == ["tictactoe"] and cfg.eval_game_list() == ["simple_negotiation", "liars_dice"]
@@ -207,6 +209,8 @@ def test_spiral_rl_values_serl_already_has(capsys):
     cfg_of("--recipe", "spiral", "--no-enable-prefix-caching", "--prompt_template", "qwen3",
            "--eval_prompt_template", "qwen3_general")
     assert notes(capsys) == {"enable_prefix_caching", "prompt_template", "eval_prompt_template"}
+    cfg_of("--recipe", "spiral", "--enable_prefix_caching")  # on: noted too (serl has no switch)
+    assert notes(capsys) == {"enable_prefix_caching"}
     # without OAT's batch flags serl's own options keep serl's meaning
     cfg = cfg_of("--recipe", "spiral", "--eval_steps", "16", "--save_steps", "4", "--lr_warmup_ratio", "0.1")
     assert (cfg.eval_steps, cfg.save_steps, cfg.lr_warmup_ratio) == (16, 4, 0.1) and notes(capsys) == set()
