@@ -268,11 +268,19 @@ class OatFlags:
 
     def _interval(self, name: str, vals: list[str]) -> list[str]:
         """--eval_steps / --save_steps: serl's own options. OAT's -1 (never) saves nothing; serl's nearest
-        is 0 (only at the end). OAT counts rounds and acts only at an update, so with U > 1 rounds per
-        update N rounds are every N / gcd(N, U) updates."""
+        is 0 (only at the end), noted. OAT never evaluates at 0 or less, where serl's 0 still evaluates
+        before and after training: refused (a negative value always, 0 in an OAT command line). OAT counts
+        rounds and acts only at an update, so with U > 1 rounds per update N rounds are every N / gcd(N, U)
+        updates."""
         n = _whole(name, vals, None)
         if n < 0 and name == "save_steps":
+            _note(name, vals, "OAT then saves nothing, not even at the end; serl's nearest is 0, which writes "
+                              "the final checkpoint (and the model unless --save_model false)")
             return ["--save_steps", "0"]
+        if name == "eval_steps" and (n < 0 or (n == 0 and self.oat_batch)):
+            raise ConfigError(f"--eval_steps {n}: OAT then never evaluates, but serl's 0 still evaluates before "
+                              f"and after training; to evaluate never, leave out --eval_games (0, serl's default) "
+                              f"and --eval_env_ids")
         if n > 0 and self.oat_batch:
             u = self.layout()[3]
             n //= math.gcd(n, u)

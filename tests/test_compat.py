@@ -163,7 +163,7 @@ def test_spiral_rl_run_sh_rewrites_to_serl_flags_and_parses(capsys):
     assert out[-2] == "--seed" and out[-1].isdigit()  # --rnd-seed: drawn from the clock
     assert notes(capsys) == {"eval_split", "rollout_batch_size", "dump_game_state_every", "num_envs",
                              "rollout_batch_size_per_device", "enable_prefix_caching", "max_model_len",
-                             "max_context_length"}
+                             "max_context_length", "save_steps"}
     cfg = parse_args(out)[0]
     assert cfg.game_list() == ["kuhn_poker"] and cfg.eval_game_list() == ["tictactoe", "kuhn_poker"]
     assert (cfg.steps, cfg.eval_steps, cfg.save_steps, cfg.eval_games) == (401, 16, 0, 16)
@@ -214,6 +214,7 @@ def test_spiral_rl_values_serl_already_has(capsys):
     # without OAT's batch flags serl's own options keep serl's meaning
     cfg = cfg_of("--recipe", "spiral", "--eval_steps", "16", "--save_steps", "4", "--lr_warmup_ratio", "0.1")
     assert (cfg.eval_steps, cfg.save_steps, cfg.lr_warmup_ratio) == (16, 4, 0.1) and notes(capsys) == set()
+    assert cfg_of("--recipe", "spiral", "--eval_steps", "0", "--save_steps", "0").eval_steps == 0  # serl's 0
 
 
 @pytest.mark.parametrize("flags, message", [
@@ -243,6 +244,8 @@ def test_spiral_rl_values_serl_already_has(capsys):
     (["--eval_split", "aime,math"], "--eval_split aime,math: serl's SPIRAL runs no math evaluation"),
     (["--prompt_template", "r1"], "--prompt_template r1: spiral-rl itself takes no other"),
     (["--eval_prompt_template", "qwen3"], "--eval_prompt_template qwen3: spiral-rl itself takes no other"),
+    (["--eval_steps", "-1"], "--eval_steps -1: OAT then never evaluates, but serl's 0 still evaluates"),
+    (["--max_train", "51200", "--eval_steps", "0"], "--eval_steps 0: OAT then never evaluates"),  # an OAT command
     (["--num_envs", "0"], "--num_envs: expected a whole number >= 1, got 0"),
     (["--max_model_len", "many"], "--max_model_len: expected a whole number"),
     (["--eval_generate_max_length", "512"], "eval_generate_max_len: must be in"),  # above --generate_max_len 256
