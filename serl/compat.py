@@ -10,6 +10,8 @@ how is in ``docs/compat.md`` (one table per seed). The rules:
 * ``key=value`` and dotted ``section.key=value`` words (spiral-rl's and verl's
   overrides) become ``--key value``; a dotted key is looked up in ``VERL_KEYS``, and one
   with no serl meaning is refused by name, never dropped.
+* with ``--recipe spiral``, the rest of spiral-rl's ``run.sh`` (its ``SelfPlayArgs`` and OAT's flags):
+  ``serl.compat_spiral``, which maps, accepts one value, notes on stderr what has no effect, or refuses.
 * ``--config FILE`` whose YAML has nested sections (verl's ``algorithm:``, ``trainer:``,
   ...) is read here and handed on as flags, each nested key mapped as above; a flat YAML
   file is left to the parser, unchanged.
@@ -21,6 +23,7 @@ from __future__ import annotations
 import re
 import time
 
+from serl.compat_spiral import NAMES as OAT_NAMES, OatFlags, oat_bool
 from serl.config import ConfigError, _flag_value, _read_yaml
 
 # a flag of another project -> (serl flag, recipes it applies to; None = every recipe)
@@ -37,6 +40,7 @@ FLAGS = {
     "use_role_baseline": ("rae", ("spiral",)),
     "fsp_update_interval": ("population_every", ("spiral",)),
     "generate_max_length": ("generate_max_len", None),
+    "eval_generate_max_length": ("eval_generate_max_len", ("spiral",)),  # spiral-rl's game evaluation
     # spiral-rl runs on OAT (sail-sg/oat, oat/args.py): its resource, checkpoint and W&B names
     "vllm_gpu_ratio": ("vllm_gpu_memory_utilization", ("spiral",)),
     "vllm_sleep": ("vllm_enable_sleep", ("spiral",)),
@@ -123,15 +127,6 @@ def _given(argv: list[str], name: str) -> list[str] | None:
     return None
 
 
-def _oat_bool(name: str, vals: list[str]) -> bool:
-    if not vals:
-        return True
-    v = vals[0].lower()
-    if len(vals) > 1 or v not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
-        raise ConfigError(f"--{name}: expected true or false, got {' '.join(vals)!r}")
-    return v in ("1", "true", "yes", "on")
-
-
 def _oat_gpus(vals: list[str], collocate: bool) -> list[str]:
     """OAT's ``--gpus N`` on one node: with ``--collocate`` vLLM actors and DeepSpeed learner
     ranks share all N GPUs; without, actors take the first half and the learner the second
@@ -157,14 +152,20 @@ def rewrite(argv: list[str]) -> list[str]:
         argv = [("--" + a[2:].partition("=")[0].replace("-", "_") + "".join(a[2:].partition("=")[1:]))
                 if a.startswith("--") else a for a in argv]
     given = _given(argv, "collocate")
-    collocate = recipe == "spiral" and given is not None and _oat_bool("collocate", given)
+    collocate = recipe == "spiral" and given is not None and oat_bool("collocate", given)
     gpus = any(_given(argv, n) is not None for n in ("gpus", "total_gpus"))
     rnd_seed: list[str] = []
     out: list[str] = []
+    oat = OatFlags(argv, collocate, _given) if recipe == "spiral" else None  # the rest of spiral-rl's run.sh
     i = 0
     while i < len(argv):
         a = argv[i]
         name, eq, inline = a[2:].partition("=") if a.startswith("--") else ("", "", "")
+        if oat is not None and name in OAT_NAMES:
+            vals, j = ([inline], i + 1) if eq else _values(argv, i)
+            out += oat.translate(name, vals)
+            i = j
+            continue
         if recipe == "spiral" and name in ("gpus", "total_gpus", "collocate", "rnd_seed", "no_rnd_seed",
                                            "wb_org", "wb_group"):
             vals, j = ([inline], i + 1) if eq else _values(argv, i)
@@ -174,7 +175,7 @@ def rewrite(argv: list[str]) -> list[str]:
                 if collocate and "--ray" in argv and not gpus:
                     out += ["--colocate_all_models", "true"]
             elif name in ("rnd_seed", "no_rnd_seed"):  # OAT: a seed from the clock, overriding --seed
-                on = _oat_bool(name, vals) if name == "rnd_seed" else False
+                on = oat_bool(name, vals) if name == "rnd_seed" else False
                 rnd_seed = ["--seed", str(time.time_ns() % 2 ** 31)] if on else []  # kept in config.yaml
             else:
                 raise ConfigError(f"--{name}: serl has no flag for the W&B {name[3:]}; set "
@@ -235,7 +236,7 @@ def rewrite(argv: list[str]) -> list[str]:
             continue
         out.append(a)
         i += 1
-    return out + rnd_seed
+    return out + rnd_seed + (oat.tail if oat is not None else [])
 
 
 def _openrlhf_is(name: str, vals: list[str]) -> list[str]:

@@ -133,7 +133,8 @@ class TrainConfig:
     wandb_project: str = _f("serl", "W&B project")
     wandb_run_name: str = _f("", "W&B run name (default: the run directory's name)")
     use_tensorboard: str = _f("", "TensorBoard log directory (empty = off)", aliases=("tensorboard_dir",))
-    save_steps: int = _f(1, "write a checkpoint every N steps (and at the end); 0 = only at the end")
+    save_steps: int = _f(1, "write a checkpoint every N steps (and at the end); 0 (or -1, as OpenRLHF) = only "
+                            "at the end")
     max_ckpt_num: int = _f(2, "keep the newest N checkpoints")
     save_model: bool = _f(True, "save the final policy under RUN_DIR/model: weights, config and tokenizer in "
                                 "Hugging Face layout (LoRA: the adapter in PEFT layout); no optimizer state")
@@ -215,6 +216,8 @@ class TrainConfig:
             raise ConfigError(f"max_minutes: must be >= 0 (0 = no limit), got {self.max_minutes}")
         if self.eval_steps < 0 or self.eval_k < 0:
             raise ConfigError("eval_steps / eval_k: must be >= 0")
+        if self.save_steps < 0:  # OpenRLHF's, OAT's and verl's -1: no periodic checkpoints (step % -1 saved every one)
+            self.save_steps = 0
         if self.temperature < 0:
             raise ConfigError(f"temperature: must be >= 0, got {self.temperature}")
         self._validate_lora()

@@ -121,3 +121,141 @@ def test_questioner_reward_mappings():
     assert difficulty_reward(0.25, mapping="rzero") == 0.5
     assert difficulty_reward(1.0, mapping="azr") == 0.0 and difficulty_reward(0.0, mapping="rzero") == 0.0
     assert cfg_of("--recipe", "spell", "--questioner_reward", "azr").questioner_reward == "azr"
+
+
+# spiral-rl's run.sh (github.com/spiral-rl/spiral, HEAD a02d0ed), the `python train_spiral.py` words as written
+SPIRAL_RUN_SH = """
+    --env_id KuhnPoker-v1 --use_llm_obs_wrapper --eval_env_ids TicTacToe-v0 KuhnPoker-v1
+    --eval_use_llm_obs_wrappers False True --eval_split all --gamma 1 --gpus 8 --gradient-checkpointing
+    --num_samples 1 --rollout_batch_size 128 --dump_game_state_every 1 --num_envs 1
+    --rollout_batch_size_per_device 16 --pi_buffer_maxlen_per_device 16 --pretrain Qwen/Qwen3-4B-Base
+    --enable_prefix_caching --collocate --vllm_sleep --vllm_gpu_ratio 0.45 --rnd-seed --learning_rate 0.000001
+    --lr_scheduler constant --lr_warmup_ratio 0 --num_ppo_epochs 2 --train_batch_size 128
+    --train_batch_size_per_device 1 --beta 0 --max_model_len 12800 --generate_max_length 4096
+    --max_context_length 32768 --temperature 1.0 --top_p 1 --eval_steps 16 --save_steps -1 --eval_games 16
+    --eval_temperature 0.6 --eval_top_p 0.95 --eval_generate_max_length 4096 --max_train 51200 --max_save_num 30
+    --use-wb --wb-run-name spiral-qwen3-4b-base-kp-4k-self-play --wb_project spiral
+""".split()
+
+
+def notes(capsys) -> set[str]:
+    """The flags named by serl.compat_spiral's notice lines on stderr."""
+    return {line.split()[2].rstrip(":")[2:] for line in capsys.readouterr().err.splitlines()
+            if line.startswith("serl: note: --")}
+
+
+def test_spiral_rl_run_sh_rewrites_to_serl_flags_and_parses(capsys):
+    out = rewrite(["--recipe", "spiral", *SPIRAL_RUN_SH])
+    assert out[:-2] == [
+        "--recipe", "spiral", "--games", "KuhnPoker-v1", "--eval_game_names", "TicTacToe-v0,KuhnPoker-v1",
+        "--turn_discount", "1",
+        "--ray", "--learner", "deepspeed", "--actor_num_gpus_per_node", "8", "--vllm_num_engines", "8",
+        "--colocate_all_models", "true", "--gradient_checkpointing", "--pretrain", "Qwen/Qwen3-4B-Base",
+        "--vllm_enable_sleep", "--vllm_gpu_memory_utilization", "0.45", "--actor_learning_rate", "0.000001",
+        "--min_lr_ratio", "1", "--lr_warmup_ratio", "0",  # --lr_scheduler constant
+        "--lr_warmup_ratio", "0", "--ppo_epochs", "2", "--train_batch_size", "128", "--micro_train_batch_size", "1",
+        "--init_kl_coef", "0", "--generate_max_len", "4096", "--temperature", "1.0", "--top_p", "1",
+        "--eval_steps", "16", "--save_steps", "0", "--eval_games", "16", "--eval_temperature", "0.6",
+        "--eval_top_p", "0.95", "--eval_generate_max_len", "4096",
+        "--steps", "401",  # OAT: 8 ranks x 16 = 128 samples a round, one update a round, stop once > 51200: 401
+        "--max_ckpt_num", "30", "--use_wandb", "--wandb_run_name", "spiral-qwen3-4b-base-kp-4k-self-play",
+        "--wandb_project", "spiral"]
+    assert out[-2] == "--seed" and out[-1].isdigit()  # --rnd-seed: drawn from the clock
+    assert notes(capsys) == {"eval_split", "rollout_batch_size", "dump_game_state_every", "num_envs",
+                             "rollout_batch_size_per_device", "enable_prefix_caching", "max_model_len",
+                             "max_context_length", "save_steps"}
+    cfg = parse_args(out)[0]
+    assert cfg.game_list() == ["kuhn_poker"] and cfg.eval_game_list() == ["tictactoe", "kuhn_poker"]
+    assert (cfg.steps, cfg.eval_steps, cfg.save_steps, cfg.eval_games) == (401, 16, 0, 16)
+    assert (cfg.eval_temperature, cfg.eval_top_p, cfg.eval_generate_max_len) == (0.6, 0.95, 4096)
+    assert (cfg.temperature, cfg.top_p, cfg.generate_max_len) == (1.0, 1.0, 4096)
+    assert (cfg.actor_learning_rate, cfg.min_lr_ratio, cfg.lr_warmup_ratio) == (1e-6, 1.0, 0.0)
+    assert (cfg.ppo_epochs, cfg.train_batch_size, cfg.micro_train_batch_size, cfg.init_kl_coef) == (2, 128, 1, 0.0)
+    assert (cfg.turn_discount, cfg.opponent, cfg.model) == (1.0, "self", "Qwen/Qwen3-4B-Base")
+    assert cfg.ray and cfg.colocate_all_models and (cfg.actor_num_gpus_per_node, cfg.vllm_num_engines) == (8, 8)
+
+
+@pytest.mark.parametrize("flags, steps, eval_steps, save_steps", [
+    # W learner ranks (--gpus with --collocate, else half; OAT's default 8 GPUs), P = 16, R = 128 unless given;
+    # rounds = max_train // (W P) + 1, an update every U = R / (W P) rounds: steps = rounds // U
+    (["--gpus", "8", "--collocate", "--max_train", "51200"], 401, 0, 1),        # W 8: 401 rounds, U 1
+    (["--max_train", "51200"], 400, 0, 1),                                      # W 4: 801 rounds, U 2
+    (["--gpus", "4", "--collocate", "--max_train", "51200"], 400, 0, 1),        # W 4: 801 rounds, U 2
+    (["--gpus", "8", "--collocate", "--max_train", "1280", "--rollout_batch_size", "256"], 5, 0, 1),  # 11 // 2
+    (["max_train=1280", "--gpus", "8", "--collocate"], 11, 0, 1),               # 1280 // 128 + 1
+    # W 1: U 8, 3201 rounds; OAT acts on rounds 16, 32, ... = updates 2, 4, ...; saves on rounds 24, 48, ...
+    (["--gpus", "1", "--max_train", "51200", "--pi_buffer_maxlen_per_device", "128", "--eval_steps", "16",
+      "--save_steps", "12"], 400, 2, 3),
+    (["--gpus", "8", "--collocate", "--rollout_batch_size", "128", "--eval_steps", "16", "--save_steps", "-1"],
+     3, 16, 0),                                                                 # U 1: unchanged; -1 -> 0
+])
+def test_spiral_rl_max_train_counts_oat_updates(flags, steps, eval_steps, save_steps, capsys):
+    cfg = cfg_of("--recipe", "spiral", *flags)
+    assert (cfg.steps, cfg.eval_steps, cfg.save_steps) == (steps, eval_steps, save_steps)
+
+
+def test_spiral_rl_values_serl_already_has(capsys):
+    assert cfg_of("--recipe", "spiral", "--fixed_opponent", "random").opponent == "random"
+    assert cfg_of("--recipe", "spiral", "--fixed_opponent", "").opponent == "self"
+    # use_intermediate_rewards=False gives every turn the outcome, whatever gamma says
+    assert cfg_of("--recipe", "spiral", "use_intermediate_rewards=False", "--gamma", "0.9").turn_discount == 1.0
+    assert cfg_of("--recipe", "spiral", "--use_intermediate_rewards", "--gamma", "0.9").turn_discount == 0.9
+    cfg = cfg_of("--recipe", "spiral", "--env_id", "TicTacToe-v0", "--no-use-llm-obs-wrapper", "--num_samples", "1",
+                 "--reward_scaling", "1.0", "--eval_opponent_names", "random",
+                 "--dump_game_state_every", "0", "--eval_env_ids", "SimpleNegotiation-v1", "LiarsDice-v0",
+                 "--eval_use_llm_obs_wrappers", "True", "True", "--eval_games", "4")
+    assert cfg.game_list() == ["tictactoe"] and cfg.eval_game_list() == ["simple_negotiation", "liars_dice"]
+    assert notes(capsys) == set()  # values serl's behaviour equals: nothing to note
+    cfg_of("--recipe", "spiral", "--no-enable-prefix-caching", "--prompt_template", "qwen3",
+           "--eval_prompt_template", "qwen3_general")
+    assert notes(capsys) == {"enable_prefix_caching", "prompt_template", "eval_prompt_template"}
+    cfg_of("--recipe", "spiral", "--enable_prefix_caching")  # on: noted too (serl has no switch)
+    assert notes(capsys) == {"enable_prefix_caching"}
+    # without OAT's batch flags serl's own options keep serl's meaning
+    cfg = cfg_of("--recipe", "spiral", "--eval_steps", "16", "--save_steps", "4", "--lr_warmup_ratio", "0.1")
+    assert (cfg.eval_steps, cfg.save_steps, cfg.lr_warmup_ratio) == (16, 4, 0.1) and notes(capsys) == set()
+    assert cfg_of("--recipe", "spiral", "--eval_steps", "0", "--save_steps", "0").eval_steps == 0  # serl's 0
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--num_samples", "2"], "--num_samples 2: spiral-rl's actor samples one response .* only 1"),
+    (["--reward_scaling", "0.5"], "--reward_scaling 0.5: .* serl has no reward scale; only 1"),
+    (["--lr_scheduler", "cosine_with_min_lr"], "--lr_scheduler cosine_with_min_lr: only 'constant'"),
+    (["--lr_scheduler", "polynomial"], "--lr_scheduler polynomial: only 'constant'"),
+    (["--lr_scheduler", "constant", "--lr_warmup_ratio", "0.03"], "--lr_warmup_ratio 0.03: OAT's constant schedule"),
+    (["--gpus", "1", "--max_train", "51200", "--pi_buffer_maxlen_per_device", "16"],
+     "--pi_buffer_maxlen_per_device 16: .* newest 16 of the 128 samples"),
+    (["--gpus", "8", "--collocate", "--pi_buffer_maxlen_per_device", "32"],
+     "--pi_buffer_maxlen_per_device 32: .* re-trains up to 16 older"),
+    (["--rollout_batch_size", "100", "--max_train", "51200"], r"--rollout_batch_size 100: .* \(16\) = 64"),
+    (["--max_train", "10"], "--max_train 10: OAT would stop .* before its first update"),
+    (["--max_train", "100", "--steps", "3"], "--max_train: it sets --steps"),
+    (["--eval_opponent_names", "random", "google/gemini-2.0-flash-lite-001"],
+     "--eval_opponent_names random google/gemini-2.0-flash-lite-001: .* uniform random only"),
+    (["--fixed_opponent", "google/gemini-2.0-flash-001"], "--fixed_opponent google/gemini-2.0-flash-001: .* no API"),
+    (["--env_id", "TicTacToe-v0", "--use_llm_obs_wrapper"], "--use_llm_obs_wrapper: true for tictactoe"),
+    (["--env_id", "KuhnPoker-v1", "--no-use-llm-obs-wrapper"], "--use_llm_obs_wrapper: false for kuhn_poker"),
+    (["--use_llm_obs_wrapper"], "--use_llm_obs_wrapper: true for tictactoe"),  # serl's default games have it
+    (["--eval_env_ids", "TicTacToe-v0", "KuhnPoker-v1", "--eval_use_llm_obs_wrappers", "True", "True"],
+     "--eval_use_llm_obs_wrappers: true for tictactoe"),
+    (["--eval_env_ids", "TicTacToe-v0", "--eval_use_llm_obs_wrappers", "False", "True"],
+     r"--eval_use_llm_obs_wrappers: 2 value\(s\) for 1"),
+    (["--eval_use_llm_obs_wrappers", "False", "True"], "--eval_use_llm_obs_wrappers: pairs one value .* give both"),
+    (["--eval_split", "aime,math"], "--eval_split aime,math: serl's SPIRAL runs no math evaluation"),
+    (["--prompt_template", "r1"], "--prompt_template r1: spiral-rl itself takes no other"),
+    (["--eval_prompt_template", "qwen3"], "--eval_prompt_template qwen3: spiral-rl itself takes no other"),
+    (["--eval_steps", "-1"], "--eval_steps -1: OAT then never evaluates, but serl's 0 still evaluates"),
+    (["--max_train", "51200", "--eval_steps", "0"], "--eval_steps 0: OAT then never evaluates"),  # an OAT command
+    (["--num_envs", "0"], "--num_envs: expected a whole number >= 1, got 0"),
+    (["--max_model_len", "many"], "--max_model_len: expected a whole number"),
+    (["--eval_generate_max_length", "512"], "eval_generate_max_len: must be in"),  # above --generate_max_len 256
+])
+def test_spiral_rl_refusals_name_the_flag(flags, message, capsys):
+    with pytest.raises(ConfigError, match=message):
+        cfg_of("--recipe", "spiral", *flags)
+
+
+@pytest.mark.parametrize("words", [["--save_steps", "-1"], ["trainer.save_freq=-1"]])
+def test_minus_one_save_interval_means_only_the_final_checkpoint(words):
+    """OpenRLHF's and verl's -1: no periodic checkpoints (step % -1 == 0 would have saved every step)."""
+    assert cfg_of(*words).save_steps == 0

@@ -205,6 +205,24 @@ class Recipe:
         finally:
             self.times[name] = self.times.get(name, 0.0) + time.perf_counter() - t0
 
+    def sampling(self, max_new_tokens: int | None = None, temperature: float | None = None,
+                 top_p: float | None = None, seed: int | None = None):
+        """The run's sampling (``--generate_max_len``, ``--temperature``, ``--top_p``); a role or an
+        evaluation may override any of them or set a seed. One place for every recipe."""
+        from serl.engines.base import Sampling
+
+        cfg = self.cfg
+        return Sampling(max_new_tokens=cfg.generate_max_len if max_new_tokens is None else max_new_tokens,
+                        temperature=cfg.temperature if temperature is None else temperature,
+                        top_p=cfg.top_p if top_p is None else top_p, seed=seed)
+
+    def sample(self, prompts: list[list[int]], n: int, max_new_tokens: int | None = None,
+               temperature: float | None = None) -> list:
+        """``n`` completions per prompt (token ids) with ``sampling(...)``; no prompts, no call."""
+        if not prompts:
+            return []
+        return self.generator.generate(prompts, n, self.sampling(max_new_tokens, temperature))
+
     def chat_prompt(self, text: str, system_prompt: str | None = None, prefill: str = "") -> list[int]:
         """``text`` as a user turn in the model's chat template, with the run's instruction,
         and ``prefill`` as the reply's start: token ids in which the text stays text

@@ -24,7 +24,7 @@ from serl.data.lengths import fit_problems, prompt_limit
 from serl.data.passes import Passes
 from serl.data.seeds import DataError, read_seeds
 from serl.guard import GUARD_OPTIONS
-from serl.engines.base import Completion, Sampling, TrainBatch
+from serl.engines.base import Completion, TrainBatch
 from serl.instruct import DifficultyFilter, PoolItem, PromptPool, Rollout, SelfInstruct, TextFilters, fill_batch
 from serl.instruct.filters import PromptLengthFilter
 from serl.instruct.pool import POOL_FILE
@@ -168,12 +168,10 @@ class SerlRecipe(Recipe):
     def rollout(self, items: list[PoolItem]) -> list[list[Completion]]:
         if not items:
             return []
-        sampling = Sampling(max_new_tokens=self.cfg.generate_max_len, temperature=self.cfg.temperature,
-                            top_p=self.cfg.top_p)
         n = self.cfg.n_samples_per_prompt
         with self.timed("generate"), stage("rollout", len(items) * n, "samples", self.progress) as st:
             prompts = [self.chat_prompt(i.text) for i in items]
-            groups = self.generator.generate(prompts, n, sampling)
+            groups = self.sample(prompts, n)
             st.update(sum(len(g) for g in groups))
         self.counts["batch/rolled_out"] += len(items)
         self.counts["rollout/prompt_tokens"] += sum(len(p) for p in prompts)

@@ -19,7 +19,6 @@ import random
 
 from serl.data.corpus import CorpusError, fit_clusters, read_corpus, sample_evidence
 from serl.data.seeds import DataError
-from serl.engines.base import Sampling
 from serl.eval.roles import HeldOut, Roles, evaluate_roles, greedy_texts, load_heldout
 from serl.instruct.novelty import RougeIndex
 from serl.data.lengths import PromptBudget, budget_for, prompt_limit
@@ -113,13 +112,6 @@ class SpellRecipe(Recipe):
     # ---- stages -----------------------------------------------------------------------
     def next_clusters(self, n: int):
         return [self.clusters[i] for i in self.passes.take(n)]
-
-    def sample(self, prompts: list[list[int]], n: int, max_new_tokens: int, temperature: float | None = None):
-        if not prompts:
-            return []
-        t = self.cfg.temperature if temperature is None else temperature
-        return self.generator.generate(prompts, n, Sampling(max_new_tokens=max_new_tokens, temperature=t,
-                                                            top_p=self.cfg.top_p))
 
     def ask(self, clusters) -> list[episode.Question]:
         """The questioner's replies, parsed and checked for novelty."""

@@ -23,7 +23,7 @@ from serl.chat import text_ids
 from serl.data.lengths import fit_problems
 from serl.data.passes import Passes
 from serl.data.seeds import DataError, Problem, read_seeds
-from serl.engines.base import Completion, Sampling, TrainBatch
+from serl.engines.base import Completion, TrainBatch
 from serl.progress import stage
 from serl.recipes.base import Recipe
 from serl.recipes.spin.config import mixed_count
@@ -187,10 +187,9 @@ class SpinRecipe(Recipe):
         return [self.problems[i] for i in self.passes.take(n)]
 
     def generate(self, picked: list[Problem], metrics: dict) -> list[list[Completion]]:
-        cfg, n = self.cfg, self.cfg.n_samples_per_prompt
-        sampling = Sampling(cfg.generate_max_len, cfg.temperature, cfg.top_p)
+        n = self.cfg.n_samples_per_prompt
         with self.timed("generate"), stage("rollout", len(picked) * n, "samples", self.progress) as st:
-            groups = self.generator.generate([self.chat_prompt(p.text) for p in picked], n, sampling)
+            groups = self.sample([self.chat_prompt(p.text) for p in picked], n)
             st.update(len(picked) * n)
         comps = [c for g in groups for c in g]
         metrics["response/length_mean"] = sum(len(c.token_ids) for c in comps) / len(comps)

@@ -60,6 +60,13 @@ class SpiralOptions:
                                 "training and every --eval_steps (0 = none)")
     exploit_samples: int = option(0, "evaluation: samples per Kuhn Poker info state for the exploitability "
                                      "estimate (0 = none)")
+    # evaluation only (not run-defining): a resume may change them; defaults are the training values
+    eval_game_names: str = option("", "evaluation: comma-separated games played against random ('' = --games)")
+    eval_temperature: float = option(-1.0, "evaluation: sampling temperature of its moves (-1 = --temperature, "
+                                           "0 = greedy)")
+    eval_top_p: float = option(-1.0, "evaluation: nucleus sampling of its moves (-1 = --top_p)")
+    eval_generate_max_len: int = option(0, "evaluation: max new tokens per move (0 = --generate_max_len; at "
+                                           "most --generate_max_len, which sizes the engine's context)")
 
 
 @dataclass
@@ -87,6 +94,15 @@ class Config(SpiralOptions, TrainConfig):
         except ValueError as e:
             raise ConfigError(f"games: {e}") from None
 
+    def eval_game_list(self) -> list[str]:
+        """The games the evaluation plays: --eval_game_names, else the training games."""
+        if not self.eval_game_names:
+            return self.game_list()
+        try:
+            return check_game_names(self.eval_game_names)
+        except ValueError as e:
+            raise ConfigError(f"eval_game_names: {e}") from None
+
     def opponent_path(self) -> Path | None:
         return Path(self.opponent.split(":", 1)[1]) if self.opponent.startswith("fixed:") else None
 
@@ -111,5 +127,20 @@ class Config(SpiralOptions, TrainConfig):
         for name in ("rae_alpha", "turn_discount"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ConfigError(f"{name}: must be in [0, 1], got {getattr(self, name)}")
+        self._validate_eval()
         if self.exploit_samples and "kuhn_poker" not in self.game_list():
             raise ConfigError("exploit_samples: the exploitability is Kuhn Poker's; add kuhn_poker to --games")
+
+    def _validate_eval(self) -> None:
+        self.eval_game_list()
+        if self.eval_game_names and not self.eval_games:
+            raise ConfigError(f"eval_game_names: {self.eval_game_names!r} is played by the evaluation, but "
+                              f"--eval_games is 0 (no evaluation games); set --eval_games N")
+        if self.eval_temperature != -1.0 and self.eval_temperature < 0:
+            raise ConfigError(f"eval_temperature: must be >= 0, or -1 for --temperature, got {self.eval_temperature}")
+        if self.eval_top_p != -1.0 and not 0.0 < self.eval_top_p <= 1.0:
+            raise ConfigError(f"eval_top_p: must be in (0, 1], or -1 for --top_p, got {self.eval_top_p}")
+        if not 0 <= self.eval_generate_max_len <= self.generate_max_len:
+            raise ConfigError(f"eval_generate_max_len: must be in [0, --generate_max_len = {self.generate_max_len}] "
+                              f"(0 = --generate_max_len; the engine's context is --prompt_max_len + "
+                              f"--generate_max_len), got {self.eval_generate_max_len}")

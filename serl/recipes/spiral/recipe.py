@@ -13,6 +13,9 @@ snapshot to the population when one is due.
 - Seats: the k-th game of each type seats the learner at k mod 2 (``--alternate_seats``).
 - spiral-rl's options: ``--filter_draw`` replays drawn games on new deals (``serl.games.lockstep.replay_draws``),
   ``--fsp_start_from`` keeps self-play until the population starts, ``--turn_discount`` is its ``gamma``.
+- Evaluation (``evaluate``): ``--eval_games`` games of each ``--eval_game_names`` game (default ``--games``)
+  against random, sampled with ``--eval_temperature``/``--eval_top_p``/``--eval_generate_max_len`` (default:
+  the training values; spiral-rl's ``--eval_*`` flags, docs/compat.md). Not run-defining.
 - A response cut off by the length limit is left out of the loss (``--mask_truncated``), as is a
   sample whose advantage is exactly 0 (``--filter_zero_adv``).
 - Resume: the checkpoint holds the RAE baselines and the population (snapshot paths and its RNG); RNGs and
@@ -28,7 +31,7 @@ from functools import partial
 import torch
 
 from serl.algos.rae import RoleBaselines, turn_advantages
-from serl.engines.base import Sampling, TrainBatch
+from serl.engines.base import TrainBatch
 from serl.engines.population import Population
 from serl.engines.snapshots import CURRENT, WeightSwitcher
 from serl.eval.games import evaluate_games
@@ -59,7 +62,7 @@ class SpiralRecipe(Recipe):
         from serl.data.lengths import budget_for
 
         budget = budget_for(cfg)
-        for name in cfg.game_list():
+        for name in dict.fromkeys(cfg.game_list() + cls.eval_set(cfg)):  # the evaluation's games too
             game = make_game(name, kuhn_rules=cfg.kuhn_rules).reset(0)
             text = render_prompt(game, show_legal_actions=cfg.show_legal_actions, example=cfg.prompt_example)
             n = budget.measure(text, lambda t: user_ids(budget.tok, t, cfg.system_prompt or ""))
@@ -81,8 +84,9 @@ class SpiralRecipe(Recipe):
 
     @classmethod
     def eval_set(cls, cfg) -> list[str]:
-        """The games evaluated against random (and Kuhn Poker for the exploitability)."""
-        names = cfg.game_list() if cfg.eval_games else []
+        """The games evaluated against random (--eval_game_names, else --games; and Kuhn Poker for the
+        exploitability)."""
+        names = cfg.eval_game_list() if cfg.eval_games else []
         if cfg.exploit_samples and "kuhn_poker" not in names:
             names.append("kuhn_poker")
         return names
@@ -97,7 +101,7 @@ class SpiralRecipe(Recipe):
             if cfg.opponent == "population" else None
         self.fixed = str(cfg.opponent_path()) if cfg.opponent_path() else None
         self.switch = WeightSwitcher(self.generator, self.learner.named_weights)
-        self.sampling = Sampling(cfg.generate_max_len, cfg.temperature, cfg.top_p)
+        self.play = self.sampling()
         self.rule = RewardRule(invalid=cfg.invalid_penalty, invalid_opponent=cfg.invalid_opponent_reward,
                                use_payoffs=cfg.use_payoffs)
         self.prompt = partial(render_prompt, show_legal_actions=cfg.show_legal_actions, example=cfg.prompt_example)
@@ -182,7 +186,7 @@ class SpiralRecipe(Recipe):
             with self.timed("swap"):
                 self.switch.use(key)
             with self.timed(stage):
-                groups = self.generator.generate([self.chat_prompt(r.prompt) for r in requests], 1, self.sampling)
+                groups = self.generator.generate([self.chat_prompt(r.prompt) for r in requests], 1, self.play)
             return [g[0] for g in groups]
 
         return play
@@ -208,10 +212,14 @@ class SpiralRecipe(Recipe):
                           advantages=[torch.full((len(c.token_ids),), a) for c, a in rows])
 
     def evaluate(self, games) -> dict[str, float]:
-        """Games against uniform random (seats alternated, fixed deals) and Kuhn exploitability."""
+        """Games against uniform random (seats alternated, fixed deals) and Kuhn exploitability, sampled
+        with the evaluation's settings (--eval_temperature, --eval_top_p, --eval_generate_max_len; each
+        defaults to the training value)."""
         cfg, t0 = self.cfg, time.perf_counter()
         self.switch.use(CURRENT)
-        sampling = Sampling(cfg.generate_max_len, cfg.temperature, cfg.top_p, seed=cfg.seed + 1)
+        sampling = self.sampling(max_new_tokens=cfg.eval_generate_max_len or None,
+                                 temperature=None if cfg.eval_temperature == -1 else cfg.eval_temperature,
+                                 top_p=None if cfg.eval_top_p == -1 else cfg.eval_top_p, seed=cfg.seed + 1)
 
         def generate(prompts):
             return [g[0].text for g in self.generator.generate([self.chat_prompt(p) for p in prompts], 1, sampling)]

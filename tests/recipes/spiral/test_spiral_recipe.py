@@ -274,3 +274,54 @@ def test_async_train_logs_what_the_synchronous_run_logs(tmp_path):
     assert want[2]["spiral/baseline/tictactoe/role0"] != want[1]["spiral/baseline/tictactoe/role0"]  # they moved
     adv = lambda ls: [[a.tolist() for a in b.advantages] for b in ls.batches]  # noqa: E731
     assert adv(learner) == adv(sync_learner)
+
+
+class RecordingGenerator(FakeGenerator):
+    """FakeGenerator that keeps the sampling settings of every call."""
+
+    def __init__(self):
+        super().__init__()
+        self.samplings = []
+
+    def generate(self, prompts, n, sampling):
+        self.samplings.append(sampling)
+        return super().generate(prompts, n, sampling)
+
+
+def test_evaluate_plays_its_own_games_with_its_own_sampling(tmp_path):
+    """spiral-rl's --eval_env_ids / --eval_temperature / --eval_top_p / --eval_generate_max_length reach
+    the evaluation (serl: --eval_game_names, --eval_temperature, --eval_top_p, --eval_generate_max_len)."""
+    train = ["--games", "kuhn_poker", "--temperature", "1.0", "--top_p", "1.0", "--generate_max_len", "64"]
+    gen = RecordingGenerator()
+    recipe, *_ = make(tmp_path / "a", *train, "--eval_games", "2", "--eval_game_names", "TicTacToe-v0",
+                      "--eval_temperature", "0.6", "--eval_top_p", "0.95", "--eval_generate_max_len", "32", gen=gen)
+    games = SpiralRecipe.eval_set(recipe.cfg)
+    assert games == ["tictactoe"]  # the TextArena id, read as serl's name; not the training game
+    out = recipe.evaluate(games)
+    assert "eval/tictactoe/vs_random/win_rate" in out and not any("kuhn_poker" in k for k in out)
+    assert gen.samplings and {(s.temperature, s.top_p, s.max_new_tokens, s.seed) for s in gen.samplings} == {
+        (0.6, 0.95, 32, 43)}
+    # not given: the training sampling, as before these options existed; training itself keeps it
+    gen = RecordingGenerator()
+    recipe, *_ = make(tmp_path / "b", *train, "--eval_games", "2", gen=gen)
+    assert SpiralRecipe.eval_set(recipe.cfg) == ["kuhn_poker"]
+    recipe.evaluate(["kuhn_poker"])
+    recipe.step(1)
+    assert {(s.temperature, s.top_p, s.max_new_tokens) for s in gen.samplings} == {(1.0, 1.0, 64)}
+    # evaluation-only: a resume may change them
+    assert not {"eval_game_names", "eval_temperature", "eval_top_p",
+                "eval_generate_max_len"} & set(SpiralRecipe.run_defining())
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--eval_game_names", "tictactoe"], "eval_game_names: .* --eval_games is 0"),
+    (["--eval_games", "2", "--eval_game_names", "Chess-v0"], "eval_game_names: unknown game 'Chess-v0'"),
+    (["--eval_temperature", "-0.5"], "eval_temperature: must be >= 0, or -1"),
+    (["--eval_top_p", "0"], r"eval_top_p: must be in \(0, 1\]"),
+    (["--generate_max_len", "64", "--eval_generate_max_len", "128"], "eval_generate_max_len: must be in"),
+])
+def test_eval_options_refused_values(flags, message):
+    from serl.config import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        parse_args(["--recipe", "spiral", *flags])
