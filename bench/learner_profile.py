@@ -35,9 +35,10 @@ def parse_args(argv=None):
     ap.add_argument("--response-len", type=int, default=120, help="mean response tokens")
     ap.add_argument("--grad-ckpt", action="store_true", help="gradient checkpointing on")
     ap.add_argument("--runs", type=int, default=3, help="timed runs of each part (after one warm-up)")
-    ap.add_argument("--top", type=int, default=15, help="operators shown per part")
+    ap.add_argument("--top", type=int, default=15, help="operators shown per part (0: no profile run)")
     ap.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                     help="another LearnerConfig field (int, float, true/false or text); repeatable")
+    ap.add_argument("--parts", default="logprobs_policy,logprobs_ref,update", help="which parts to time")
     ap.add_argument("--out", default=None, help="JSONL to append the timings to (default: none)")
     return ap.parse_args(argv)
 
@@ -117,6 +118,8 @@ def main(argv=None) -> int:
     print(f"{a.model}: {f['tokens']} tokens ({f['answer_tokens']} answer) in {a.seqs} sequences, "
           f"micro-batch {a.micro_batch}, LoRA {a.lora_rank}, grad ckpt {a.grad_ckpt}, {extra or ''}")
     for name, fn in parts.items():
+        if name not in a.parts.split(","):
+            continue
         ts = timed(fn, a.runs)
         med = statistics.median(ts)
         work = f["update"] if name == "update" else f["forward"]
@@ -124,7 +127,12 @@ def main(argv=None) -> int:
                               "tokens_per_s": round(f["tokens"] / med, 1), "gflops": round(work / med / 1e9, 1)}
         print(f"\n== {name}: median {med:.2f} s of {[round(t, 2) for t in ts]}, {f['tokens'] / med:.0f} tokens/s, "
               f"{work / med / 1e9:.0f} GFLOP/s")
-        print(profile(fn, a.top))
+        if a.top > 0:  # --top 0: timings only
+            print(profile(fn, a.top))
+    import resource
+
+    rec["peak_rss_gib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20, 2)
+    print(f"peak RSS of this process: {rec['peak_rss_gib']} GiB")
     if a.out:
         with open(a.out, "a") as fh:
             fh.write(json.dumps(rec) + "\n")

@@ -60,14 +60,24 @@ def parse_args(argv=None):
     ap.add_argument("--run_dir", default=None, help="run directory (default: a fresh temporary one)")
     ap.add_argument("--samples", default=None, help="write every memory sample here (CSV: seconds, GiB...)")
     ap.add_argument("--out", default=None, help="JSONL to append to (default bench/results.jsonl)")
+    ap.add_argument("--task", default="arith", help="arith (the first rounds' settings) or a GSM8K task of the "
+                    "third round, e.g. gsm8k_2step: its seeds, 384 tokens, LoRA 32 and its other TASK_FLAGS")
     return ap.parse_args(argv)
 
 
 def command(args, run_dir: Path) -> list[str]:
     import run as efficacy  # experiments/serl_efficacy/run.py
 
-    ns = argparse.Namespace(**efficacy.FULL, model=args.model, generator="vllm", train_flags=args.flags,
-                            task="arith", seeds_path=efficacy.SEEDS)
+    if args.task == "arith":
+        ns = argparse.Namespace(**efficacy.FULL, model=args.model, generator="vllm", train_flags=args.flags,
+                                task="arith", seeds_path=efficacy.SEEDS)
+    else:  # the third round's seed file (write_task_files is deterministic: the same 200 seeds)
+        from tasks import write_task_files
+
+        full = efficacy.TASK_FULL
+        files = write_task_files(args.task, run_dir.parent / "task", full["seeds"], full["heldout"], full["transfer"])
+        ns = argparse.Namespace(**full, model=args.model, generator="vllm", train_flags=args.flags,
+                                task=args.task, seeds_path=files["seeds"])
     flags = efficacy.train_flags(ns) + efficacy.ARMS["a"][1]
     return [sys.executable, "-m", "serl.cli", "train", *flags, "--steps", str(args.steps),
             "--run_dir", str(run_dir), "--progress", "plain"]

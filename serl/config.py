@@ -99,6 +99,8 @@ class TrainConfig:
     min_lr_ratio: float = _f(0.1, "cosine schedule floor, as a share of the learning rate")
     max_norm: float = _f(1.0, "gradient clipping norm")
     micro_train_batch_size: int = _f(4, "sequences per forward/backward pass")
+    train_max_tokens_per_gpu: int = _f(0, "> 0: cut the learner's micro-batches by this many tokens instead of "
+                                          "--micro_train_batch_size sequences (OpenRLHF's dynamic batch)")
     train_batch_size: int = _f(0, "sequences per optimizer step: the rollout is trained in shuffled "
                                   "mini-batches of this size (0 = one step over the whole rollout)")
     micro_rollout_batch_size: int = _f(16, "sequences per log-prob pass during experience making")
@@ -175,6 +177,9 @@ class TrainConfig:
                      "micro_train_batch_size", "generate_max_len"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name}: must be >= 1, got {getattr(self, name)}")
+        if self.train_max_tokens_per_gpu < 0:
+            raise ConfigError(f"train_max_tokens_per_gpu: must be >= 0 (0 = count micro-batches by "
+                              f"--micro_train_batch_size), got {self.train_max_tokens_per_gpu}")
         if self.train_batch_size < 0:
             raise ConfigError(f"train_batch_size: must be >= 0 (0 = the whole rollout), got {self.train_batch_size}")
         from serl.algos import canonical_estimator

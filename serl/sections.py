@@ -29,7 +29,7 @@ SECTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "kl": ("KL to the reference", ("init_kl_coef", "use_kl_loss", "kl_estimator", "kl_clip")),
     "learner": ("learner", (
         "eps_clip", "actor_learning_rate", "lr_warmup_ratio", "min_lr_ratio", "max_norm", "micro_train_batch_size",
-        "train_batch_size", "micro_rollout_batch_size", "bf16", "gradient_checkpointing", "attn_implementation",
+        "train_max_tokens_per_gpu", "train_batch_size", "micro_rollout_batch_size", "bf16", "gradient_checkpointing", "attn_implementation",
         "share_prompts", "device", "learner", "zero_stage", "adam_offload", "param_offload")),
     "async": ("asynchronous actor-learner", (
         "async_train", "max_staleness", "importance_sampling_correction", "importance_sampling_cap")),

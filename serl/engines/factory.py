@@ -111,6 +111,7 @@ def learner_config(cfg, plan):
     settings = dict(
         lr=cfg.actor_learning_rate, warmup_ratio=cfg.lr_warmup_ratio, min_lr_ratio=cfg.min_lr_ratio,
         total_steps=plan.total_steps, micro_batch_size=cfg.micro_train_batch_size,
+        micro_batch_tokens=cfg.train_max_tokens_per_gpu,
         mini_batch_size=plan.train_batch_size,
         max_grad_norm=cfg.max_norm, bf16=cfg.bf16, grad_checkpointing=cfg.gradient_checkpointing,
         eps_clip_low=cfg.eps_clip, eps_clip_high=cfg.eps_clip,

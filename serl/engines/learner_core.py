@@ -50,6 +50,7 @@ class LearnerConfig:
     min_lr_ratio: float = 0.1  # the cosine decays to lr * min_lr_ratio
     total_steps: int = 100  # optimizer steps the schedule spans (after it: min LR)
     micro_batch_size: int = 4  # sequences per forward/backward pass
+    micro_batch_tokens: int = 0  # > 0: cut micro-batches by this many tokens instead of micro_batch_size sequences (dynamic batch)
     max_grad_norm: float = 1.0  # clip the global gradient norm to this (<= 0: no clipping)
     bf16: bool = False  # bf16 compute; master weights and Adam stay fp32
     bf16_weights: bool = True  # with bf16: keep the weights in bf16 beside an fp32 master copy (TorchLearner without LoRA; with LoRA, the frozen weights in bf16), instead of autocast casting fp32 weights every pass
@@ -97,6 +98,8 @@ class LearnerConfig:
         if self.attn_implementation not in IMPLEMENTATIONS:
             raise ValueError(f"LearnerConfig.attn_implementation must be one of {IMPLEMENTATIONS}, "
                              f"got {self.attn_implementation!r}")
+        if self.micro_batch_tokens < 0:
+            raise ValueError(f"LearnerConfig.micro_batch_tokens must be >= 0, got {self.micro_batch_tokens}")
         for name in ("micro_batch_size", "total_steps", "ppo_epochs"):
             if getattr(self, name) < 1:
                 raise ValueError(f"LearnerConfig.{name} must be >= 1, got {getattr(self, name)}")
@@ -227,7 +230,7 @@ class LearnerCore:
             mbs = micro_batches([prompt_ids[i] for i in local], [response_ids[i] for i in local],
                                 self.cfg.micro_batch_size, self.pad_id,
                                 units=[[where[i] for i in u] for u in mine], pack=self.packed,
-                                share_prompts=share)
+                                share_prompts=share, max_tokens=self.cfg.micro_batch_tokens)
             for mb in mbs:
                 mb.index = [local[i] for i in mb.index]
         real = len(mbs)

@@ -1,7 +1,11 @@
 """Micro-batches: which sequences share a forward pass, and how they are laid out.
 
 - Sequences are sorted by length (longest first) and cut into groups of about
-  ``micro_batch_size`` sequences; a group of ``units`` (DPO pairs) is never split.
+  ``micro_batch_size`` sequences, or, with a token budget (``max_tokens``), into groups
+  whose layout holds at most that many tokens (OpenRLHF's dynamic batch, verl's
+  ``use_dynamic_bsz``): short sequences then share one long row and the matmuls see as
+  many rows as the budget allows. A group of ``units`` (DPO pairs) is never split, and a
+  unit longer than the budget gets a micro-batch of its own.
 - **Padded** layout: one row per sequence, right-padded to the group's longest, with an
   attention mask. **Packed** layout: the group's sequences concatenated into a single row
   with position ids restarting at 0 for each sequence and the sequence lengths recorded,
@@ -62,11 +66,12 @@ class Micro:
 
 def micro_batches(prompt_ids: list[list[int]], response_ids: list[list[int]], size: int, pad_id: int,
                   units: list[list[int]] | None = None, pack: bool = False,
-                  share_prompts: bool = False) -> list[Micro]:
+                  share_prompts: bool = False, max_tokens: int = 0) -> list[Micro]:
     """Micro-batches of about ``size`` sequences, longest first, padded or ``pack``ed
     (``share_prompts``: packed with each equal prompt written once, see the module doc).
-    ``units`` are groups of sequence indices that must share a micro-batch (DPO pairs);
-    default: each alone."""
+    ``max_tokens`` > 0 replaces the count by a token budget: the tokens the layout holds
+    (packed: the sum of the lengths; padded: rows x the longest). ``units`` are groups of
+    sequence indices that must share a micro-batch (DPO pairs); default: each alone."""
     if len(prompt_ids) != len(response_ids):
         raise ValueError(f"{len(prompt_ids)} prompts but {len(response_ids)} responses")
     for i, p in enumerate(prompt_ids):
@@ -79,11 +84,18 @@ def micro_batches(prompt_ids: list[list[int]], response_ids: list[list[int]], si
         if not pack:
             raise ValueError("share_prompts needs the packed layout (pack=True)")
         return [_shared_layout(prompt_ids, response_ids, g) for g in _shared_groups(prompt_ids, response_ids,
-                                                                                      units, size)]
+                                                                                      units, size, max_tokens)]
     units = sorted(units, key=lambda u: -max(total(i) for i in u))
+
+    def fits(group: list[list[int]], u: list[int]) -> bool:
+        if not max_tokens:
+            return sum(map(len, group)) + len(u) <= size
+        lens = [total(i) for g in (*group, u) for i in g]
+        return (sum(lens) if pack else len(lens) * max(lens)) <= max_tokens
+
     groups: list[list[list[int]]] = []
     for u in units:
-        if groups and sum(map(len, groups[-1])) + len(u) <= size:
+        if groups and fits(groups[-1], u):
             groups[-1].append(u)
         else:
             groups.append([u])
@@ -128,15 +140,16 @@ def _pairs(group: list[list[int]]) -> Tensor | None:
     return None
 
 
-def _shared_groups(prompt_ids, response_ids, units: list[list[int]], size: int) -> list[list[list[int]]]:
+def _shared_groups(prompt_ids, response_ids, units: list[list[int]], size: int,
+                   max_tokens: int = 0) -> list[list[list[int]]]:
     """Units bundled by their first sequence's prompt (bundles longest first, units in
     their given order), cut greedily into micro-batches of at most ``size`` times the
-    longest sequence's tokens, counting each prompt once per micro-batch; a unit that
-    alone is longer still gets a micro-batch of its own."""
+    longest sequence's tokens (or ``max_tokens`` when > 0), counting each prompt once per
+    micro-batch; a unit that alone is longer still gets a micro-batch of its own."""
     if not units:
         return []
     total = lambda i: len(prompt_ids[i]) + len(response_ids[i])  # noqa: E731
-    budget = size * max(total(i) for u in units for i in u)
+    budget = max_tokens or size * max(total(i) for u in units for i in u)
     bundles: dict[tuple[int, ...], list[list[int]]] = {}
     for u in units:
         bundles.setdefault(tuple(prompt_ids[u[0]]), []).append(u)

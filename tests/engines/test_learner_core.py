@@ -183,6 +183,39 @@ GRPO_PROMPTS = [[3, 4, 5, 6, 7, 8]] * 3 + [[9, 10, 11]] * 4
 GRPO_RESPONSES = [[20, 21], [22, 23, 24, 25], [26], [27, 28, 29], [30, 31, 32, 33, 34], [35], [36, 37]]
 
 
+@pytest.mark.parametrize("objective", ["ppo_clip", "dpo"])
+def test_token_budget_step_equals_the_count_step(tiny_path, objective):
+    """Micro-batches cut by a token budget instead of a sequence count: fewer, fuller rows,
+    and the same loss, metrics and updated weights (the loss is normalised over the whole
+    batch, so how it is cut does not change it)."""
+    kw = dict(objective="dpo", objective_args={"beta": 0.5}) if objective == "dpo" else dict(ppo_epochs=2)
+    g = torch.Generator().manual_seed(5)
+    adv = [torch.randn(len(r), generator=g) for r in RESPONSES]
+    runs = []
+    for tokens in (0, 64):
+        ln = _learner(tiny_path, micro_batch_size=1 if objective != "dpo" else 2, micro_batch_tokens=tokens, **kw)
+        units = [list(p) for p in PAIRS] if objective == "dpo" else None
+        mbs, _ = ln._micro(PROMPTS, RESPONSES, units)
+        if objective == "dpo":
+            ref = [t + 0.3 * (i % 3) for i, t in enumerate(ln.logprobs(PROMPTS, RESPONSES))]
+            batch = TrainBatch(PROMPTS, RESPONSES, ref_logprobs=ref, pairs=PAIRS)
+        else:
+            batch = TrainBatch(PROMPTS, RESPONSES, adv)
+        runs.append((len(mbs), ln.step(batch), dict(ln.named_weights())))
+    (n_count, m_count, w_count), (n_tok, m_tok, w_tok) = runs
+    assert n_tok == 1 < n_count  # all 34 tokens fit one row of 64
+    assert set(m_tok) == set(m_count)
+    for key in m_count:
+        assert m_tok[key] == pytest.approx(m_count[key], rel=1e-4, abs=1e-6), key
+    for n in w_count:
+        torch.testing.assert_close(w_tok[n], w_count[n], rtol=1e-4, atol=1e-3)
+
+
+def test_token_budget_must_not_be_negative():
+    with pytest.raises(ValueError, match="micro_batch_tokens must be >= 0"):
+        LearnerConfig(micro_batch_tokens=-1)
+
+
 def test_share_prompts_needs_packing():
     with pytest.raises(ValueError, match="share_prompts needs pack=True"):
         LearnerConfig(share_prompts=True, pack=False)

@@ -33,6 +33,28 @@ def test_padded_layout_by_hand():
     assert mb.targets.tolist() == [22, 23, 24, 25, 20, 21]
 
 
+@pytest.mark.parametrize("pack, budget, want", [
+    # lengths, longest first (ties keep their order): seq 1 has 6 tokens, 0 and 2 have 5, 3 has 3
+    (True, 11, [[1, 0], [2, 3]]),      # packed: 6 + 5 = 11 fits; then 5 + 3
+    (True, 10, [[1], [0, 2], [3]]),    # 6 + 5 > 10; 5 + 5 = 10 fits, + 3 does not
+    (True, 19, [[1, 0, 2, 3]]),        # all 19 tokens in one row
+    (False, 12, [[1, 0], [2, 3]]),     # padded: rows x the longest, 2 x 6 = 12; then 2 x 5
+    (False, 17, [[1, 0], [2, 3]]),     # a third row would make 3 x 6 = 18
+    (True, 4, [[1], [0], [2], [3]]),   # a sequence longer than the budget still gets its own
+])
+def test_token_budget_cuts_micro_batches_by_hand(pack, budget, want):
+    prompts, responses = [[3, 4, 5], [6, 7], [8, 9], [1]], [[20, 21], [22, 23, 24, 25], [26, 27, 28], [29, 30]]
+    mbs = micro_batches(prompts, responses, size=1, pad_id=0, pack=pack, max_tokens=budget)
+    assert [mb.index for mb in mbs] == want  # the budget replaces the count (size=1 would split all)
+
+
+def test_token_budget_keeps_pairs_whole():
+    prompts, responses = [[3, 4, 5], [3, 4, 5], [6, 7], [6, 7]], [[20, 21], [22], [23, 24, 25], [26]]
+    mbs = micro_batches(prompts, responses, size=1, pad_id=0, units=[[0, 1], [2, 3]], pack=True, max_tokens=9)
+    assert [mb.index for mb in mbs] == [[0, 1], [2, 3]]  # 5 + 4 = 9 fits; another pair of 8 would not
+    assert all(mb.pairs.tolist() == [[0, 1]] for mb in mbs)
+
+
 @pytest.mark.parametrize("pack", [False, True])
 def test_pairs_stay_together_and_values_follow_the_rows(pack):
     prompts = [[3], [4, 5], [6], [7, 8, 9, 9]]

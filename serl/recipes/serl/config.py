@@ -13,6 +13,9 @@ from serl.rewards.remote_options import RemoteRewardOptions
 @dataclass
 class SerlOptions:
     max_refill_rounds: int = _f(3, "rounds per step (generate, roll out, filter) to fill the batch after filtering")
+    gen_batch_size: int = _f(0, "prompts a round writes and rolls out (0 = rollout_batch_size); a larger round "
+                                "fills the batch in fewer, fuller engine calls, and kept groups beyond the batch "
+                                "train first in the next step (verl DAPO's data.gen_batch_size)")
     enable_self_evolution: bool = _f(True, "grow the prompt pool by few-shot self-instruction")
     instructions_num_per_iteration: int = _f(0, "SeRL's learning-rate schedule length, in prompts: the "
                                                 "schedule spans ceil(N / rollout_batch_size) steps (0 = "
@@ -73,6 +76,8 @@ class Config(SerlOptions, RemoteRewardOptions, GuardOptions, TrainConfig):
                 load_template(self.few_shot_generation_prompt)
             except TemplateError as e:
                 raise ConfigError(f"few_shot_generation_prompt: {e}") from None
+        if self.gen_batch_size < 0:
+            raise ConfigError(f"gen_batch_size: must be >= 0 (0 = rollout_batch_size), got {self.gen_batch_size}")
         if self.max_refill_rounds < 1:
             raise ConfigError(f"max_refill_rounds: must be >= 1, got {self.max_refill_rounds}")
         if self.instructions_num_per_iteration < 0:

@@ -3,8 +3,8 @@ Language Models with Limited Data"). ``SerlRecipe.collect`` reads as the algorit
 the batch (rounds of: grow the pool, roll out, reward, filter), advantages; the update and
 the weight sync are the step frame's (``serl.step``), the run around it ``serl.runner``'s.
 
-A round rolls out ``rollout_batch_size`` prompts: the pool's pending problems, topped up by
-self-instruction (or the next seeds, without it). Rounds repeat until ``rollout_batch_size``
+A round rolls out ``gen_batch_size`` prompts (by default ``rollout_batch_size``): the pool's
+pending problems, topped up by self-instruction (or the next seeds, without it). Rounds repeat until ``rollout_batch_size``
 groups passed the difficulty filter or ``max_refill_rounds`` are spent; kept groups beyond
 the batch are trained first in the next step (``serl.instruct.rollouts``), so no kept
 rollout is wasted. Prompts longer than ``prompt_max_len`` tokens are skipped and counted:
@@ -136,10 +136,10 @@ class SerlRecipe(Recipe):
 
     # ---- stages ---------------------------------------------------------------------
     def next_prompts(self, step: int, metrics: dict) -> list[PoolItem]:
-        """A batch's worth of prompts: the pool's pending problems, topped up by new ones
-        that pass the text filters (prompt length included); without self-evolution, the
-        next seeds of a shuffled epoch."""
-        need = self.cfg.rollout_batch_size
+        """A round's prompts (``gen_batch_size``, by default a batch's worth): the pool's pending
+        problems, topped up by new ones that pass the text filters (prompt length included);
+        without self-evolution, the next seeds of a shuffled epoch."""
+        need = self.cfg.gen_batch_size or self.cfg.rollout_batch_size
         if not self.cfg.enable_self_evolution:
             return self.next_seeds(need)
         items = [it for it in self.pool.generated() if it.status == "pending"][:need]

@@ -166,6 +166,32 @@ def test_refill_rounds_fill_the_batch_and_carry_the_rest(tmp_path):
     assert statuses == {str(k): "filtered" if k % 3 == 0 else "kept" for k in range(12)}
 
 
+def test_a_larger_generation_round_fills_the_batch_in_one_round(tmp_path):
+    """--gen_batch_size 8 with a batch of 4: step 1 writes and rolls out k = 0..7 in one round
+    (one self-instruction call, one rollout call) and keeps 1, 2, 4, 5, 7; it trains 1, 2, 4, 5
+    and carries 7. Step 2 starts from 7 and rolls out 8..15, keeping 8, 10, 11, 13, 14: it
+    trains 7, 8, 10, 11 and carries 13, 14. Step 3 rolls out 16..23 and trains 13, 14, 16, 17."""
+    recipe, gen, learner = make(tmp_path, "--gen_batch_size", "8")
+    m1 = recipe.step(1)
+    assert gen.rolled_out == list(range(8)) and m1["filter/rounds"] == 1
+    assert trained(learner.batches[0]) == [1, 2, 4, 5] and m1["batch/carried_out"] == 1
+    m2 = recipe.step(2)
+    assert gen.rolled_out[8:] == list(range(8, 16)) and m2["filter/rounds"] == 1
+    assert trained(learner.batches[1]) == [7, 8, 10, 11]
+    assert (m2["batch/carried_in"], m2["batch/carried_out"]) == (1, 2)
+    m3 = recipe.step(3)
+    assert gen.rolled_out[16:] == list(range(16, 24)) and trained(learner.batches[2]) == [13, 14, 16, 17]
+    for m in (m1, m2, m3):  # kept + carried in = trained + carried out, every step
+        assert m["filter/difficulty/kept"] + m["batch/carried_in"] == m["train/batch_prompts"] + m["batch/carried_out"]
+
+
+def test_gen_batch_size_must_not_be_negative(tmp_path):
+    from serl.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="gen_batch_size: must be >= 0"):
+        make(tmp_path, "--gen_batch_size", "-1")
+
+
 def test_the_carry_survives_a_resume_exactly(tmp_path):
     straight, _, learner = make(tmp_path, run="a")
     want = [straight.step(1), straight.step(2)]
