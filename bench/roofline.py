@@ -33,12 +33,23 @@ from pathlib import Path
 
 from _common import RESULTS, append_result, cpu_model, machine
 
-MODEL_FLAGS = {  # serl_step.py --flags per model: Qwen's are the final configuration in bench/README.md
-    "smollm2": "",
-    "qwen2.5-coder-0.5b": "--lora_rank 32 --lora_alpha 64 --init_kl_coef 1e-4 --actor_learning_rate 5e-5 "
-                          "--micro_train_batch_size 8 --gradient_checkpointing false --vllm_kv_cache_gib 0.5 "
-                          "--instruction_one_call true",
+# The configurations a row can be: name -> (model, serl_step.py --task, --flags). The first two are
+# issue 35's; "qwen-gsm8k" is the efficacy experiment's third-round step (issue 46) as it now runs:
+# its task flags (LoRA 32, 384 tokens, micro-batches of 4) with the KL term off (bench/README.md).
+CONFIGS = {
+    "smollm2": ("smollm2", "arith", ""),
+    "qwen2.5-coder-0.5b": ("qwen2.5-coder-0.5b", "arith",
+                           "--lora_rank 32 --lora_alpha 64 --init_kl_coef 1e-4 --actor_learning_rate 5e-5 "
+                           "--micro_train_batch_size 8 --gradient_checkpointing false --vllm_kv_cache_gib 0.5 "
+                           "--instruction_one_call true"),
+    "qwen-gsm8k": ("qwen2.5-coder-0.5b", "gsm8k_2step", "--init_kl_coef 0"),
 }
+MODEL_FLAGS = {name: flags for name, (_, _, flags) in CONFIGS.items()}
+
+
+def config_of(name: str) -> tuple[str, str, str]:
+    """(model, task, flags) of a configuration; any other name is a model with serl_step's defaults."""
+    return CONFIGS.get(name, (name, "arith", ""))
 ADAM_BYTES = 28  # AdamW, fp32: read master, grad, m, v (16); write master, m, v (12)
 ENGINE_BYTES = 2  # vLLM runs in bf16 here (VLLMGenerator's dtype), its KV cache too
 
@@ -232,6 +243,11 @@ def stage_rows(s: Shape, record: dict, peaks: dict, bandwidth: float, skip: int 
             a.update(units=a["units"] + units, seconds=a["seconds"] + secs, compute=a["compute"] + roof["compute"],
                      memory=a["memory"] + roof["memory"])
             a["notes"].update(notes)
+    acc["step"] = {"unit": "steps", "units": float(len(times) - skip), "notes": set(),
+                   "seconds": sum(t.get("step", 0.0) for t in times[skip:]),
+                   "compute": sum(a["compute"] for a in acc.values()), "memory": sum(a["memory"] for a in acc.values())}
+    if acc["step"]["seconds"] <= 0:
+        del acc["step"]  # a record without time/step
     rows = []
     for name, a in acc.items():
         roof = a["compute"] + a["memory"]  # > 0: every stage moves bytes
@@ -306,7 +322,9 @@ def print_limits(lim: dict) -> None:
 
 # ---- the command -----------------------------------------------------------------------------
 def load_records(path, models: list[str], label: str | None = None) -> dict[str, dict]:
-    """The last serl_step.py record of each of ``models`` in a JSONL file (``label``: only those)."""
+    """The last serl_step.py record of each configuration in ``models`` in a JSONL file: its
+    ``roofline-NAME`` record, or for a name that is a model, any record of that model
+    (``label``: only records with that label)."""
     p = Path(path)
     if not p.is_file():
         raise SystemExit(f"{path}: not found")
@@ -318,12 +336,16 @@ def load_records(path, models: list[str], label: str | None = None) -> dict[str,
             r = json.loads(line)
         except json.JSONDecodeError as e:
             raise SystemExit(f"{path}:{lineno}: not JSON ({e.msg})") from None
-        if r.get("bench") != "serl_step" or r.get("model") not in models or label not in (None, r.get("label")):
+        if r.get("bench") != "serl_step" or label not in (None, r.get("label")):
+            continue
+        name = next((m for m in models if r.get("label") == f"roofline-{m}"), None) or next(
+            (m for m in models if config_of(m)[:2] == (r.get("model"), r.get("task", "arith"))), None)
+        if name is None:
             continue
         missing = [k for k in ("command", "counts", "per_step_s") if k not in r]
         if missing:
             raise SystemExit(f"{path}:{lineno}: a serl_step record without {', '.join(missing)}")
-        out[r["model"]] = r
+        out[name] = r
     return out
 
 
@@ -338,7 +360,8 @@ def main(argv=None) -> int:
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--run", action="store_true", help="run serl_step.py for each model first")
     src.add_argument("--measured", help="a JSONL of serl_step.py records (the last one per model is read)")
-    ap.add_argument("--models", default="smollm2,qwen2.5-coder-0.5b")
+    ap.add_argument("--models", default="smollm2,qwen2.5-coder-0.5b,qwen-gsm8k",
+                    help=f"configurations ({', '.join(CONFIGS)}) or models (serl_step's arith settings)")
     ap.add_argument("--steps", type=int, default=3, help="with --run: serl_step.py --steps")
     ap.add_argument("--skip", type=int, default=1, help="steps left out at the start (warm-up)")
     ap.add_argument("--reps", type=int, default=5, help="timed repeats of each limit measurement")
@@ -346,7 +369,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=None, help="JSONL to append to (default bench/results.jsonl)")
     args = ap.parse_args(argv)
     models = [m for m in args.models.split(",") if m]
-    shapes = {m: model_shape(m) for m in models}
+    shapes = {m: model_shape(config_of(m)[0]) for m in models}
     lim = measure_limits(list(shapes.values()), args.reps, args.stream_mib)
     print_limits(lim)
     out = args.out or RESULTS
@@ -356,8 +379,9 @@ def main(argv=None) -> int:
         records = {}
         for m in models:  # one run at a time: each holds a vLLM engine and a learner
             label = f"roofline-{m}"
-            serl_step.main(["--label", label, "--model", m, "--steps", str(args.steps),
-                            "--flags", MODEL_FLAGS.get(m, ""), "--out", str(out)])
+            model, task, flags = config_of(m)
+            serl_step.main(["--label", label, "--model", model, "--task", task, "--steps", str(args.steps),
+                            "--flags", flags, "--out", str(out)])
             records.update(load_records(out, [m], label))
     else:
         records = load_records(args.measured, models)
@@ -368,7 +392,8 @@ def main(argv=None) -> int:
             continue
         if records[m].get("machine", machine()) != machine():  # the limits are this machine's
             print(f"warning: {m}'s record was made on {records[m]['machine']}, the limits here on {machine()}")
-        rows += stage_rows(shapes[m], records[m], lim["peak_flops_per_s"], lim["bandwidth_bytes_per_s"], args.skip)
+        rows += [dict(r, model=m) for r in  # the configuration's name: two may share a model
+                 stage_rows(shapes[m], records[m], lim["peak_flops_per_s"], lim["bandwidth_bytes_per_s"], args.skip)]
     if not rows:
         raise SystemExit("no stage had a measured time: nothing to compare")
     print("\n" + markdown(rows))

@@ -38,6 +38,7 @@ SECTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
         "ray", "ray_address", "actor_num_nodes", "actor_num_gpus_per_node", "ref_num_nodes",
         "ref_num_gpus_per_node", "reward_num_nodes", "reward_num_gpus_per_node", "vllm_num_engines",
         "vllm_tensor_parallel_size", "vllm_gpu_memory_utilization", "vllm_enable_sleep", "vllm_kv_cache_gib",
+        "vllm_enforce_eager",
         "colocate_all_models")),
 }
 ALWAYS = ("run",)  # every recipe has a run

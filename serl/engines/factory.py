@@ -66,7 +66,8 @@ class _Sleeping:
 def make_generator(kind: str, model_path: str, tokenizer=None, *, seed: int = 0,
                    max_model_len: int = 2048, tensor_parallel_size: int = 1,
                    gpu_memory_utilization: float = 0.85, enable_sleep: bool = False,
-                   device: str = "auto", batch_size: int = 32, kv_cache_gib: float = 2.0):
+                   device: str = "auto", batch_size: int = 32, kv_cache_gib: float = 2.0,
+                   enforce_eager: bool = True):
     """A ``Generator``: ``vllm``, ``hf`` or ``auto`` (vLLM when installed)."""
     from serl.engines.vllm_generator import vllm_available
 
@@ -80,7 +81,7 @@ def make_generator(kind: str, model_path: str, tokenizer=None, *, seed: int = 0,
         return VLLMGenerator(model_path, seed=seed, max_model_len=max_model_len,
                              tensor_parallel_size=tensor_parallel_size,
                              gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=enable_sleep,
-                             kv_cache_gib=kv_cache_gib)
+                             kv_cache_gib=kv_cache_gib, enforce_eager=enforce_eager)
     if kind != "hf":
         raise ValueError(f"generator must be auto, vllm or hf, got {kind!r}")
     from serl.engines.hf_generator import HFGenerator
@@ -98,7 +99,8 @@ def generator_from_config(cfg, model_path: str, tokenizer=None, index: int = 0, 
                          max_model_len=cfg.prompt_max_len + cfg.generate_max_len,
                          tensor_parallel_size=cfg.vllm_tensor_parallel_size,
                          gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
-                         enable_sleep=sleep, device=cfg.device, kv_cache_gib=cfg.vllm_kv_cache_gib)
+                         enable_sleep=sleep, device=cfg.device, kv_cache_gib=cfg.vllm_kv_cache_gib,
+                         enforce_eager=cfg.vllm_enforce_eager)
     return _Sleeping(gen) if sleep and manage_sleep and hasattr(gen, "sleep") else gen
 
 

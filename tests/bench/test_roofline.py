@@ -113,6 +113,26 @@ def record(*drop: str):
     return {"bench": "serl_step", "model": "toy", "command": CMD, "counts": counts, "per_step_s": steps}
 
 
+def test_the_whole_step_is_a_row_against_the_sum_of_its_stages(s):
+    """With time/step in the record: measured 900 s against 27.68 + 14.08 + 137.76 + 13.12 s."""
+    rec = record()
+    rec["per_step_s"][1]["step"] = 900.0
+    rows = {r["stage"]: r for r in rf.stage_rows(s, rec, {"bf16": 1000.0, "fp32": 1.0}, 100.0, skip=1)}
+    assert rows["step"]["measured_s"] == 900.0 and rows["step"]["unit"] == "steps"
+    assert rows["step"]["roofline_s"] == pytest.approx(27.68 + 14.08 + 137.76 + 13.12)
+    assert rows["step"]["ratio"] == pytest.approx(192.64 / 900)
+
+
+def test_a_configuration_reads_its_own_task_records(tmp_path):
+    """qwen-gsm8k and qwen2.5-coder-0.5b share a model: each reads the records of its task."""
+    arith, task = record(), dict(record(), task="gsm8k_2step", label="mine")
+    arith["model"] = task["model"] = "qwen2.5-coder-0.5b"
+    path = tmp_path / "results.jsonl"
+    path.write_text(json.dumps(task) + "\n" + json.dumps(arith) + "\n")
+    got = rf.load_records(path, ["qwen-gsm8k", "qwen2.5-coder-0.5b"])
+    assert got["qwen-gsm8k"]["label"] == "mine" and "task" not in got["qwen2.5-coder-0.5b"]
+
+
 def test_settings_take_the_last_flag():
     st = rf.settings(CMD)
     assert (st["n"], st["micro"], st["wbytes"], st["lora"], st["kl"], st["max_len"]) == (2, 2, 2, 0, True, 16)

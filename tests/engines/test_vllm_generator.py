@@ -80,6 +80,19 @@ def test_prompt_ids_are_fed_as_given(engine, smol_tokenizer):
     assert c.prompt_ids == ids and c.prompt_ids.count(smol_tokenizer.convert_tokens_to_ids("<|im_end|>")) == 2
 
 
+def test_engine_processes_run_with_tcmalloc_and_this_one_without(engine):
+    """Where Debian's libtcmalloc-minimal4 is installed (scripts/install.sh adds it), vLLM's
+    engine processes map it and this process's LD_PRELOAD is as it was."""
+    from serl.engines.vllm_generator import TCMALLOC
+
+    lib = next((p for p in TCMALLOC if os.path.exists(p)), None)
+    if lib is None or os.environ.get("SERL_TCMALLOC") == "0":
+        pytest.skip("libtcmalloc_minimal.so.4 not installed (apt-get install libtcmalloc-minimal4)")
+    maps = [open(f"/proc/{p.pid}/maps").read() for p, _ in engine._engine]
+    assert maps and all("libtcmalloc_minimal" in m for m in maps)
+    assert "tcmalloc" not in os.environ.get("LD_PRELOAD", "")
+
+
 def test_killed_engine_raises_one_clear_error(engine):
     """Last in this file: it kills the module's engine. SIGKILL is what the kernel's
     out-of-memory killer sends, and the worker (model + KV cache) is whom it picks."""

@@ -62,3 +62,10 @@ def test_legacy_env_variable_is_dropped_with_a_warning(fake_vllm, monkeypatch, c
 def test_non_positive_kv_cache_is_a_config_error(value):
     with pytest.raises(ConfigError, match="vllm_kv_cache_gib: must be > 0"):
         parse_args(["--vllm_kv_cache_gib", value])
+
+
+@pytest.mark.parametrize("args, eager", [([], True), (["--vllm_enforce_eager", "false"], False)])
+def test_enforce_eager_reaches_the_engine(fake_vllm, args, eager):
+    build(args)
+    (kwargs, _), = fake_vllm.seen
+    assert kwargs["enforce_eager"] is eager
