@@ -164,7 +164,7 @@ class TrainConfig:
     vllm_kv_cache_gib: float = _f(2.0, "CPU only: GiB a vLLM engine reserves for its KV cache (fractions "
                                   "allowed; it must hold one prompt_max_len + generate_max_len sequence)")
     vllm_enforce_eager: bool = _f(True, "vLLM in eager mode; false: torch.compile at engine start (on a 2-core CPU "
-                                         "~50 s more start-up for ~6% faster generation: for long runs)")
+                                         "~50 s more start-up for ~6 percent faster generation: for long runs)")
     colocate_all_models: bool = _f(False, "Ray: learner, reference and engines share the same GPUs")
 
     def __post_init__(self) -> None:

@@ -80,3 +80,11 @@ def test_unknown_flag_exits_2():
     r = subprocess.run([sys.executable, "-m", "serl.cli", "train", "--no_such_flag", "1"],
                        capture_output=True, text=True)
     assert r.returncode == 2 and "no_such_flag" in r.stderr
+
+
+@pytest.mark.parametrize("recipe", ["serl", "spin", "spiral", "spell"])
+def test_help_prints_for_every_recipe(recipe, capsys):
+    """Every option's help formats (a bare % in one once broke --help for all of them)."""
+    with pytest.raises(SystemExit) as e:
+        parse_args(["--recipe", recipe, "--help"])
+    assert e.value.code == 0 and "--vllm_enforce_eager" in capsys.readouterr().out
