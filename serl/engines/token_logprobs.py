@@ -12,8 +12,7 @@ keeps only the fp32 working block, the per-row log-sum-exp and the result. A blo
 about ``BLOCK_ELEMS`` logits (``block_rows``), so that it stays in the core's cache while
 the cast, the exponential and the sums pass over it: on a 2-core Zen 4 with Qwen's
 151,936-token vocabulary, blocks of 3-8 rows instead of 64 (39 MB) made the forward and
-the backward 4-7x faster (bench/README.md, issue 46). One exponential serves
-the log-sum-exp and the entropy:
+the backward 4-7x faster (bench/README.md, issue 46):
 
     log p(y_i) = z_{i,y_i} / T - logsumexp_j(z_{ij} / T)
     entropy_i  = logsumexp_i - sum_j softmax_ij * z_ij / T   (not differentiated)
@@ -58,8 +57,8 @@ class _TokenLogprobs(torch.autograd.Function):
             block_lse = m.squeeze(-1) + total.log()
             lse[s:s + rows] = block_lse
             logp[s:s + rows] = z.gather(-1, targets[s:s + rows, None]).squeeze(-1) - block_lse
-            if ent is not None:  # p is spent after its sum: multiply in place
-                ent[s:s + rows] = block_lse - p.mul_(z).sum(-1) / total
+            if ent is not None:  # the normalised softmax's own exp, as before blocks were cache-sized (same bits)
+                ent[s:s + rows] = block_lse - torch.sub(z, block_lse[:, None]).exp_().mul_(z).sum(-1)
         ctx.save_for_backward(logits, targets, lse)
         ctx.inv_t = inv_t
         if ent is not None:
