@@ -24,6 +24,7 @@ from serl.engines.vllm_quirks import EngineDied
 from serl.eval.sets import eval_split, load_eval_sets  # noqa: F401 (their old home)
 from serl.models import ModelError, resolve_model
 from serl.resume import resume_config  # noqa: F401 (serl.train's API)
+from serl.run_lock import LOCK_NAME, check_writable, lock_run_dir
 from serl.rewards.remote_reply import RemoteRewardError
 
 log = logging.getLogger("serl")
@@ -42,7 +43,7 @@ _now = time.monotonic  # the budget's clock (tests replace it)
 def new_run_dir(cfg: TrainConfig) -> Path:
     if cfg.run_dir:
         d = Path(cfg.run_dir)
-        if d.exists() and any(d.iterdir()):
+        if d.exists() and any(p.name != LOCK_NAME for p in d.iterdir()):  # a stale lock file alone is empty
             raise ConfigError(f"run_dir: {d} already exists and is not empty "
                               f"(use --resume {d} to continue it, or choose another directory)")
         return d
@@ -54,10 +55,12 @@ def prepare(cfg: TrainConfig, run_dir: Path | None = None):
     (recipe data, model path, eval problems, run dir)."""
     from serl.recipes import recipe_class
 
+    run_dir = run_dir or new_run_dir(cfg)
+    check_writable(run_dir)  # before any model or tokenizer loads
     recipe = recipe_class(cfg.recipe)
     data = recipe.prepare(cfg)
     model_path = resolve_model(cfg.model)
-    return data, model_path, recipe.eval_set(cfg), run_dir or new_run_dir(cfg)
+    return data, model_path, recipe.eval_set(cfg), run_dir
 
 
 def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None, prepared=None, plan=None) -> Path:
@@ -96,11 +99,12 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None, prepared
     tok = run_tokenizer(model_path)  # prepare()'s length checks loaded it already
     log.info("recipe %s, model %s, run directory %s", cfg.recipe, model_path, run_dir)
     engines = engines or build_engines(cfg, plan, model_path, tok)
-    recipe, logger, guard = None, None, None
+    recipe, logger, guard, lock, finished = None, None, None, None, False
     evals: dict[int, dict] = {}
     history = []
     try:
-        run_dir.mkdir(parents=True, exist_ok=True)  # only now: bad input never leaves a directory
+        # only now: bad input never leaves a directory; the lock before any write (serl.run_lock)
+        lock = lock_run_dir(run_dir, new=not resume_dir)
         if not resume_dir:
             dump(cfg, run_dir / "config.yaml")
         logger = MetricsLogger(run_dir, tensorboard_dir=cfg.use_tensorboard or None,
@@ -185,6 +189,7 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None, prepared
         if cfg.save_merged:
             with disk_space_guard(run_dir / "model_merged", run_dir, "the merged model"):
                 engines.learner.export_hf(str(run_dir / "model_merged"))
+        finished = True
     except EngineDied as e:
         keep_traceback(e, run_dir)
         raise
@@ -196,7 +201,13 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None, prepared
         engines.close()
         if logger is not None:
             logger.close()
-    summarise(run_dir, history, evals, time.time() - t_start)
+        if lock is not None and not finished:  # an error ends the run here: another may take the directory
+            lock.release()
+    try:
+        summarise(run_dir, history, evals, time.time() - t_start)
+    finally:
+        if lock is not None:
+            lock.release()
     return run_dir
 
 
