@@ -23,7 +23,7 @@ from serl.data.seeds import DataError
 from serl.engines.vllm_quirks import EngineDied
 from serl.eval.sets import eval_split, load_eval_sets  # noqa: F401 (their old home)
 from serl.models import ModelError, resolve_model
-from serl.resume import resume_config  # noqa: F401 (serl.train's API)
+from serl.resume import resume_config, run_config  # noqa: F401 (resume_config: serl.train's API)
 from serl.run_lock import LOCK_NAME, check_writable, lock_run_dir
 from serl.rewards.remote_reply import RemoteRewardError
 
@@ -38,6 +38,47 @@ ERROR_LOG = "error.log"  # full tracebacks of errors the user sees as one messag
 # reads it back from metrics.jsonl so the budget spans the interruption.
 BUDGET_KEY = "budget/minutes_used"
 _now = time.monotonic  # the budget's clock (tests replace it)
+
+
+class Interrupted(Exception):
+    """Ctrl-C ended the run; ``serl train`` prints the message and exits 130."""
+
+    def __init__(self, run_dir: Path, message: str):
+        super().__init__(f"{message}; resume with serl train --resume {run_dir}")
+
+
+class _CtrlC:
+    """The first Ctrl-C (SIGINT) asks the run to stop after the step in progress, with a
+    checkpoint; a second one stops at once (KeyboardInterrupt), from the newest checkpoint.
+    Only in the main thread (elsewhere signals cannot be caught)."""
+
+    def __init__(self):
+        self.requested = False
+        self.previous = None
+
+    def __enter__(self):
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            self.previous = signal.signal(signal.SIGINT, self._on_sigint)
+        return self
+
+    def _on_sigint(self, signum, frame):
+        import signal
+
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # the next one raises KeyboardInterrupt
+        log.warning("Ctrl-C: stopping after this step, with a checkpoint (Ctrl-C again to stop at once)")
+
+    def __exit__(self, *exc):
+        import signal
+
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
+        return False
 
 
 def new_run_dir(cfg: TrainConfig) -> Path:
@@ -102,6 +143,7 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None, prepared
     recipe, logger, guard, lock, finished = None, None, None, None, False
     evals: dict[int, dict] = {}
     history = []
+    ctrl_c = _CtrlC().__enter__()
     try:
         # only now: bad input never leaves a directory; the lock before any write (serl.run_lock)
         lock = lock_run_dir(run_dir, new=not resume_dir)
@@ -170,11 +212,14 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None, prepared
                 m.update(evals[step])
             history.append(m)
             print_step_summary(step, m, mode, line=step_line)
-            if last or (cfg.save_steps and step % cfg.save_steps == 0):
+            if last or ctrl_c.requested or (cfg.save_steps and step % cfg.save_steps == 0):
                 state = run_state.capture(recipe)
                 if guard is not None:
                     state["guard"] = guard.state_dict()
-                save_checkpoint(run_dir, step, engines.learner, state, keep=cfg.max_ckpt_num)
+                save_checkpoint(run_dir, step, engines.learner, state, keep=cfg.max_ckpt_num,
+                                run_config=run_config(cfg))
+            if ctrl_c.requested and not last:
+                raise Interrupted(run_dir, f"stopped by Ctrl-C after step {step} (checkpoint saved)")
             if stopped:
                 break
             if out_of_time:
@@ -195,7 +240,12 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None, prepared
         raise
     except RemoteRewardError as e:  # the step that asked was not trained: say what the run keeps
         raise e.at_run(run_dir) from None
+    except KeyboardInterrupt:  # a second Ctrl-C (or one before the loop): no traceback, say where it stands
+        kept = newest_step(run_dir) if run_dir.is_dir() else 0
+        raise Interrupted(run_dir, "stopped by Ctrl-C" + (f"; the newest checkpoint is step {kept}" if kept
+                                                          else "; no checkpoint yet")) from None
     finally:
+        ctrl_c.__exit__()
         if recipe is not None:
             recipe.close()
         engines.close()
