@@ -15,6 +15,7 @@ The partial write is removed.
 from __future__ import annotations
 
 import errno
+import json
 import os
 import shutil
 import signal
@@ -126,7 +127,11 @@ def checkpoint_step(ckpt: Path) -> int:
     return int(Path(ckpt).name.split("_")[1])
 
 
-def save_checkpoint(run_dir: Path, step: int, learner, trainer_state: dict, keep: int = 2) -> Path:
+RUN_CONFIG = "run_config.json"  # the run-defining options the checkpoint was made with (serl.resume)
+
+
+def save_checkpoint(run_dir: Path, step: int, learner, trainer_state: dict, keep: int = 2,
+                    run_config: dict | None = None) -> Path:
     root = Path(run_dir) / CKPT_DIR
     root.mkdir(parents=True, exist_ok=True)
     final = checkpoint_dir(run_dir, step)
@@ -139,6 +144,8 @@ def save_checkpoint(run_dir: Path, step: int, learner, trainer_state: dict, keep
         learner.save(str(tmp / "policy"))
         fault_point("checkpoint", step)
         torch.save(trainer_state, tmp / "trainer_state.pt")
+        if run_config is not None:
+            (tmp / RUN_CONFIG).write_text(json.dumps(run_config, default=str, sort_keys=True) + "\n")
         (tmp / DONE).write_text(f"{step}\n")
         _fsync_dir(tmp)
     if final.exists():  # a re-run of the same step after a resume

@@ -42,6 +42,32 @@ def _read_yaml(path: str) -> tuple[Path, dict]:
     return p, data
 
 
+def _unique_key_loader():
+    """A ``yaml.SafeLoader`` that refuses a key given twice in one mapping: plain YAML
+    keeps the last value silently, so ``seed: 1`` ... ``seed: 2`` ran with 2 unnoticed."""
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            if isinstance(node, yaml.MappingNode):
+                seen: dict = {}
+                for key_node, _ in node.value:
+                    if key_node.tag == "tag:yaml.org,2002:merge":  # `<<:` may override, by design
+                        continue
+                    key = self.construct_object(key_node, deep=True)
+                    try:
+                        first = seen.setdefault(key, key_node.start_mark.line + 1)
+                    except TypeError:  # an unhashable key: the base class says so
+                        continue
+                    if first != key_node.start_mark.line + 1:
+                        raise yaml.constructor.ConstructorError(
+                            None, None, f"key {key!r} is given twice (first on line {first}); keep one",
+                            key_node.start_mark)
+            return super().construct_mapping(node, deep)
+
+    return UniqueKeyLoader
+
+
 def _read_yaml_text(path: str) -> tuple[Path, dict, str]:
     """(path, mapping, raw text); errors name the file and, for bad YAML, the line."""
     import yaml
@@ -58,7 +84,7 @@ def _read_yaml_text(path: str) -> tuple[Path, dict, str]:
     except OSError as e:
         raise ConfigError(f"{p}: cannot read ({e.strerror or e})") from None
     try:
-        data = yaml.safe_load(text) or {}
+        data = yaml.load(text, Loader=_unique_key_loader()) or {}
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{p}:{mark.line + 1}" if mark is not None else str(p)

@@ -112,10 +112,51 @@ def resolve_model(spec: str | None) -> str:
     if p.is_dir():
         if not (p / "config.json").exists():
             raise ModelError(f"model directory {spec} has no config.json")
+        for f in sorted(p.glob("*.safetensors")):
+            check_safetensors(f)
         return str(p)
     if p.exists() or spec.startswith((".", "/", "~")) or spec.count("/") != 1:
         raise ModelError(f"model path does not exist: {spec}")
     return spec  # a hub id such as Qwen/Qwen2.5-7B-Instruct
+
+
+def check_safetensors(path: Path) -> None:
+    """Refuse a ``.safetensors`` file cut short or damaged, from its header alone (no
+    tensor is read): a truncated copy otherwise failed deep in the load with a raw
+    ``SafetensorError`` traceback.  The format: 8 bytes of header length (little-endian),
+    a JSON header whose tensors' ``data_offsets`` end where the data ends."""
+    import json
+    import struct
+
+    def bad(what: str) -> ModelError:
+        return ModelError(f"{path}: not a complete safetensors file ({what}); copy or download the model "
+                          f"again (an interrupted copy leaves such a file)")
+
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            head = f.read(8)
+            n = struct.unpack("<Q", head)[0] if len(head) == 8 else -1
+            raw = f.read(n) if 0 <= n <= size - 8 else b""
+    except OSError as e:
+        raise ModelError(f"{path}: cannot read ({e.strerror or e})") from None
+    if n < 0:
+        raise bad(f"{size} bytes, shorter than its 8-byte header length")
+    if n > size - 8:
+        raise bad(f"its header length says {n:,} bytes, the file has {size - 8:,} after it: cut short")
+    try:
+        header = json.loads(raw)
+    except ValueError:  # also bad UTF-8
+        raise bad("its header is not valid JSON") from None
+    if not isinstance(header, dict):
+        raise bad("its header is not a JSON object")
+    end = 0
+    for name, info in header.items():
+        offsets = info.get("data_offsets") if isinstance(info, dict) and name != "__metadata__" else None
+        if isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(x, int) for x in offsets):
+            end = max(end, offsets[1])
+    if 8 + n + end > size:
+        raise bad(f"{size:,} bytes, but its tensors end at byte {8 + n + end:,}: cut short")
 
 
 def load_tokenizer(path: str):

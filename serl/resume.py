@@ -80,12 +80,41 @@ def load_saved(path: Path) -> TrainConfig:
     return cls(**values)
 
 
+def run_config(cfg: TrainConfig) -> dict:
+    """The run-defining options of ``cfg`` as JSON values: what a checkpoint records
+    (``serl.checkpoint.RUN_CONFIG``) and a resume compares with config.yaml."""
+    return {k: json.loads(json.dumps(getattr(cfg, k), default=str)) for k in run_defining(cfg.recipe)}
+
+
+def _check_unedited(run_dir: Path, saved_file: Path, saved: TrainConfig) -> None:
+    """config.yaml edited by hand after the run started (``model:`` changed) went unseen:
+    only flags were compared. Compare it with what the newest checkpoint was made with."""
+    from serl.checkpoint import RUN_CONFIG, latest_checkpoint
+
+    ckpt = latest_checkpoint(run_dir)
+    made_file = ckpt / RUN_CONFIG if ckpt is not None else None
+    if made_file is None or not made_file.is_file():  # no checkpoint yet, or one of an older serl
+        return
+    try:
+        made = json.loads(made_file.read_text())
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"--resume: cannot read {made_file} ({e}); the checkpoint is damaged") from None
+    now = run_config(saved)
+    for k, was in made.items():
+        if k in now and now[k] != was:
+            raise ConfigError(f"--resume: {saved_file} has {k}: {now[k]!r}, but checkpoint {ckpt.name} was made "
+                              f"with {was!r}; the file was edited after the run started. Put back {k}: {was!r}, "
+                              f"or start a new run directory")
+
+
 def resume_config(run_dir: Path, argv: list[str]) -> TrainConfig:
-    """The saved config, with flags given now applied; refuses run-defining changes."""
+    """The saved config, with flags given now applied; refuses run-defining changes,
+    made by a flag or by editing config.yaml."""
     saved_file = run_dir / "config.yaml"
     if not saved_file.is_file():
         raise ConfigError(f"--resume {run_dir}: no config.yaml there (not a serl run directory)")
     saved = load_saved(saved_file)
+    _check_unedited(run_dir, saved_file, saved)
     asked = _flag_value(argv, "--recipe")
     if asked is not None and asked != saved.recipe:
         raise ConfigError(f"--resume: run {run_dir} was a '{saved.recipe}' run; --recipe {asked} cannot "

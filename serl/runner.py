@@ -23,7 +23,8 @@ from serl.data.seeds import DataError
 from serl.engines.vllm_quirks import EngineDied
 from serl.eval.sets import eval_split, load_eval_sets  # noqa: F401 (their old home)
 from serl.models import ModelError, resolve_model
-from serl.resume import resume_config  # noqa: F401 (serl.train's API)
+from serl.resume import resume_config, run_config  # noqa: F401 (resume_config: serl.train's API)
+from serl.run_lock import LOCK_NAME, check_writable, lock_run_dir
 from serl.rewards.remote_reply import RemoteRewardError
 
 log = logging.getLogger("serl")
@@ -39,10 +40,51 @@ BUDGET_KEY = "budget/minutes_used"
 _now = time.monotonic  # the budget's clock (tests replace it)
 
 
+class Interrupted(Exception):
+    """Ctrl-C ended the run; ``serl train`` prints the message and exits 130."""
+
+    def __init__(self, run_dir: Path, message: str):
+        super().__init__(f"{message}; resume with serl train --resume {run_dir}")
+
+
+class _CtrlC:
+    """The first Ctrl-C (SIGINT) asks the run to stop after the step in progress, with a
+    checkpoint; a second one stops at once (KeyboardInterrupt), from the newest checkpoint.
+    Only in the main thread (elsewhere signals cannot be caught)."""
+
+    def __init__(self):
+        self.requested = False
+        self.previous = None
+
+    def __enter__(self):
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            self.previous = signal.signal(signal.SIGINT, self._on_sigint)
+        return self
+
+    def _on_sigint(self, signum, frame):
+        import signal
+
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # the next one raises KeyboardInterrupt
+        log.warning("Ctrl-C: stopping after this step, with a checkpoint (Ctrl-C again to stop at once)")
+
+    def __exit__(self, *exc):
+        import signal
+
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
+        return False
+
+
 def new_run_dir(cfg: TrainConfig) -> Path:
     if cfg.run_dir:
         d = Path(cfg.run_dir)
-        if d.exists() and any(d.iterdir()):
+        if d.exists() and any(p.name != LOCK_NAME for p in d.iterdir()):  # a stale lock file alone is empty
             raise ConfigError(f"run_dir: {d} already exists and is not empty "
                               f"(use --resume {d} to continue it, or choose another directory)")
         return d
@@ -54,10 +96,12 @@ def prepare(cfg: TrainConfig, run_dir: Path | None = None):
     (recipe data, model path, eval problems, run dir)."""
     from serl.recipes import recipe_class
 
+    run_dir = run_dir or new_run_dir(cfg)
+    check_writable(run_dir)  # before any model or tokenizer loads
     recipe = recipe_class(cfg.recipe)
     data = recipe.prepare(cfg)
     model_path = resolve_model(cfg.model)
-    return data, model_path, recipe.eval_set(cfg), run_dir or new_run_dir(cfg)
+    return data, model_path, recipe.eval_set(cfg), run_dir
 
 
 def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None, prepared=None, plan=None) -> Path:
@@ -96,11 +140,13 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None, prepared
     tok = run_tokenizer(model_path)  # prepare()'s length checks loaded it already
     log.info("recipe %s, model %s, run directory %s", cfg.recipe, model_path, run_dir)
     engines = engines or build_engines(cfg, plan, model_path, tok)
-    recipe, logger, guard = None, None, None
+    recipe, logger, guard, lock, finished = None, None, None, None, False
     evals: dict[int, dict] = {}
     history = []
+    ctrl_c = _CtrlC().__enter__()
     try:
-        run_dir.mkdir(parents=True, exist_ok=True)  # only now: bad input never leaves a directory
+        # only now: bad input never leaves a directory; the lock before any write (serl.run_lock)
+        lock = lock_run_dir(run_dir, new=not resume_dir)
         if not resume_dir:
             dump(cfg, run_dir / "config.yaml")
         logger = MetricsLogger(run_dir, tensorboard_dir=cfg.use_tensorboard or None,
@@ -166,11 +212,14 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None, prepared
                 m.update(evals[step])
             history.append(m)
             print_step_summary(step, m, mode, line=step_line)
-            if last or (cfg.save_steps and step % cfg.save_steps == 0):
+            if last or ctrl_c.requested or (cfg.save_steps and step % cfg.save_steps == 0):
                 state = run_state.capture(recipe)
                 if guard is not None:
                     state["guard"] = guard.state_dict()
-                save_checkpoint(run_dir, step, engines.learner, state, keep=cfg.max_ckpt_num)
+                save_checkpoint(run_dir, step, engines.learner, state, keep=cfg.max_ckpt_num,
+                                run_config=run_config(cfg))
+            if ctrl_c.requested and not last:
+                raise Interrupted(run_dir, f"stopped by Ctrl-C after step {step} (checkpoint saved)")
             if stopped:
                 break
             if out_of_time:
@@ -185,18 +234,30 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None, prepared
         if cfg.save_merged:
             with disk_space_guard(run_dir / "model_merged", run_dir, "the merged model"):
                 engines.learner.export_hf(str(run_dir / "model_merged"))
+        finished = True
     except EngineDied as e:
         keep_traceback(e, run_dir)
         raise
     except RemoteRewardError as e:  # the step that asked was not trained: say what the run keeps
         raise e.at_run(run_dir) from None
+    except KeyboardInterrupt:  # a second Ctrl-C (or one before the loop): no traceback, say where it stands
+        kept = newest_step(run_dir) if run_dir.is_dir() else 0
+        raise Interrupted(run_dir, "stopped by Ctrl-C" + (f"; the newest checkpoint is step {kept}" if kept
+                                                          else "; no checkpoint yet")) from None
     finally:
+        ctrl_c.__exit__()
         if recipe is not None:
             recipe.close()
         engines.close()
         if logger is not None:
             logger.close()
-    summarise(run_dir, history, evals, time.time() - t_start)
+        if lock is not None and not finished:  # an error ends the run here: another may take the directory
+            lock.release()
+    try:
+        summarise(run_dir, history, evals, time.time() - t_start)
+    finally:
+        if lock is not None:
+            lock.release()
     return run_dir
 
 

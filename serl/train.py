@@ -16,7 +16,7 @@ from pathlib import Path
 from serl.config import ConfigError, TrainConfig, parse_args
 from serl.engines.vllm_quirks import EngineDied
 from serl.rewards.remote import RemoteRewardError
-from serl.runner import USER_ERRORS, load_eval_sets, prepare, resume_config, run  # noqa: F401 (API)
+from serl.runner import USER_ERRORS, Interrupted, load_eval_sets, prepare, resume_config, run  # noqa: F401 (API)
 
 
 def launch(cfg: TrainConfig, resume_dir: Path | None = None) -> Path:
@@ -57,6 +57,12 @@ def main(argv: list[str] | None = None) -> int:
     except USER_ERRORS as e:
         print(f"serl train: error: {e}", file=sys.stderr)
         return 2
+    except Interrupted as e:  # Ctrl-C inside the run: where it stands and how to go on
+        print(f"serl train: {e}", file=sys.stderr)
+        return 130
+    except KeyboardInterrupt:  # Ctrl-C before the run began writing (reading data, loading the model)
+        print("serl train: stopped by Ctrl-C before training began (nothing new was written)", file=sys.stderr)
+        return 130
     except RemoteRewardError as e:  # a reward that did not arrive: the step was not trained
         print(f"serl train: error: {e}", file=sys.stderr)
         return 1

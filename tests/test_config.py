@@ -26,6 +26,9 @@ def test_yaml_then_flags_override(tmp_path):
     ("steps: 3\nmodel: 'smol\nseed: 1\n", "c.yaml:4: not valid YAML (found unexpected end of stream, "
                                            "while scanning a quoted scalar that begins on line 2)"),
     (b"steps: 3\nmodel: sm\xffol\n", "c.yaml:2: not UTF-8 text (byte 0xff at byte 10 of the line"),
+    ("seed: 42\nsteps: 3\nseed: 7\n", "c.yaml:3: not valid YAML (key 'seed' is given twice (first on line 1); "
+                                       "keep one)"),
+    ("lora:\n  r: 8\n  r: 16\n", "c.yaml:3: not valid YAML (key 'r' is given twice (first on line 2)"),
 ])
 def test_yaml_errors_name_file_and_field(tmp_path, yaml_text, needle):
     y = tmp_path / "c.yaml"

@@ -30,3 +30,35 @@ def test_a_half_written_target_is_an_error(tmp_path):
     (out / "stray").write_text("not a model")  # no config.json: nobody finished there
     with pytest.raises(OSError):
         _publish(_finished(tmp_path / ".tmp-c"), out)
+
+
+def _cut_copy(src, dst, keep: int):
+    """A copy of model directory ``src`` whose model.safetensors keeps its first ``keep`` bytes."""
+    import shutil
+
+    dst.mkdir()
+    for f in src.iterdir():
+        if f.name != "model.safetensors":
+            shutil.copy(f, dst / f.name)
+    with open(src / "model.safetensors", "rb") as a, open(dst / "model.safetensors", "wb") as b:
+        b.write(a.read(keep))
+    return dst
+
+
+@pytest.mark.parametrize("keep,needle", [
+    (1 << 20, "1,048,576 bytes, but its tensors end at byte 269,060,552: cut short"),
+    (100, "its header length says"),
+    (5, "5 bytes, shorter than its 8-byte header length"),
+])
+def test_a_truncated_safetensors_file_is_refused_by_name(tmp_path, smol_path, keep, needle):
+    from pathlib import Path
+
+    from serl.models import ModelError, resolve_model
+
+    d = _cut_copy(Path(smol_path), tmp_path / "cut", keep)
+    with pytest.raises(ModelError) as e:
+        resolve_model(str(d))
+    msg = str(e.value)
+    assert msg.startswith(f"{d / 'model.safetensors'}: not a complete safetensors file (") and needle in msg
+    assert "copy or download the model again" in msg
+    assert resolve_model(smol_path) == smol_path  # the whole file passes

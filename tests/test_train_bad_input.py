@@ -94,3 +94,41 @@ def test_resume_of_a_truncated_config_exits_2_naming_what_is_missing(tmp_path, t
     assert "option(s) that define the run are missing" in err
     assert "generator, learner" in err and "Traceback" not in err
     assert sorted(p.name for p in run_dir.iterdir()) == ["config.yaml"]
+
+
+def test_truncated_model_exits_2_naming_the_file(tmp_path, run_train, smol_path):
+    """A model.safetensors cut short: one line naming it, before any load (was a SafetensorError traceback)."""
+    import os
+    import shutil
+
+    cut = tmp_path / "cut"
+    shutil.copytree(smol_path, cut)
+    os.truncate(cut / "model.safetensors", 1 << 20)  # a copy interrupted at 1 MiB
+    seeds = tmp_path / "seeds.jsonl"
+    seeds.write_text('{"problem": "What is 1 + 1?", "answer": "2"}\n')
+    rc, err, run_dir = run_train("--prompt_data", str(seeds), "--model", str(cut))
+    assert rc == 2, err[-2000:]
+    assert f"serl train: error: {cut / 'model.safetensors'}: not a complete safetensors file" in err
+    assert "Traceback" not in err and not run_dir.exists()
+
+
+def test_read_only_save_path_exits_2_before_the_model_loads(tmp_path, train_here, monkeypatch):
+    """--save_path where nothing can be written: refused first (was an OSError traceback after the load)."""
+    import os
+    from pathlib import Path
+
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    if os.access(ro, os.W_OK):  # root ignores the mode: /sys refuses new entries even to root
+        ro = Path("/sys")
+    seeds = tmp_path / "seeds.jsonl"
+    seeds.write_text('{"problem": "What is 1 + 1?", "answer": "2"}\n')
+    target = ro / "run"
+    monkeypatch.chdir(tmp_path)
+    rc, err = train_here("--save_path", str(target), "--generator", "hf", "--prompt_data", str(seeds),
+                         "--model", str(tmp_path / "no-model"))  # a model error would come later
+    assert rc == 2, err[-2000:]
+    assert f"serl train: error: run_dir: cannot write in {ro} (" in err
+    assert f"the run directory {target} cannot be made there; choose a writable --run_dir (--save_path)" in err
+    assert "Traceback" not in err and not target.exists()

@@ -16,6 +16,7 @@ solution ending in ``\\boxed{42}``, the answer format serl's rewards extract, an
 """
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -99,6 +100,12 @@ def _row_to_problem(row, where: str, input_key: str, label_key: str | None,
     label = None
     raw = _nested(row, label_key) if label_key else None
     if raw is not None:
+        if isinstance(raw, (bool, list, dict)):  # str() would make text no answer can ever match
+            kind = {bool: "true/false", list: "a list", dict: "an object"}[type(raw)]
+            shown = json.dumps(raw, ensure_ascii=False)
+            shown = shown if len(shown) <= 60 else shown[:57] + "..."
+            raise DataError(f"{where}: key '{label_key}' is {kind} ({shown}); a label must be a string or a "
+                            f"number. Fix the row, or pass --label_key '' if this key is not a label")
         label = str(raw)
         final = gsm8k_final_answer(label)
         label = final if final else label

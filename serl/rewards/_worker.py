@@ -32,6 +32,7 @@ import math_verify  # noqa: F401  (imported here so the forkserver preloads it)
 from math_verify import LatexExtractionConfig, parse, verify
 
 from serl.rewards import safety
+from serl.rewards.cluster import cluster
 from serl.rewards.normalize import cheap_compare
 
 PARSE, VERIFY = 1.0, 2.0
@@ -179,34 +180,6 @@ class Worker:
         if job["kind"] == "group":
             return cluster(job, self.equal)
         raise ValueError(f"unknown job kind {job['kind']!r}")
-
-
-def cluster(job: dict, equal) -> dict:
-    """Greedy clustering against representatives (at most n*k checks).
-
-    Strings are visited in order; each joins the first cluster whose
-    representative (its first member) it equals, else opens a new cluster.
-    """
-    label = job.get("label")
-    reps: list[int] = []
-    cluster_of: list[int] = []
-    for i in range(len(job["strings"])):
-        if i == label:
-            cluster_of.append(-1)
-            continue
-        for c, r in enumerate(reps):
-            if equal(job, r, i):
-                cluster_of.append(c)
-                break
-        else:
-            cluster_of.append(len(reps))
-            reps.append(i)
-    out = {"cluster_of": cluster_of, "label_match": None}
-    if label is not None:
-        out["label_match"] = [
-            False if i == label else equal(job, label, i) for i in range(len(job["strings"]))
-        ]
-    return out
 
 
 def _warm_up() -> None:

@@ -70,6 +70,10 @@ class WorkerStartError(RewardPoolError):
     """Worker processes keep dying before they are ready."""
 
 
+class OverBudget(RewardPoolError):
+    """A batch ran past its ``time_budget``; its workers were killed (the next call restarts them)."""
+
+
 def _worker_entry(*args) -> None:
     """Process target; imports math-verify only in the worker (the forkserver
     has it preloaded), never in the parent."""
@@ -195,6 +199,7 @@ class EquivalenceChecker:
         self._slots: list[_Slot] = []
         self._lock = threading.Lock()
         self._closed = False
+        self.busy_since: float | None = None  # time.monotonic() when the running batch started
 
     # -- lifecycle ----------------------------------------------------------
     def _ensure_started(self) -> None:
@@ -215,6 +220,13 @@ class EquivalenceChecker:
                 slot.stop()
             self._slots = []
             self._closed = True
+
+    def terminate(self) -> None:
+        """Kill every worker now, without waiting for a batch in flight (which then
+        fails): for a server's shutdown.  The checker is closed afterwards."""
+        self._closed = True
+        for slot in list(self._slots):
+            slot.kill()
 
     def _tear_down(self) -> None:
         """Kill every worker (jobs in flight would answer the next call); the
@@ -300,17 +312,21 @@ class EquivalenceChecker:
         return [bool(x) for x in out]
 
     # -- the dispatcher -----------------------------------------------------
-    def run_jobs(self, jobs: list[dict]) -> list:
+    def run_jobs(self, jobs: list[dict], time_budget: float | None = None) -> list:
         """Run worker jobs (see :mod:`serl.rewards._worker`) over the pool.
 
         Returns one result per job.  A job whose worker is killed for a
         timeout is re-sent with the offending check marked bad.  A job the pool
         cannot finish raises :class:`RewardPoolError`; workers that keep dying
-        at start raise :class:`WorkerStartError`.
+        at start raise :class:`WorkerStartError`.  ``time_budget``: seconds the
+        batch may run once it has the pool; past it the workers are killed and
+        :class:`OverBudget` is raised, so the next caller gets a fresh pool.
         """
         if not jobs:
             return []
         with self._lock:
+            self.busy_since = time.monotonic()
+            deadline = None if time_budget is None else self.busy_since + time_budget
             self._ensure_started()
             for job in jobs:
                 job.setdefault("toxic", set())
@@ -318,16 +334,23 @@ class EquivalenceChecker:
                 job.setdefault("strikes", {})
             self.stats["jobs"] += len(jobs)
             try:
-                return self._dispatch(jobs)
+                return self._dispatch(jobs, deadline)
             except BaseException:
                 self._tear_down()
                 raise
+            finally:
+                self.busy_since = None
 
-    def _dispatch(self, jobs: list[dict]) -> list:
+    def _dispatch(self, jobs: list[dict], deadline: float | None = None) -> list:
         results: list = [None] * len(jobs)
         pending = deque(range(len(jobs)))
         busy: dict[int, _Slot] = {}  # job index -> slot
         while pending or busy:
+            if self._closed:
+                raise RewardPoolError("the reward pool was shut down; no reward was computed")
+            if deadline is not None and time.monotonic() > deadline:
+                raise OverBudget(f"scoring took longer than its budget of {deadline - self.busy_since:g} s; "
+                                 "no reward was computed")
             for slot in self._slots:
                 if slot.job is None and pending:
                     j = pending.popleft()
@@ -404,8 +427,7 @@ class EquivalenceChecker:
                 f"re-run your __main__ script, so a missing `if __name__ == \"__main__\":` guard is "
                 f"not the cause. Check that `{sys.executable} -c 'import math_verify'` works, and that "
                 f"max_memory_mb={self.max_memory_mb} leaves room for math-verify.")
-        slot.start()
-        self.stats["restarts"] += 1
+        self._restart(slot)
 
     def _next_wakeup(self, busy: dict) -> float:
         """Seconds until the earliest running check would pass its deadline."""
@@ -449,5 +471,10 @@ class EquivalenceChecker:
             slot.kill()
             if crashed:
                 self.stats["crashes"] += 1
+        self._restart(slot)
+
+    def _restart(self, slot: _Slot) -> None:
+        if self._closed:  # terminate() ran meanwhile: start nothing that would outlive the server
+            raise RewardPoolError("the reward pool was shut down; no reward was computed")
         slot.start()
         self.stats["restarts"] += 1

@@ -153,7 +153,8 @@ def make_handler(answer, health, max_bytes: int, idle_timeout: float, request_ti
         def do_GET(self):
             self.reader.end_request()
             if self.path.rstrip("/") in ("/health", ""):
-                self._send(200, health())
+                state = health()
+                self._send(200 if state.get("ok", True) else 503, state)  # 503: a load balancer sees it
             else:
                 self._send(404, {"error": f"no such path {self.path[:200]!r}; POST /get_reward"})
 

@@ -75,7 +75,7 @@ def cheap_compare(a: str, b: str) -> bool | None:
         return False
     if na == nb:
         return True
-    x, y = _number(na), _number(nb)
+    x, y = plain_number(na), plain_number(nb)
     if x is None or y is None:
         return None
     (fx, exact_x), (fy, exact_y) = x, y
@@ -88,7 +88,7 @@ def cheap_compare(a: str, b: str) -> bool | None:
     return None
 
 
-def _number(s: str) -> tuple[Fraction, bool] | None:
+def plain_number(s: str) -> tuple[Fraction, bool] | None:
     """(value, exact) for a plain number; exact is False for decimals."""
     if _INT.fullmatch(s):
         return Fraction(int(s)), True

@@ -74,14 +74,15 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import signal
 import sys
 import threading
 import time
 
-from serl.rewards.equivalence import EquivalenceChecker
+from serl.rewards.equivalence import EquivalenceChecker, OverBudget
 from serl.rewards.extract import FALLBACKS, normalize_label
 from serl.rewards.httpd import BadRequest, RewardHTTPServer, make_handler
-from serl.rewards.vote import MODES, score_groups
+from serl.rewards.vote import MODES, GroupTooLarge, score_groups
 
 
 def response_text(query: str, prompt: str) -> str:
@@ -153,25 +154,54 @@ class _Sample:
 class RewardService:
     """Scoring and grouping behind the HTTP handler (usable without HTTP)."""
 
-    def __init__(self, checker, mode="majority", fallback="number", group_size=0, group_wait=60.0):
+    def __init__(self, checker, mode="majority", fallback="number", group_size=0, group_wait=60.0, *,
+                 max_samples=4096, max_distinct=256, max_score_seconds=60.0):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}")
         self.checker, self.mode, self.fallback = checker, mode, fallback
         self.group_size, self.group_wait = int(group_size), float(group_wait)
+        self.max_samples, self.max_distinct = int(max_samples), int(max_distinct)
+        self.max_score_seconds = float(max_score_seconds)
+        if self.group_size > self.max_distinct:
+            raise ValueError(f"group_size {self.group_size} > max_distinct {self.max_distinct}: a full group "
+                             "could be refused")
         self._buckets: dict[str, list[_Sample]] = {}
         self._lock = threading.Lock()
-        self.counts = {"requests": 0, "samples": 0, "groups": 0, "partial_groups": 0, "ties": 0}
+        self._scoring: dict[int, float] = {}  # id of a _score call -> when it began (waiting for the pool too)
+        self.counts = {"requests": 0, "samples": 0, "groups": 0, "partial_groups": 0, "ties": 0,
+                       "refused_too_large": 0, "over_budget": 0}
+
+    def health(self) -> dict:
+        """``ok`` is false while some scoring (its wait for the pool included) has run
+        longer than ``max_score_seconds``: the pool is stuck or overloaded."""
+        now = time.monotonic()
+        with self._lock:
+            ages = [now - t for t in self._scoring.values()]
+            counts = dict(self.counts)
+        busy = self.checker.busy_since if hasattr(self.checker, "busy_since") else None
+        oldest = max(ages, default=0.0)
+        return {"ok": oldest <= self.max_score_seconds, "scoring": len(ages), "oldest_scoring_s": round(oldest, 3),
+                "pool_busy_s": None if busy is None else round(now - busy, 3),
+                "max_score_seconds": self.max_score_seconds, "counts": counts,
+                "checker": dict(getattr(self.checker, "stats", {}))}
 
     def _score(self, groups: list[list[_Sample]], partial: bool = False) -> None:
         labels = [g[0].label for g in groups]  # rule groups are single samples
         mode = "majority" if self.mode == "majority" else "auto"
+        key = object()
+        with self._lock:
+            self._scoring[id(key)] = time.monotonic()
         try:
-            scores = score_groups([[s.text for s in g] for g in groups], labels, self.checker, mode, self.fallback)
+            scores = score_groups([[s.text for s in g] for g in groups], labels, self.checker, mode, self.fallback,
+                                  max_distinct=self.max_distinct, time_budget=self.max_score_seconds)
         except BaseException:
             for g in groups:  # wake every waiting request; they report the failure
                 for s in g:
                     s.done.set()
             raise
+        finally:
+            with self._lock:
+                del self._scoring[id(key)]
         with self._lock:
             self.counts["groups"] += len(groups)
             self.counts["ties"] += sum(gs.tie for gs in scores)
@@ -192,6 +222,11 @@ class RewardService:
             if self.mode == "rule" and lab is None:
                 raise BadRequest(f"--mode rule needs a label for every sample (sample {len(samples)} has none)")
             samples.append(_Sample(response_text(q, p), p, lab))
+        if len(samples) > self.max_samples:
+            with self._lock:
+                self.counts["refused_too_large"] += 1
+            raise BadRequest(f"request has {len(samples)} samples; this server scores at most {self.max_samples} "
+                             f"per request (--max_samples): split it into smaller requests", 413)
         with self._lock:
             self.counts["requests"] += 1
             self.counts["samples"] += len(samples)
@@ -210,7 +245,19 @@ class RewardService:
                     if len(bucket) >= self.group_size:
                         ready.append(self._buckets.pop(s.prompt))
         if ready:
-            self._score(ready)
+            try:
+                self._score(ready)
+            except GroupTooLarge as e:
+                with self._lock:
+                    self.counts["refused_too_large"] += 1
+                raise BadRequest(f"{e} per prompt (--max_distinct); a vote over k distinct answers costs up "
+                                 f"to k^2/2 checks: send fewer samples per prompt", 413) from None
+            except OverBudget:
+                with self._lock:
+                    self.counts["over_budget"] += 1
+                raise BadRequest(f"scoring this request took over {self.max_score_seconds:g} s "
+                                 f"(--max_score_seconds) and was stopped so other clients are served; "
+                                 f"send fewer or simpler answers per request", 503) from None
         deadline = time.monotonic() + self.group_wait
         for s in samples:
             if not s.done.wait(max(0.0, deadline - time.monotonic())):
@@ -241,7 +288,7 @@ def make_server(service: RewardService, host="127.0.0.1", port=0, max_request_mb
     """A ready (not yet serving) server; ``server.server_address`` has the port."""
     handler = make_handler(
         lambda body: service.handle(*parse_request(body)),
-        lambda: {"ok": True, "counts": service.counts, "checker": service.checker.stats},
+        service.health,
         int(max_request_mb * 2**20), idle_timeout, request_timeout)
     return RewardHTTPServer((host, port), handler, backlog=backlog, max_connections=max_connections)
 
@@ -275,23 +322,39 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds a request (request line, headers and body) may take to arrive, from its "
                         "first byte; past it the client gets 408 and its connection is closed, freeing the "
                         "slot (stops clients that trickle bytes). Default 30; raise it for large bodies on slow links")
+    p.add_argument("--max_samples", type=int, default=4096,
+                   help="samples one request may carry; more get 413 (default 4096)")
+    p.add_argument("--max_distinct", type=int, default=256,
+                   help="distinct answers (after the cheap normal form) one prompt's group may have; a vote "
+                        "costs up to k^2/2 checks for k of them, so more get 413 (default 256; >= --group_size)")
+    p.add_argument("--max_score_seconds", type=float, default=60.0,
+                   help="seconds the worker pool may spend on one request's groups; past it the request "
+                        "gets 503 and the workers restart, so other clients are served. /health reports "
+                        "ok: false while some scoring has run longer than this (default 60)")
     return p
+
+
+def _stop_on_sigterm(signum, frame):
+    raise KeyboardInterrupt  # leaves serve_forever through cli_main's finally: workers are ended
 
 
 def cli_main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    for name in ("timeout", "group_wait", "max_request_mb", "idle_timeout", "request_timeout"):
+    for name in ("timeout", "group_wait", "max_request_mb", "idle_timeout", "request_timeout", "max_score_seconds"):
         if getattr(args, name) <= 0:
             print(f"serl serve-reward: error: --{name} must be > 0", file=sys.stderr)
             return 2
     if args.workers < 1 or args.group_size < 0 or not (0 <= args.port < 65536) or args.backlog < 1 \
-            or args.max_connections < 1:
+            or args.max_connections < 1 or args.max_samples < 1 or args.max_distinct < max(1, args.group_size):
         print("serl serve-reward: error: --workers >= 1, --group_size >= 0, 0 <= --port < 65536, "
-              "--backlog >= 1, --max_connections >= 1", file=sys.stderr)
+              "--backlog >= 1, --max_connections >= 1, --max_samples >= 1, --max_distinct >= max(1, --group_size)",
+              file=sys.stderr)
         return 2
     checker = EquivalenceChecker(timeout=args.timeout, workers=args.workers)
-    service = RewardService(checker, args.mode, args.fallback, args.group_size, args.group_wait)
+    service = RewardService(checker, args.mode, args.fallback, args.group_size, args.group_wait,
+                            max_samples=args.max_samples, max_distinct=args.max_distinct,
+                            max_score_seconds=args.max_score_seconds)
     try:
         server = make_server(service, args.host, args.port, args.max_request_mb, backlog=args.backlog,
                              max_connections=args.max_connections, idle_timeout=args.idle_timeout,
@@ -303,13 +366,15 @@ def cli_main(argv: list[str] | None = None) -> int:
     host, port = server.server_address[:2]
     print(f"serl serve-reward: POST http://{host}:{port}/get_reward (mode={args.mode}, "
           f"group_size={args.group_size})", flush=True)
+    previous = signal.signal(signal.SIGTERM, _stop_on_sigterm)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
         pass
     finally:
+        signal.signal(signal.SIGTERM, previous)
         server.server_close()
-        checker.close()
+        checker.terminate()  # not close(): that would wait for a batch in flight
     return 0
 
 

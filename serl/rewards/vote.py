@@ -117,18 +117,36 @@ def _score(answers, index, uniques, result, label, source) -> GroupScore:
     )
 
 
-def _score_answer_groups(groups: list[list[str | None]], labels: list[str | None], checker) -> list[GroupScore]:
-    """Score groups of extracted answers; a label switches that group to the rule reward."""
+class GroupTooLarge(ValueError):
+    """A group has more distinct answers than the caller allows (checked before any work)."""
+
+
+def _score_answer_groups(groups: list[list[str | None]], labels: list[str | None], checker,
+                         max_distinct: int | None = None, time_budget: float | None = None) -> list[GroupScore]:
+    """Score groups of extracted answers; a label switches that group to the rule reward.
+
+    ``max_distinct``: refuse (``GroupTooLarge``) a group with more distinct answers,
+    before any check runs: a vote over k distinct answers that are not plain numbers
+    costs up to k^2/2 math-verify checks.  ``time_budget``: seconds the pool may spend
+    on the batch (``EquivalenceChecker.run_jobs``); past it the pool raises.
+    """
     prepared = []
     jobs = []
-    for answers, label in zip(groups, labels):
+    for g, (answers, label) in enumerate(zip(groups, labels)):
         uniques, index = _dedup(answers)
+        if max_distinct is not None and len(uniques) > max_distinct:
+            raise GroupTooLarge(f"group {g} has {len(uniques)} distinct answers; at most {max_distinct} are voted")
         job = None
         if _needs_worker(uniques, label):
             job = _group_job(uniques, label)
             jobs.append(job)
         prepared.append((answers, index, uniques, label, job))
-    results = iter(checker.run_jobs(jobs) if jobs else [])
+    if not jobs:
+        results = iter([])
+    elif time_budget is not None:
+        results = iter(checker.run_jobs(jobs, time_budget=time_budget))
+    else:
+        results = iter(checker.run_jobs(jobs))
     out = []
     for answers, index, uniques, label, job in prepared:
         if job is None:
@@ -158,13 +176,16 @@ def score_groups(
     checker,
     mode: str = "majority",
     fallback: str = "number",
+    *,
+    max_distinct: int | None = None,
+    time_budget: float | None = None,
 ) -> list[GroupScore]:
     """Extract answers from each response and score every group in one batch.
 
     ``mode``: ``"majority"`` ignores labels; ``"rule"`` needs a label for every
     group; ``"auto"`` uses the label where there is one and the vote elsewhere.
     All groups go to the pool together, one job per group, so the workers run
-    in parallel.
+    in parallel.  ``max_distinct`` and ``time_budget``: see ``_score_answer_groups``.
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
@@ -182,7 +203,7 @@ def score_groups(
             if missing:
                 raise ValueError(f"mode='rule' but group(s) {missing[:10]} have no label")
     groups = [[extract_answer(r, fallback) for r in group] for group in responses]
-    return _score_answer_groups(groups, golds, checker)
+    return _score_answer_groups(groups, golds, checker, max_distinct, time_budget)
 
 
 def maj_at_k(groups: list[list[str | None]], labels: list[str | None], checker) -> list[bool]:

@@ -27,6 +27,11 @@ def test_reads_keys_and_labels(tmp_path):
     ('{"problem": ""}\n', ":1: key 'problem' must be a non-empty string"),
     ('[1, 2]\n', ":1: expected a JSON object"),
     ("\n\n", "no seed problems"),
+    # a list, an object or true as label became Python text ("[1, 'x']") that no answer matches
+    ('{"problem": "ok", "answer": "1"}\n{"problem": "p", "answer": [1, "x"]}\n',
+     ":2: key 'answer' is a list ([1, \"x\"]); a label must be a string or a number"),
+    ('{"problem": "p", "answer": {"v": 1}}\n', ":1: key 'answer' is an object ({\"v\": 1})"),
+    ('{"problem": "p", "answer": true}\n', ":1: key 'answer' is true/false (true)"),
 ])
 def test_bad_files_name_file_line_key(tmp_path, content, needle):
     p = write(tmp_path, content)

@@ -41,6 +41,23 @@ def test_bad_input_exit_2_nothing_written(tmp_path, capsys, files, extra, messag
     assert not out.exists()
 
 
+def test_truncated_model_exit_2_naming_the_file(tmp_path, capsys, smol_path):
+    """A model.safetensors cut short: one line naming it (was a SafetensorError traceback, exit 1)."""
+    import os
+    import shutil
+
+    cut = tmp_path / "cut"
+    shutil.copytree(smol_path, cut)
+    os.truncate(cut / "model.safetensors", 100 << 20)  # as the issue: cut to 100 MB
+    data = _bench(tmp_path / "data", "b", GOOD)
+    rc = cli_main(["--data_dir", str(data), "--benchmarks", "b", "--model", str(cut), "--generator", "hf",
+                   "--output_dir", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1, err[-2000:]
+    assert err.startswith(f"serl eval: error: {cut / 'model.safetensors'}: not a complete safetensors file (")
+    assert "cut short" in err and not (tmp_path / "out").exists()
+
+
 def test_bad_mmlu_line(tmp_path, capsys):
     (tmp_path / "validation.jsonl").write_text('{"question": "q", "options": ["a"], "answer": "A", '
                                                '"category": "math"}\n')

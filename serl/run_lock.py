@@ -1,0 +1,81 @@
+"""One writer per run directory: an exclusive ``flock`` on ``RUN_DIR/run.lock``.
+
+``serl train`` takes it before it writes anything into the run directory and holds
+it until the run ends.  A second process on the same directory (a new run or a
+``--resume``) is refused in one line that names the holder's pid.  The kernel
+drops the lock when its holder dies, however it dies (SIGKILL included), so a
+lock file left by a killed run never blocks ``--resume``; the file itself stays
+and is ignored (removing it could race a process that is opening it).
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+import tempfile
+from pathlib import Path
+
+from serl.errors import ConfigError
+
+LOCK_NAME = "run.lock"
+
+
+class RunLock:
+    """The held lock; ``release()`` (or process exit) drops it."""
+
+    def __init__(self, path: Path, fd: int):
+        self.path, self.fd = path, fd
+
+    def release(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)  # closing the only descriptor drops the flock
+            self.fd = -1
+
+
+def _holder(fd: int) -> str:
+    try:
+        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+    except OSError:
+        text = ""
+    return f"pid {text}" if text.isdigit() else "another process (pid not yet written)"
+
+
+def lock_run_dir(run_dir: Path, new: bool) -> RunLock:
+    """Create ``run_dir`` if needed and lock it; ``new``: it must hold nothing else
+    (a run that started meanwhile and already finished wrote into it)."""
+    run_dir = Path(run_dir)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        path = run_dir / LOCK_NAME
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise ConfigError(f"run_dir: cannot write in {run_dir}: {e.strerror}; choose a writable directory") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        who = _holder(fd)
+        os.close(fd)
+        raise ConfigError(f"run_dir: {run_dir} is in use by {who} (a serl run holds {path}); wait for it "
+                          f"to end or stop it, then --resume {run_dir}; or choose another directory") from None
+    if new and any(p.name != LOCK_NAME for p in run_dir.iterdir()):
+        os.close(fd)
+        raise ConfigError(f"run_dir: {run_dir} already exists and is not empty "
+                          f"(use --resume {run_dir} to continue it, or choose another directory)")
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return RunLock(path, fd)
+
+
+def check_writable(run_dir: Path) -> None:
+    """Refuse a run directory serl could not write, before any model loads: a read-only
+    --run_dir/--save_path otherwise failed with an OSError traceback after the load.
+    Tries it (a directory made and removed at once in the nearest existing folder):
+    permission bits alone do not say it for root or for a read-only mount."""
+    run_dir = Path(run_dir)
+    where = run_dir
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".serl-write-check-", dir=where))
+    except OSError as e:
+        raise ConfigError(f"run_dir: cannot write in {where} ({e.strerror or e}), so the run directory "
+                          f"{run_dir} cannot be made there; choose a writable --run_dir (--save_path)") from None

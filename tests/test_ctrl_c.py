@@ -1,0 +1,70 @@
+"""Ctrl-C during `serl train`: no traceback, a checkpoint, and the line that says how to resume."""
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from serl.checkpoint import CKPT_DIR, DONE
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _start(run, tiny_train_args):
+    args = [a for a in tiny_train_args]
+    args[args.index("--steps") + 1] = "8"
+    args[args.index("--save_steps") + 1] = "0"  # no checkpoint but the one Ctrl-C asks for
+    return subprocess.Popen([sys.executable, "-m", "serl.cli", "train", "--run_dir", str(run), *args,
+                             "--device", "cpu"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def _wait_for_step(proc, run, timeout=600):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        m = run / "metrics.jsonl"
+        if m.is_file() and m.read_text().count("\n") >= 1:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"no step logged; rc={proc.poll()}")
+
+
+def test_one_ctrl_c_finishes_the_step_saves_and_says_how_to_resume(tmp_path, tiny_train_args):
+    run = tmp_path / "run"
+    proc = _start(run, tiny_train_args)
+    try:
+        _wait_for_step(proc, run)
+        os.kill(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err[-3000:]
+    assert "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    steps = sorted(p.name for p in (run / CKPT_DIR).glob("step_*") if (p / DONE).exists())
+    assert len(steps) == 1
+    n = int(steps[0].split("_")[1])
+    assert 1 <= n < 8
+    assert last == f"serl train: stopped by Ctrl-C after step {n} (checkpoint saved); resume with serl train " \
+                   f"--resume {run}"
+    assert (run / "metrics.jsonl").read_text().count("\n") == n
+
+
+def test_a_second_ctrl_c_stops_at_once_without_a_traceback(tmp_path, tiny_train_args):
+    run = tmp_path / "run"
+    proc = _start(run, tiny_train_args)
+    try:
+        _wait_for_step(proc, run)
+        os.kill(proc.pid, signal.SIGINT)
+        time.sleep(0.3)
+        os.kill(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err[-3000:]
+    assert "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("serl train: stopped by Ctrl-C") and last.endswith(f"resume with serl train --resume {run}")

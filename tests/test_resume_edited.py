@@ -1,0 +1,75 @@
+"""--resume compares the run-defining options of config.yaml with what the newest checkpoint
+was made with: editing `model:` in the file was accepted, where `--model` was refused."""
+import json
+
+import pytest
+
+from serl.checkpoint import CKPT_DIR, DONE, RUN_CONFIG
+from serl.config import ConfigError, dump, parse_args
+from serl.resume import load_saved, resume_config, run_config
+
+
+def _run_with_checkpoint(tmp_path, step=2):
+    """A run directory as a run leaves it: config.yaml and a complete checkpoint (no weights needed)."""
+    cfg, _ = parse_args(["--recipe", "serl", "--run_dir", str(tmp_path), "--steps", "3", "--seed", "42"])
+    dump(cfg, tmp_path / "config.yaml")
+    ckpt = tmp_path / CKPT_DIR / f"step_{step:06d}"
+    ckpt.mkdir(parents=True)
+    (ckpt / RUN_CONFIG).write_text(json.dumps(run_config(cfg)))
+    (ckpt / DONE).write_text(f"{step}\n")
+    return cfg
+
+
+def _edit(path, key, value):
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join(f"{key}: {value}" if x.startswith(f"{key}:") else x for x in lines) + "\n")
+
+
+@pytest.mark.parametrize("key, value, shown", [
+    ("model", "Qwen/Qwen2.5-0.5B-Instruct", "'Qwen/Qwen2.5-0.5B-Instruct'"),
+    ("seed", "7", "7"),
+    ("actor_learning_rate", "0.001", "0.001"),
+])
+def test_an_edited_run_defining_option_is_refused(tmp_path, key, value, shown):
+    cfg = _run_with_checkpoint(tmp_path)
+    _edit(tmp_path / "config.yaml", key, value)
+    with pytest.raises(ConfigError) as e:
+        resume_config(tmp_path, [])
+    was = json.loads(json.dumps(getattr(cfg, key)))
+    assert str(e.value) == (f"--resume: {tmp_path / 'config.yaml'} has {key}: {shown}, but checkpoint step_000002 "
+                            f"was made with {was!r}; the file was edited after the run started. Put back "
+                            f"{key}: {was!r}, or start a new run directory")
+    assert not (tmp_path / "config_changes.jsonl").exists()
+
+
+def test_unedited_or_harmless_edits_resume(tmp_path):
+    _run_with_checkpoint(tmp_path)
+    assert resume_config(tmp_path, []).steps == 3
+    _edit(tmp_path / "config.yaml", "steps", "5")  # not run-defining, as with --steps 5
+    assert resume_config(tmp_path, []).steps == 5
+
+
+def test_a_checkpoint_of_an_older_serl_is_not_compared(tmp_path):
+    _run_with_checkpoint(tmp_path)
+    (tmp_path / CKPT_DIR / "step_000002" / RUN_CONFIG).unlink()
+    _edit(tmp_path / "config.yaml", "seed", "7")
+    assert resume_config(tmp_path, []).seed == 7
+
+
+def test_serl_train_resume_of_an_edited_model_exits_2(tmp_path, train_here):
+    _run_with_checkpoint(tmp_path)
+    _edit(tmp_path / "config.yaml", "model", "/elsewhere/model")
+    rc, err = train_here("--resume", str(tmp_path))
+    assert rc == 2
+    assert err.strip().splitlines()[-1].startswith(
+        f"serl train: error: --resume: {tmp_path / 'config.yaml'} has model: '/elsewhere/model', but checkpoint")
+
+
+def test_a_real_run_records_its_run_config_in_each_checkpoint(tiny_serl_run):
+    run = tiny_serl_run.dir
+    assert tiny_serl_run.result.returncode == 0, tiny_serl_run.result.stderr[-2000:]
+    cfg = load_saved(run / "config.yaml")
+    ckpts = sorted((run / CKPT_DIR).glob("step_*"))
+    assert ckpts
+    for c in ckpts:
+        assert json.loads((c / RUN_CONFIG).read_text()) == run_config(cfg)

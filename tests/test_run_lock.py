@@ -1,0 +1,74 @@
+"""One writer per run directory (serl.run_lock)."""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from serl.errors import ConfigError
+from serl.run_lock import LOCK_NAME, lock_run_dir
+
+
+def test_a_second_writer_is_refused_naming_the_holder(tmp_path):
+    run = tmp_path / "run"
+    held = lock_run_dir(run, new=True)
+    try:
+        assert (run / LOCK_NAME).read_text() == f"{os.getpid()}\n"
+        with pytest.raises(ConfigError) as e:
+            lock_run_dir(run, new=False)  # a --resume while the run is going
+        assert f"{run} is in use by pid {os.getpid()}" in str(e.value) and "\n" not in str(e.value)
+        with pytest.raises(ConfigError, match="in use by pid"):
+            lock_run_dir(run, new=True)
+    finally:
+        held.release()
+    lock_run_dir(run, new=False).release()  # free again once released
+
+
+def test_a_killed_holder_does_not_block_resume(tmp_path):
+    run = tmp_path / "run"
+    child = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import sys, time
+        from serl.run_lock import lock_run_dir
+        lock_run_dir({str(run)!r}, new=True)
+        print("locked", flush=True)
+        time.sleep(60)
+    """)], stdout=subprocess.PIPE, text=True, cwd=os.getcwd())
+    try:
+        assert child.stdout.readline().strip() == "locked"
+        with pytest.raises(ConfigError, match=f"in use by pid {child.pid}"):
+            lock_run_dir(run, new=False)
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(10)
+    assert (run / LOCK_NAME).read_text() == f"{child.pid}\n"  # the stale file stays ...
+    lock = lock_run_dir(run, new=False)  # ... and blocks nothing
+    assert (run / LOCK_NAME).read_text() == f"{os.getpid()}\n"
+    lock.release()
+
+
+def test_a_new_run_refuses_a_directory_another_run_wrote_into(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / LOCK_NAME).write_text("123\n")  # a stale lock alone is an empty directory
+    lock_run_dir(run, new=True).release()
+    (run / "config.yaml").write_text("seed: 42\n")  # written by a run that has ended meanwhile
+    with pytest.raises(ConfigError, match="already exists and is not empty"):
+        lock_run_dir(run, new=True)
+
+
+def test_train_on_a_locked_run_dir_exits_2_naming_the_pid(tmp_path, train_here, tiny_train_args, monkeypatch):
+    """The race of the issue: a second `serl train --run_dir SAME` while the first holds it."""
+    run = tmp_path / "run"
+    held = lock_run_dir(run, new=True)  # as the first process does before it writes
+    try:
+        rc, err = train_here("--run_dir", str(run), *tiny_train_args, "--device", "cpu", "--seed", "7")
+    finally:
+        held.release()
+    assert rc == 2, err[-2000:]
+    line = [x for x in err.splitlines() if "error" in x]
+    assert line == [f"serl train: error: run_dir: {run} is in use by pid {os.getpid()} (a serl run holds "
+                    f"{run / LOCK_NAME}); wait for it to end or stop it, then --resume {run}; or choose "
+                    f"another directory"], err[-2000:]
+    assert sorted(p.name for p in run.iterdir()) == [LOCK_NAME]  # nothing written
