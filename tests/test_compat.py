@@ -259,3 +259,22 @@ def test_spiral_rl_refusals_name_the_flag(flags, message, capsys):
 def test_minus_one_save_interval_means_only_the_final_checkpoint(words):
     """OpenRLHF's and verl's -1: no periodic checkpoints (step % -1 == 0 would have saved every step)."""
     assert cfg_of(*words).save_steps == 0
+
+
+def test_serl_s_reward_file_names_and_a_missing_one_names_serl_s_files():
+    from pathlib import Path
+
+    ours = Path(__file__).resolve().parents[1] / "reward_utils"
+    for name in ("math_verify_maj_reward.py", "math_verify_reward.py"):
+        assert cfg_of("--remote_rm_url", str(ours / name)).remote_rm_url == str(ours / name)
+    # SeRL's README path: the file is found under the name SeRL uses
+    with pytest.raises(ConfigError, match=r"reward file not found: /path/to/your/SeRL/reward_utils/"
+                                          r"math_verify_maj_reward.py; serl ships it as .*reward_utils/"
+                                          r"math_verify_maj_reward.py$"):
+        cfg_of("--remote_rm_url", "/path/to/your/SeRL/reward_utils/math_verify_maj_reward.py")
+    with pytest.raises(ConfigError, match=r"reward file not found: x/mine.py; serl's reward files, in .*: "
+                                          r"majority_vote_reward.py, math_rule_reward.py, math_verify_maj_reward.py, "
+                                          r"math_verify_reward.py$"):
+        cfg_of("--remote_rm_url", "x/mine.py")
+    with pytest.raises(ConfigError, match=r"serl takes one reward source, got 2 .*pass the training reward alone"):
+        cfg_of("--remote_rm_url", f"{ours}/math_verify_maj_reward.py,{ours}/math_verify_reward.py")
