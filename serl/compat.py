@@ -10,6 +10,8 @@ how is in ``docs/compat.md`` (one table per seed). The rules:
 * ``key=value`` and dotted ``section.key=value`` words (spiral-rl's and verl's
   overrides) become ``--key value``; a dotted key is looked up in ``VERL_KEYS``, and one
   with no serl meaning is refused by name, never dropped.
+* OpenRLHF 0.11's dotted flags (``--reward.remote_url``), SeRL's flags serl has no option for
+  (``--packing_samples``, ``--num_episodes``, ...) and SPIRAL-on-Tinker's keys: ``serl.compat_flags``.
 * with ``--recipe spiral``, the rest of spiral-rl's ``run.sh`` (its ``SelfPlayArgs`` and OAT's flags):
   ``serl.compat_spiral``, which maps, accepts one value, notes on stderr what has no effect, or refuses.
 * ``--config FILE`` whose YAML has nested sections (verl's ``algorithm:``, ``trainer:``,
@@ -21,8 +23,10 @@ Errors are ``ConfigError`` (exit 2), naming the word or the file and key at faul
 from __future__ import annotations
 
 import re
+import sys
 import time
 
+from serl.compat_flags import translate
 from serl.compat_spiral import NAMES as OAT_NAMES, OatFlags, oat_bool
 from serl.config import ConfigError, _flag_value, _read_yaml
 
@@ -192,6 +196,16 @@ def rewrite(argv: list[str]) -> list[str]:
                 continue
             i += 1
             continue
+        if name:  # OpenRLHF 0.11's dotted flags, SeRL's names serl notes or refuses, Tinker's keys
+            vals, j = ([inline], i + 1) if eq else _values(argv, i)
+            words = translate(name, vals, argv, recipe)
+            if words is not None:
+                if words[:1] == ["--max_epochs"]:  # OpenRLHF 0.11's --train.max_epochs: the rule below
+                    argv[i:j] = words
+                    continue
+                out += words
+                i = j
+                continue
         if name == "max_epochs":
             vals, j = ([inline], i + 1) if eq else _values(argv, i)
             if vals != ["1"]:
@@ -226,8 +240,10 @@ def rewrite(argv: list[str]) -> list[str]:
             continue
         if name in FLAGS and (FLAGS[name][1] is None or recipe in FLAGS[name][1]):
             target = FLAGS[name][0]
+            if target == "games":
+                vals, j = ([inline], i + 1) if eq else _values(argv, i)
+                _note_textarena(vals)
             if target == "games" and not eq:  # --env_ids A B C -> --games A,B,C
-                vals, j = _values(argv, i)
                 out += [f"--{target}", ",".join(vals)] if vals else [f"--{target}"]
                 i = j
                 continue
@@ -237,6 +253,15 @@ def rewrite(argv: list[str]) -> list[str]:
         out.append(a)
         i += 1
     return out + rnd_seed + (oat.tail if oat is not None else [])
+
+
+def _note_textarena(vals: list[str]) -> None:
+    """A line on stderr where a TextArena id's game is serl's with other sizes (docs/compat.md)."""
+    ids = [w.strip() for v in vals for w in v.split(",")]
+    for tid in ("LiarsDice-v0", "LiarsDice-v1"):
+        if tid in ids:
+            print(f"serl: note: {tid}: played as serl's liars_dice, the same bids and call with 2 dice a player "
+                  f"(TextArena's and spiral-rl's deal 5)", file=sys.stderr)
 
 
 def _openrlhf_is(name: str, vals: list[str]) -> list[str]:
@@ -300,3 +325,18 @@ def _flatten(data: dict, prefix: str = ""):
 
 def _word(v) -> str:
     return str(v).lower() if isinstance(v, bool) else str(v)
+
+
+def foreign_names(recipe: str) -> dict[str, list[str]]:
+    """serl option -> the other projects' names that reach it for ``recipe`` (for ``--help``)."""
+    from serl.compat_flags import DOTTED, TINKER
+
+    out: dict[str, list[str]] = {}
+    pairs = [(f"--{k}", t) for k, (t, recipes) in FLAGS.items() if recipes is None or recipe in recipes]
+    pairs += [(f"--{k}", t) for k, t in DOTTED.items()]
+    pairs += [(k, t) for k, (t, _) in VERL_KEYS.items()]
+    if recipe == "spiral":
+        pairs += [(k, t) for k, (t, _) in TINKER.items() if t]
+    for theirs, ours in pairs:
+        out.setdefault(ours, []).append(theirs)
+    return out
