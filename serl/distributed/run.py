@@ -143,6 +143,9 @@ def main(argv: list[str] | None = None) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
+    from serl.distributed.oom import is_ray_oom, oom_message
+
+    cfg = None
     try:
         cfg, _ = parse_args(argv)
         cfg.ray = True
@@ -150,6 +153,11 @@ def main(argv: list[str] | None = None) -> int:
     except USER_ERRORS as e:
         print(f"serl train: error: {e}", file=sys.stderr)
         return 2
+    except Exception as e:  # Ray's out-of-memory kill: one line (serl.distributed.oom)
+        if os.environ.get("SERL_DEBUG") or not is_ray_oom(e):
+            raise
+        print(f"serl train: error: {oom_message(e, cfg)}\n(SERL_DEBUG=1 prints the traceback)", file=sys.stderr)
+        return 1
     return 0
 
 
