@@ -28,6 +28,7 @@ DOTTED = {
     "ckpt.save_steps": "save_steps",
     "ckpt.path": "ckpt_path",
     "ckpt.max_num": "max_ckpt_num",
+    "ckpt.best_metric_key": "save_best",  # OpenRLHF's keys (eval_default_pass1) differ: serl names its own
     "ckpt.output_dir": "run_dir",
     "rollout.batch_size": "rollout_batch_size",
     "rollout.micro_batch_size": "micro_rollout_batch_size",

@@ -137,6 +137,8 @@ class TrainConfig:
     save_steps: int = _f(1, "write a checkpoint every N steps (and at the end); 0 (or -1, as OpenRLHF) = only "
                             "at the end")
     max_ckpt_num: int = _f(2, "keep the newest N checkpoints")
+    save_best: str = _f("", "keep the policy of the step with the best value of this evaluation metric (e.g. "
+                            "eval/gsm8k/pass@1) in RUN_DIR/best; '' = off")
     save_model: bool = _f(True, "save the final policy under RUN_DIR/model: weights, config and tokenizer in "
                                 "Hugging Face layout (LoRA: the adapter in PEFT layout); no optimizer state")
     # --- devices, distributed and SeRL compatibility (engines, Ray)

@@ -57,7 +57,11 @@ def prepare(cfg: TrainConfig, run_dir: Path | None = None):
     recipe = recipe_class(cfg.recipe)
     data = recipe.prepare(cfg)
     model_path = resolve_model(cfg.model)
-    return data, model_path, recipe.eval_set(cfg), run_dir or new_run_dir(cfg)
+    eval_set = recipe.eval_set(cfg)
+    if cfg.save_best and not eval_set:
+        raise ConfigError(f"save_best: {cfg.save_best} needs an evaluation during training (--eval_data or "
+                          f"--eval_benchmarks, or the recipe's own), and this run has none")
+    return data, model_path, eval_set, run_dir or new_run_dir(cfg)
 
 
 def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None, prepared=None, plan=None) -> Path:
@@ -132,8 +136,15 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None, prepared
             log.info("resumed from %s: continuing at step %d", ckpt, done + 1)
         if guard is not None:
             guard.start(done)
+        keeper = None
+        if cfg.save_best:  # --save_best (serl.best): checked against the first evaluation's metrics
+            from serl.best import BestKeeper
+
+            keeper = BestKeeper(cfg.save_best, run_dir)
         if eval_set and done == 0:
             evals[0] = _evaluate(recipe, eval_set, logger, 0)
+            if keeper is not None:
+                keeper.check(evals[0])
         budget = cfg.max_minutes * 60
         used = budget_used(run_dir, done) * 60 if budget and done else 0.0
         skipped_long = len(getattr(data, "skipped", ()))
@@ -164,6 +175,9 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None, prepared
             if eval_set and (last or (cfg.eval_steps and step % cfg.eval_steps == 0)):
                 evals[step] = _evaluate(recipe, eval_set, logger, step)
                 m.update(evals[step])
+                if keeper is not None and keeper.offer(step, evals[step], engines.learner):
+                    log.info("best %s so far: %.4g at step %d (RUN_DIR/best)", cfg.save_best,
+                             evals[step][cfg.save_best], step)
             history.append(m)
             print_step_summary(step, m, mode, line=step_line)
             if last or (cfg.save_steps and step % cfg.save_steps == 0):
