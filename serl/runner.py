@@ -231,8 +231,11 @@ def _evaluate(recipe, problems, logger, step: int) -> dict:
     from serl.run_state import isolated_rng
     from serl.summary import save_items
 
-    with isolated_rng(recipe):  # evaluating (or not) never changes what training samples
-        metrics = recipe.evaluate(problems)
+    from serl.progress import stage
+
+    with isolated_rng(recipe), stage("evaluation", len(problems), "items", getattr(recipe, "progress", "quiet")) as st:
+        metrics = recipe.evaluate(problems)  # evaluating (or not) never changes what training samples
+        st.update(len(problems))
     log.info("evaluation: %s", ", ".join(f"{k} {v:.3f}" for k, v in metrics.items()))
     logger.log(step, metrics)
     if getattr(logger, "run_dir", None) is not None:  # per-problem results, for the paired summary
