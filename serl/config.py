@@ -81,6 +81,8 @@ class TrainConfig:
     generator: str = _f("auto", "generation engine: auto (vllm if installed), vllm or hf",
                         choices=("auto", "vllm", "hf"))
     generate_max_len: int = _f(256, "max new tokens per response")
+    show_engine_warnings: bool = _f(False, "print vLLM's own log lines (warnings included) on the terminal; "
+                                           "off: they go to RUN_DIR/engine.log")
     prompt_max_len: int = _f(1024, "max prompt tokens, and at most the model's context minus generate_max_len "
                                    "(longer prompts are skipped and counted, named by file and line)")
     temperature: float = _f(1.0, "rollout sampling temperature")

@@ -39,10 +39,13 @@ BUDGET_KEY = "budget/minutes_used"
 _now = time.monotonic  # the budget's clock (tests replace it)
 
 
+LEFTOVERS = ("engine.log", ERROR_LOG)  # what a run that failed to start leaves: its directory may be used again
+
+
 def new_run_dir(cfg: TrainConfig) -> Path:
     if cfg.run_dir:
         d = Path(cfg.run_dir)
-        if d.exists() and any(d.iterdir()):
+        if d.exists() and any(p.name not in LEFTOVERS for p in d.iterdir()):
             raise ConfigError(f"run_dir: {d} already exists and is not empty "
                               f"(use --resume {d} to continue it, or choose another directory)")
         return d
@@ -99,6 +102,8 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None, prepared
     done = newest_step(run_dir) if ckpt else 0
     tok = run_tokenizer(model_path)  # prepare()'s length checks loaded it already
     log.info("recipe %s, model %s, run directory %s", cfg.recipe, model_path, run_dir)
+    if engines is None:
+        route_engine_log(cfg, run_dir)
     engines = engines or build_engines(cfg, plan, model_path, tok)
     recipe, logger, guard = None, None, None
     evals: dict[int, dict] = {}
@@ -241,6 +246,20 @@ def _evaluate(recipe, problems, logger, step: int) -> dict:
     if getattr(logger, "run_dir", None) is not None:  # per-problem results, for the paired summary
         save_items(logger.run_dir, step, getattr(recipe, "eval_items", None) or {})
     return metrics
+
+
+def route_engine_log(cfg: TrainConfig, run_dir: Path) -> None:
+    """vLLM's own lines to RUN_DIR/engine.log unless --show_engine_warnings (serl.engines.engine_log)."""
+    from serl.engines.engine_log import ENGINE_LOG, route_to
+
+    from serl.engines.vllm_generator import vllm_available
+
+    kind = getattr(cfg, "generator", "hf")
+    if cfg.show_engine_warnings or kind == "hf" or (kind == "auto" and not vllm_available()):
+        return
+    run_dir.mkdir(parents=True, exist_ok=True)  # a start that fails leaves only LEFTOVERS here
+    route_to(run_dir / ENGINE_LOG)
+    log.info("vLLM's own log lines go to %s (--show_engine_warnings prints them here)", run_dir / ENGINE_LOG)
 
 
 def keep_traceback(e: EngineDied, run_dir: Path) -> None:

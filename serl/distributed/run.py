@@ -60,7 +60,8 @@ def _env(plan: ResourcePlan) -> dict:
     env = {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     if not plan.use_gpu:
         env["DS_ACCELERATOR"] = "cpu"
-    for k in ("SERL_CACHE", "HF_HOME", "WANDB_MODE", "VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND"):
+    for k in ("SERL_CACHE", "HF_HOME", "WANDB_MODE", "VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND",
+              "SERL_ENGINE_LOG"):
         if k in os.environ:
             env[k] = os.environ[k]
     return {"env_vars": env}
@@ -124,6 +125,7 @@ def run_with_ray(cfg: TrainConfig, resume_dir: Path | None = None) -> Path:
 
     prepared = runner.prepare(cfg, resume_dir)  # bad input fails before Ray starts; read once
     run_plan = plan_run(cfg)
+    runner.route_engine_log(cfg, prepared[3])  # before the actors start: they read it from their env
     started = _init_ray(cfg)
     parts = None
     try:

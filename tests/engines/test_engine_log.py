@@ -1,0 +1,46 @@
+"""vLLM's own log lines go to RUN_DIR/engine.log unless --show_engine_warnings (serl.engines.engine_log)."""
+import json
+import logging.config
+
+from serl.config import parse_args
+from serl.engines.engine_log import ENV, configure_vllm_logging, route_to
+from serl.runner import new_run_dir, route_engine_log
+
+
+def test_the_vllm_logger_writes_to_the_run_s_file(tmp_path, monkeypatch):
+    monkeypatch.delenv("VLLM_LOGGING_CONFIG_PATH", raising=False)
+    monkeypatch.delenv("VLLM_CONFIGURE_LOGGING", raising=False)
+    monkeypatch.setenv(ENV, "")
+    assert configure_vllm_logging() is None  # not asked: vLLM's own defaults
+    route_to(tmp_path / "engine.log")
+    path = configure_vllm_logging()
+    import os
+
+    assert os.environ["VLLM_LOGGING_CONFIG_PATH"] == path
+    logging.config.dictConfig(json.loads(open(path).read()))  # what vLLM does with it at import
+    logging.getLogger("vllm.platforms").warning("Triton is not installed")
+    assert "Triton is not installed" in (tmp_path / "engine.log").read_text()
+    logging.getLogger("vllm").handlers.clear()
+    monkeypatch.setenv("VLLM_LOGGING_CONFIG_PATH", "/mine.json")  # the user's own config wins
+    assert configure_vllm_logging() is None
+
+
+def test_the_runner_routes_unless_asked_and_a_failed_start_s_logs_do_not_block_a_rerun(tmp_path, monkeypatch):
+    monkeypatch.setattr("serl.engines.vllm_generator.vllm_available", lambda: True)
+    monkeypatch.delenv(ENV, raising=False)
+    run = tmp_path / "run"
+    cfg, _ = parse_args(["--generator", "vllm", "--show_engine_warnings", "--run_dir", str(run)])
+    route_engine_log(cfg, run)
+    assert ENV not in __import__("os").environ and not run.exists()
+    cfg, _ = parse_args(["--generator", "vllm", "--run_dir", str(run)])
+    route_engine_log(cfg, run)
+    assert __import__("os").environ[ENV] == str(run / "engine.log")
+    (run / "engine.log").write_text("a failed start\n")
+    assert new_run_dir(cfg) == run  # only the logs of a start that failed: the directory is used again
+    (run / "metrics.jsonl").write_text("{}\n")
+    import pytest
+
+    from serl.config import ConfigError
+
+    with pytest.raises(ConfigError, match="already exists and is not empty"):
+        new_run_dir(cfg)
