@@ -40,6 +40,7 @@ def _split_resume(argv: list[str]) -> tuple[str | None, list[str]]:
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
+    logging.getLogger("absl").setLevel(logging.WARNING)  # rouge_score's "Using default tokenizer." on every run
     argv = list(sys.argv[1:] if argv is None else argv)
     cfg = None
     try:

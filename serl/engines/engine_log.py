@@ -2,6 +2,9 @@
 ``--show_engine_warnings``: a first run then shows serl's lines only (Triton, tcmalloc, NUMA and
 deprecation warnings are the engine's, not the run's, and read like errors to a new user).
 
+Besides the ``vllm`` logger, the engine's processes write to stderr themselves (C++ warnings, bars):
+they are started with the file as their stderr (``engine_stderr``).
+
 The runner names the file in ``SERL_ENGINE_LOG`` (passed on to Ray's actors); a vLLM engine built
 while it is set points ``VLLM_LOGGING_CONFIG_PATH`` at a logging config that writes the ``vllm``
 logger to that file (the engine's own processes read it too). A config of the user's own
@@ -11,7 +14,9 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
+from contextlib import contextmanager
 
 ENGINE_LOG = "engine.log"
 ENV = "SERL_ENGINE_LOG"
@@ -39,3 +44,24 @@ def configure_vllm_logging() -> str | None:
         json.dump(config, f)
     os.environ["VLLM_LOGGING_CONFIG_PATH"] = path
     return path
+
+
+@contextmanager
+def engine_stderr():
+    """While an engine starts, this process's stderr (fd 2) is ``$SERL_ENGINE_LOG``: the engine's
+    processes started meanwhile keep it as theirs (C++ warnings such as NUMA binding, weight-loading
+    bars), and import-time warnings land there too. Restored afterwards; without the variable, nothing."""
+    target = os.environ.get(ENV)
+    if not target:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(target, "a", encoding="utf-8") as f:
+        os.dup2(f.fileno(), 2)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
