@@ -282,8 +282,8 @@ def test_serl_s_reward_file_names_and_a_missing_one_names_serl_s_files():
 
 def test_serl_template_flags_serl_has_no_option_for_are_noted_or_refused_in_one_line(capsys, tmp_path):
     """SeRL's README and templates pass these; each is mapped, noted on stderr, or refused with serl's way."""
-    cfg = cfg_of("--filtered_data_root_dir", tmp_path / "f", "--evolution_generation_data_root_dir", tmp_path / "e",
-                 "--train_samples_root_dir", tmp_path / "t", "--eval_output_root_dir", tmp_path / "o",
+    cfg = cfg_of("--filtered_data_root_dir", f"{tmp_path}/f", "--evolution_generation_data_root_dir", f"{tmp_path}/e",
+                 "--train_samples_root_dir", f"{tmp_path}/t", "--eval_output_root_dir", f"{tmp_path}/o",
                  "--packing_samples", "--save_hf_ckpt", "--flash_attn", "--num_episodes", "1", "--steps", "3")
     assert cfg.steps == 3 and not any((tmp_path / d).exists() for d in "feto")
     err = capsys.readouterr().err.splitlines()

@@ -9,20 +9,25 @@ from __future__ import annotations
 _MARKS = ("running low on memory", "OutOfMemoryError")
 
 
-def is_ray_oom(e: BaseException) -> bool:
-    """``e``, or an exception it was raised from, is Ray's out-of-memory kill."""
+def ray_oom(e: BaseException) -> BaseException | None:
+    """Ray's out-of-memory kill: ``e`` or an exception it was raised from; None when neither is."""
     seen: set[int] = set()
     while e is not None and id(e) not in seen:
         seen.add(id(e))
         if type(e).__module__.startswith("ray") and (
                 type(e).__name__ == "OutOfMemoryError" or any(m in str(e) for m in _MARKS)):
-            return True
+            return e
         e = e.__cause__ or e.__context__
-    return False
+    return None
+
+
+def is_ray_oom(e: BaseException) -> bool:
+    return ray_oom(e) is not None
 
 
 def oom_message(e: BaseException, cfg=None) -> str:
     """One line: what Ray said (its first line), the layout, and what to change."""
+    e = ray_oom(e) or e
     said = next((x.strip() for x in str(e).splitlines() if x.strip()), type(e).__name__)
     layout = ""
     if cfg is not None:
