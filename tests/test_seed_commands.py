@@ -62,8 +62,11 @@ def plain_pair(serl_start, tmp_path_factory):
     serl_start: one thread each): they need nothing from each other. Name -> (result, run dir)."""
     root = tmp_path_factory.mktemp("seed_commands")
     file_run, spiral_run = root / "reward_file", root / "spiral"
+    # SeRL's gt template: its reward file by SeRL's name, and its flags serl notes (--num_episodes 1 with --steps)
     runs = {"reward_file": (serl_start(*SERL, "--steps", 1, "--save_path", file_run, "--reward_mode", "rule",
-                                       "--remote_rm_url", ROOT / "reward_utils/math_rule_reward.py"), file_run),
+                                       "--remote_rm_url", ROOT / "reward_utils/math_verify_reward.py",
+                                       "--num_episodes", "1", "--packing_samples", "--save_hf_ckpt",
+                                       "--filtered_data_root_dir", root / "filtered"), file_run),
             # spiral-rl's README: python train_spiral.py --env_ids KuhnPoker-v1 ... --pretrain ... --learning_rate
             # 0.000001 --num_ppo_epochs 2 --gamma 1 --beta 0 --temperature 1.0 --top_p 1
             "spiral": (serl_start("--recipe", "spiral", "--env_ids", "TicTacToe-v0", "KuhnPoker-v1", "--pretrain",
@@ -92,8 +95,9 @@ def parquet_pair(serl_start, tmp_path_factory):
     pq.write_table(pa.Table.from_pylist([{"text": d["text"]} for d in docs]), corpus)
     verl_run, spell_run = root / "verl", root / "spell"
     # verl's recipe/spin README: python3 -m recipe.spin.main_spin data.train_files=... algorithm.dpo_beta=0.1 ...
+    # (no --label_key: verl's reward_model.ground_truth is found by itself)
     runs = {"verl": (serl_start("--recipe", "spin", "--spin_mode", "online", f"data.train_files={data}",
-                                "data.prompt_key=prompt", "--label_key", "reward_model.ground_truth", "--reward_mode",
+                                "data.prompt_key=prompt", "--reward_mode",
                                 "rule", "actor_rollout_ref.model.path=smollm2", "actor_rollout_ref.actor.optim.lr=1e-6",
                                 "algorithm.dpo_beta=0.2", "trainer.ref_update_freq=1", "data.train_batch_size=2",
                                 "actor_rollout_ref.rollout.n=2", "data.max_response_length=12",
@@ -114,6 +118,10 @@ def test_serl_with_a_reward_file(plain_pair):
     assert r.returncode == 0, r.stderr[-3000:]
     (row,) = rows(run)
     assert 0.0 <= row["reward/mean"] <= 1.0 and row["reward/groups"] == 2
+    notes = [x for x in r.stderr.splitlines() if x.startswith("serl: note: --")]
+    assert [x.split(":")[2].split()[0] for x in notes] == ["--num_episodes", "--packing_samples", "--save_hf_ckpt",
+                                                           "--filtered_data_root_dir"]
+    assert not (run.parent / "filtered").exists()
 
 
 class _OnceThenDown(BaseHTTPRequestHandler):
