@@ -171,16 +171,16 @@ def test_templates_fit_the_machine(path, tmp_path):
     assert (cfg.actor_num_gpus_per_node, cfg.vllm_num_engines) == (2, 2) and cfg.ray
     if path.name.startswith("train_llama32_3b_"):  # SeRL's layout puts a reference worker on every GPU
         assert cfg.ref_num_gpus_per_node == 2
-    r, argv = _run_template(path, tmp_path, "--steps", "1", GPUS="0", PRETRAIN="smollm2")
+    r, argv = _run_template(path, tmp_path, "--steps", "1", GPUS="0", PRETRAIN="smollm2", MEM_GIB="64")
     assert r.returncode == 0, r.stderr
     cfg, _ = parse_args(argv)
     assert not cfg.ray and cfg.learner == "torch" and cfg.device == "cpu" and cfg.steps == 1
     assert "no GPU here: one process on the CPU" in r.stderr
     (tmp_path / "argv.json").unlink()
-    r, argv = _run_template(path, tmp_path, GPUS="0", PRETRAIN="Qwen/Qwen2.5-72B-Instruct")
+    r, argv = _run_template(path, tmp_path, GPUS="0", PRETRAIN="Qwen/Qwen2.5-72B-Instruct", MEM_GIB="64")
     assert r.returncode == 2 and argv is None  # serl never started
     assert (f"{path}: no GPU here, and training Qwen/Qwen2.5-72B-Instruct on the CPU needs about 1343 GiB of "
-            f"memory;") in r.stderr and "PRETRAIN=smollm2" in r.stderr
+            f"memory; 64 GiB is available.") in r.stderr and "PRETRAIN=smollm2" in r.stderr
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "scripts" / "train").glob("*_template.sh")), ids=lambda p: p.stem)

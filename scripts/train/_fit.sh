@@ -5,7 +5,8 @@
 #   serl_fit NAME GPUS_WRITTEN REFS    NAME: the template (for messages); GPUS_WRITTEN: the GPUs its
 #                                      layout assumes; REFS: 1 if it places reference workers, else 0
 #
-# Sets FIT (an array). GPUS (default: the GPUs nvidia-smi lists) decides:
+# Sets FIT (an array). GPUS (default: the GPUs nvidia-smi lists) decides (MEM_GIB: the memory to count on,
+# default MemAvailable):
 #   GPUS >= GPUS_WRITTEN  nothing to change (nor when RAY_ADDRESS submits the run to a cluster);
 #   0 < GPUS < written    one learner rank, reference worker and vLLM engine per GPU;
 #   GPUS = 0              one process on the CPU (no Ray, the torch learner, fp32), after a check that
@@ -32,7 +33,7 @@ serl_fit() {
     return 0
   fi
   _need=$(serl_model_gib "${PRETRAIN:-}")
-  _have=$(awk '/^MemAvailable:/ {printf "%d", $2 / 1048576}' /proc/meminfo 2>/dev/null || true)
+  _have=${MEM_GIB:-$(awk '/^MemAvailable:/ {printf "%d", $2 / 1048576}' /proc/meminfo 2>/dev/null || true)}
   if [ -n "$_need" ] && [ -n "$_have" ] && [ "$_need" -gt "$_have" ]; then
     echo "$_name: no GPU here, and training $PRETRAIN on the CPU needs about $_need GiB of memory; $_have GiB is available. Run it where there are GPUs, or set a smaller model (PRETRAIN=smollm2) and smaller sizes as extra arguments, e.g. PRETRAIN=smollm2 STEPS=1 bash $_name --rollout_batch_size 2 --n_samples_per_prompt 2 --generate_max_len 64" >&2
     return 2
