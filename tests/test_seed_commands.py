@@ -200,3 +200,32 @@ def test_spell_with_a_parquet_corpus_and_the_azr_mapping(parquet_pair):
     r, run = parquet_pair["spell"]
     assert r.returncode == 0, r.stderr[-3000:]
     assert len(rows(run)) == 1
+
+
+def test_serl_s_template_on_this_machine(tmp_path):
+    """SeRL's README: `zsh scripts/train/train_llama32_3b_reinforce_pp_serl_template.sh` (bash where zsh is
+    missing), no GPU here: the template runs as one CPU process, the user's extra arguments making it small."""
+    import os
+
+    shim = tmp_path / "bin" / "serl"  # `serl` from this checkout
+    shim.parent.mkdir()
+    shim.write_text(f"#!/bin/sh\nexec {sys.executable} -m serl.cli \"$@\"\n")
+    shim.chmod(0o755)
+    shell = shutil.which("zsh") or "bash"
+    env = dict(os.environ, PATH=f"{shim.parent}{os.pathsep}{os.environ['PATH']}", GPUS="0", MEM_GIB="64",
+               PRETRAIN="smollm2", STEPS="1", PROMPT_DATA=str(ROOT / "dataset/arith_seed.jsonl"),
+               SAVE_PATH=str(tmp_path / "run"), OMP_NUM_THREADS="1")
+    env.pop("RAY_ADDRESS", None)
+    r = subprocess.run([shell, str(ROOT / "scripts/train/train_llama32_3b_reinforce_pp_serl_template.sh"),
+                        "--generator", "hf", "--rollout_batch_size", "2", "--n_samples_per_prompt", "2",
+                        "--micro_rollout_batch_size", "2", "--train_batch_size", "4", "--micro_train_batch_size", "2",
+                        "--instructions_num_per_iteration", "2", "--few_shot_generation", "2",
+                        "--few_shot_generation_batch_size", "2", "--instruction_max_len", "48",
+                        "--instruction_max_attempts", "2", "--generate_max_len", "16", "--max_refill_rounds", "1",
+                        "--reward_difficulty_bounds", "0", "1", "--progress", "plain", "--save_model", "false"],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "no GPU here: one process on the CPU" in r.stderr
+    (row,) = rows(tmp_path / "run")
+    assert row["step"] == 1 and "reward/mean" in row
+    assert "step 1 |" in r.stdout
