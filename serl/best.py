@@ -26,11 +26,10 @@ def read_best(run_dir: str | Path) -> dict | None:
 
 
 class BestKeeper:
-    def __init__(self, metric: str, run_dir: Path):
-        from serl.summary import direction
-
+    def __init__(self, metric: str, run_dir: Path, sign: int = 1):
+        """``sign``: +1 when higher is better, -1 when lower is (``serl.summary.direction``)."""
         self.metric, self.run_dir = metric, Path(run_dir)
-        self.sign = direction(metric) or 1
+        self.sign = sign or 1
         self.best = read_best(run_dir)
 
     def check(self, metrics: dict) -> None:

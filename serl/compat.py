@@ -26,64 +26,9 @@ import re
 import sys
 import time
 
-from serl.compat_flags import translate
+from serl.compat_flags import FLAGS, VERL_KEYS, translate  # noqa: F401 (the tables' old home)
 from serl.compat_spiral import NAMES as OAT_NAMES, OatFlags, oat_bool
 from serl.config import ConfigError, _flag_value, _read_yaml
-
-# a flag of another project -> (serl flag, recipes it applies to; None = every recipe)
-FLAGS = {
-    "eval_dataset": ("eval_data", None),          # OpenRLHF: held-out prompts
-    "model_name": ("model", None),                # spiral-rl / oat
-    "learning_rate": ("actor_learning_rate", None),
-    "env_ids": ("games", ("spiral",)),            # spiral-rl: TextArena ids, space-separated
-    "env_id": ("games", ("spiral",)),
-    "num_ppo_epochs": ("ppo_epochs", ("spiral",)),
-    # spiral-rl's gamma discounts a player's earlier turns (A * gamma**k, k = its later turns), not tokens
-    "gamma": ("turn_discount", ("spiral",)),
-    "role_baseline_ema_gamma": ("rae_alpha", ("spiral",)),
-    "use_role_baseline": ("rae", ("spiral",)),
-    "fsp_update_interval": ("population_every", ("spiral",)),
-    "generate_max_length": ("generate_max_len", None),
-    "eval_generate_max_length": ("eval_generate_max_len", ("spiral",)),  # spiral-rl's game evaluation
-    # spiral-rl runs on OAT (sail-sg/oat, oat/args.py): its resource, checkpoint and W&B names
-    "vllm_gpu_ratio": ("vllm_gpu_memory_utilization", ("spiral",)),
-    "vllm_sleep": ("vllm_enable_sleep", ("spiral",)),
-    "max_save_num": ("max_ckpt_num", ("spiral",)),
-    "train_batch_size_per_device": ("micro_train_batch_size", ("spiral",)),
-    "use_wb": ("use_wandb", ("spiral",)),
-    "wb_project": ("wandb_project", ("spiral",)),
-    "wb_run_name": ("wandb_run_name", ("spiral",)),
-    # truncated importance sampling: OpenRLHF's and TRL's names (docs/async.md)
-    "enable_vllm_is_correction": ("importance_sampling_correction", None),
-    "vllm_importance_sampling_correction": ("importance_sampling_correction", None),
-    "vllm_importance_sampling_cap": ("importance_sampling_cap", None),
-}
-
-# verl's dotted keys with a serl meaning -> (serl flag, how the value changes)
-VERL_KEYS = {
-    "algorithm.dpo_beta": ("beta", None),
-    "algorithm.dpo_loss_type": ("dpo_loss", None),
-    "trainer.ref_update_freq": ("ref_update", "steps"),
-    "trainer.total_training_steps": ("steps", None),
-    "trainer.save_freq": ("save_steps", None),
-    "trainer.test_freq": ("eval_steps", None),
-    "trainer.default_local_dir": ("run_dir", None),
-    "trainer.project_name": ("wandb_project", None),
-    "trainer.experiment_name": ("wandb_run_name", None),
-    "data.train_files": ("prompt_data", None),
-    "data.val_files": ("eval_data", None),
-    "data.prompt_key": ("input_key", None),
-    "data.train_batch_size": ("rollout_batch_size", None),
-    "data.max_prompt_length": ("prompt_max_len", None),
-    "data.max_response_length": ("generate_max_len", None),
-    "actor_rollout_ref.model.path": ("model", None),
-    "actor_rollout_ref.actor.optim.lr": ("actor_learning_rate", None),
-    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": ("micro_train_batch_size", None),
-    "actor_rollout_ref.rollout.n": ("n_samples_per_prompt", None),
-    "actor_rollout_ref.rollout.temperature": ("temperature", None),
-    "actor_rollout_ref.rollout.top_p": ("top_p", None),
-    "actor_rollout_ref.model.enable_gradient_checkpointing": ("gradient_checkpointing", None),
-}
 
 _OVERRIDE = re.compile(r"^([A-Za-z_][\w\-]*(?:\.[A-Za-z_][\w\-]*)*)=(.*)$", re.S)
 
@@ -326,17 +271,3 @@ def _flatten(data: dict, prefix: str = ""):
 def _word(v) -> str:
     return str(v).lower() if isinstance(v, bool) else str(v)
 
-
-def foreign_names(recipe: str) -> dict[str, list[str]]:
-    """serl option -> the other projects' names that reach it for ``recipe`` (for ``--help``)."""
-    from serl.compat_flags import DOTTED, TINKER
-
-    out: dict[str, list[str]] = {}
-    pairs = [(f"--{k}", t) for k, (t, recipes) in FLAGS.items() if recipes is None or recipe in recipes]
-    pairs += [(f"--{k}", t) for k, t in DOTTED.items()]
-    pairs += [(k, t) for k, (t, _) in VERL_KEYS.items()]
-    if recipe == "spiral":
-        pairs += [(k, t) for k, (t, _) in TINKER.items() if t]
-    for theirs, ours in pairs:
-        out.setdefault(ours, []).append(theirs)
-    return out

@@ -313,7 +313,7 @@ def build_parser(cls=None, prog: str = "serl train") -> argparse.ArgumentParser:
     ap.add_argument("--config", help="YAML file of options (flags given here override it)")
     ap.add_argument("--resume", default="", help="continue the run in this run directory")
     honoured = declared(cls)
-    from serl.compat import foreign_names
+    from serl.compat_flags import foreign_names
 
     theirs = foreign_names(recipe)
     names_of = {s: SECTIONS[s][1] for s in honoured}

@@ -144,8 +144,9 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None, prepared
         keeper = None
         if cfg.save_best:  # --save_best (serl.best): checked against the first evaluation's metrics
             from serl.best import BestKeeper
+            from serl.summary import direction
 
-            keeper = BestKeeper(cfg.save_best, run_dir)
+            keeper = BestKeeper(cfg.save_best, run_dir, direction(cfg.save_best))
         if eval_set and done == 0:
             evals[0] = _evaluate(recipe, eval_set, logger, 0)
             if keeper is not None:

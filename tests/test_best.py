@@ -35,7 +35,9 @@ def test_keeps_the_best_and_compares_with_a_resumed_one(tmp_path):
 
 
 def test_lower_is_better_where_the_name_says_so(tmp_path):
-    keeper = BestKeeper("eval/kuhn_poker/exploitability", tmp_path)
+    from serl.summary import direction
+
+    keeper = BestKeeper("eval/kuhn_poker/exploitability", tmp_path, direction("eval/kuhn_poker/exploitability"))
     assert keeper.offer(1, {"eval/kuhn_poker/exploitability": 0.3}, Learner())
     assert keeper.offer(2, {"eval/kuhn_poker/exploitability": 0.1}, Learner())
     assert not keeper.offer(3, {"eval/kuhn_poker/exploitability": 0.2}, Learner())

@@ -55,9 +55,14 @@ def engine_stderr():
     if not target:
         yield
         return
+    try:
+        f = open(target, "a", encoding="utf-8")
+    except OSError:  # its folder is gone: the engine keeps the terminal, as with --show_engine_warnings
+        yield
+        return
     sys.stderr.flush()
     saved = os.dup(2)
-    with open(target, "a", encoding="utf-8") as f:
+    with f:
         os.dup2(f.fileno(), 2)
     try:
         yield

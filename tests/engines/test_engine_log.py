@@ -8,8 +8,8 @@ from serl.runner import new_run_dir, route_engine_log
 
 
 def test_the_vllm_logger_writes_to_the_run_s_file(tmp_path, monkeypatch):
-    monkeypatch.delenv("VLLM_LOGGING_CONFIG_PATH", raising=False)
-    monkeypatch.delenv("VLLM_CONFIGURE_LOGGING", raising=False)
+    monkeypatch.setenv("VLLM_LOGGING_CONFIG_PATH", "")  # recorded: what the test sets is undone
+    monkeypatch.setenv("VLLM_CONFIGURE_LOGGING", "1")
     monkeypatch.setenv(ENV, "")
     assert configure_vllm_logging() is None  # not asked: vLLM's own defaults
     route_to(tmp_path / "engine.log")
@@ -27,11 +27,11 @@ def test_the_vllm_logger_writes_to_the_run_s_file(tmp_path, monkeypatch):
 
 def test_the_runner_routes_unless_asked_and_a_failed_start_s_logs_do_not_block_a_rerun(tmp_path, monkeypatch):
     monkeypatch.setattr("serl.engines.vllm_generator.vllm_available", lambda: True)
-    monkeypatch.delenv(ENV, raising=False)
+    monkeypatch.setenv(ENV, "")  # recorded, so that the value route_to sets is undone after the test
     run = tmp_path / "run"
     cfg, _ = parse_args(["--generator", "vllm", "--show_engine_warnings", "--run_dir", str(run)])
     route_engine_log(cfg, run)
-    assert ENV not in __import__("os").environ and not run.exists()
+    assert __import__("os").environ[ENV] == "" and not run.exists()
     cfg, _ = parse_args(["--generator", "vllm", "--run_dir", str(run)])
     route_engine_log(cfg, run)
     assert __import__("os").environ[ENV] == str(run / "engine.log")
