@@ -10,6 +10,8 @@ how is in ``docs/compat.md`` (one table per seed). The rules:
 * ``key=value`` and dotted ``section.key=value`` words (spiral-rl's and verl's
   overrides) become ``--key value``; a dotted key is looked up in ``VERL_KEYS``, and one
   with no serl meaning is refused by name, never dropped.
+* OpenRLHF 0.11's dotted flags (``--reward.remote_url``), SeRL's flags serl has no option for
+  (``--packing_samples``, ``--num_episodes``, ...) and SPIRAL-on-Tinker's keys: ``serl.compat_flags``.
 * with ``--recipe spiral``, the rest of spiral-rl's ``run.sh`` (its ``SelfPlayArgs`` and OAT's flags):
   ``serl.compat_spiral``, which maps, accepts one value, notes on stderr what has no effect, or refuses.
 * ``--config FILE`` whose YAML has nested sections (verl's ``algorithm:``, ``trainer:``,
@@ -21,65 +23,12 @@ Errors are ``ConfigError`` (exit 2), naming the word or the file and key at faul
 from __future__ import annotations
 
 import re
+import sys
 import time
 
+from serl.compat_flags import FLAGS, VERL_KEYS, translate  # noqa: F401 (the tables' old home)
 from serl.compat_spiral import NAMES as OAT_NAMES, OatFlags, oat_bool
 from serl.config import ConfigError, _flag_value, _read_yaml
-
-# a flag of another project -> (serl flag, recipes it applies to; None = every recipe)
-FLAGS = {
-    "eval_dataset": ("eval_data", None),          # OpenRLHF: held-out prompts
-    "model_name": ("model", None),                # spiral-rl / oat
-    "learning_rate": ("actor_learning_rate", None),
-    "env_ids": ("games", ("spiral",)),            # spiral-rl: TextArena ids, space-separated
-    "env_id": ("games", ("spiral",)),
-    "num_ppo_epochs": ("ppo_epochs", ("spiral",)),
-    # spiral-rl's gamma discounts a player's earlier turns (A * gamma**k, k = its later turns), not tokens
-    "gamma": ("turn_discount", ("spiral",)),
-    "role_baseline_ema_gamma": ("rae_alpha", ("spiral",)),
-    "use_role_baseline": ("rae", ("spiral",)),
-    "fsp_update_interval": ("population_every", ("spiral",)),
-    "generate_max_length": ("generate_max_len", None),
-    "eval_generate_max_length": ("eval_generate_max_len", ("spiral",)),  # spiral-rl's game evaluation
-    # spiral-rl runs on OAT (sail-sg/oat, oat/args.py): its resource, checkpoint and W&B names
-    "vllm_gpu_ratio": ("vllm_gpu_memory_utilization", ("spiral",)),
-    "vllm_sleep": ("vllm_enable_sleep", ("spiral",)),
-    "max_save_num": ("max_ckpt_num", ("spiral",)),
-    "train_batch_size_per_device": ("micro_train_batch_size", ("spiral",)),
-    "use_wb": ("use_wandb", ("spiral",)),
-    "wb_project": ("wandb_project", ("spiral",)),
-    "wb_run_name": ("wandb_run_name", ("spiral",)),
-    # truncated importance sampling: OpenRLHF's and TRL's names (docs/async.md)
-    "enable_vllm_is_correction": ("importance_sampling_correction", None),
-    "vllm_importance_sampling_correction": ("importance_sampling_correction", None),
-    "vllm_importance_sampling_cap": ("importance_sampling_cap", None),
-}
-
-# verl's dotted keys with a serl meaning -> (serl flag, how the value changes)
-VERL_KEYS = {
-    "algorithm.dpo_beta": ("beta", None),
-    "algorithm.dpo_loss_type": ("dpo_loss", None),
-    "trainer.ref_update_freq": ("ref_update", "steps"),
-    "trainer.total_training_steps": ("steps", None),
-    "trainer.save_freq": ("save_steps", None),
-    "trainer.test_freq": ("eval_steps", None),
-    "trainer.default_local_dir": ("run_dir", None),
-    "trainer.project_name": ("wandb_project", None),
-    "trainer.experiment_name": ("wandb_run_name", None),
-    "data.train_files": ("prompt_data", None),
-    "data.val_files": ("eval_data", None),
-    "data.prompt_key": ("input_key", None),
-    "data.train_batch_size": ("rollout_batch_size", None),
-    "data.max_prompt_length": ("prompt_max_len", None),
-    "data.max_response_length": ("generate_max_len", None),
-    "actor_rollout_ref.model.path": ("model", None),
-    "actor_rollout_ref.actor.optim.lr": ("actor_learning_rate", None),
-    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": ("micro_train_batch_size", None),
-    "actor_rollout_ref.rollout.n": ("n_samples_per_prompt", None),
-    "actor_rollout_ref.rollout.temperature": ("temperature", None),
-    "actor_rollout_ref.rollout.top_p": ("top_p", None),
-    "actor_rollout_ref.model.enable_gradient_checkpointing": ("gradient_checkpointing", None),
-}
 
 _OVERRIDE = re.compile(r"^([A-Za-z_][\w\-]*(?:\.[A-Za-z_][\w\-]*)*)=(.*)$", re.S)
 
@@ -192,6 +141,16 @@ def rewrite(argv: list[str]) -> list[str]:
                 continue
             i += 1
             continue
+        if name:  # OpenRLHF 0.11's dotted flags, SeRL's names serl notes or refuses, Tinker's keys
+            vals, j = ([inline], i + 1) if eq else _values(argv, i)
+            words = translate(name, vals, argv, recipe)
+            if words is not None:
+                if words[:1] == ["--max_epochs"]:  # OpenRLHF 0.11's --train.max_epochs: the rule below
+                    argv[i:j] = words
+                    continue
+                out += words
+                i = j
+                continue
         if name == "max_epochs":
             vals, j = ([inline], i + 1) if eq else _values(argv, i)
             if vals != ["1"]:
@@ -226,8 +185,10 @@ def rewrite(argv: list[str]) -> list[str]:
             continue
         if name in FLAGS and (FLAGS[name][1] is None or recipe in FLAGS[name][1]):
             target = FLAGS[name][0]
+            if target == "games":
+                vals, j = ([inline], i + 1) if eq else _values(argv, i)
+                _note_textarena(vals)
             if target == "games" and not eq:  # --env_ids A B C -> --games A,B,C
-                vals, j = _values(argv, i)
                 out += [f"--{target}", ",".join(vals)] if vals else [f"--{target}"]
                 i = j
                 continue
@@ -237,6 +198,15 @@ def rewrite(argv: list[str]) -> list[str]:
         out.append(a)
         i += 1
     return out + rnd_seed + (oat.tail if oat is not None else [])
+
+
+def _note_textarena(vals: list[str]) -> None:
+    """A line on stderr where a TextArena id's game is serl's with other sizes (docs/compat.md)."""
+    ids = [w.strip() for v in vals for w in v.split(",")]
+    for tid in ("LiarsDice-v0", "LiarsDice-v1"):
+        if tid in ids:
+            print(f"serl: note: {tid}: played as serl's liars_dice, the same bids and call with 2 dice a player "
+                  f"(TextArena's and spiral-rl's deal 5)", file=sys.stderr)
 
 
 def _openrlhf_is(name: str, vals: list[str]) -> list[str]:
@@ -300,3 +270,4 @@ def _flatten(data: dict, prefix: str = ""):
 
 def _word(v) -> str:
     return str(v).lower() if isinstance(v, bool) else str(v)
+

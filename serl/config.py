@@ -47,7 +47,8 @@ class TrainConfig:
                           "dataset (save_to_disk folder, data files, or hub id such as openai/gsm8k:main)",
                           aliases=("seed_data",))
     input_key: str = _f("problem", "JSON key of the problem text in the seed file")
-    label_key: str = _f("answer", "JSON key of the label (used only by the rule reward)")
+    label_key: str = _f("answer", "JSON key of the label (used only by the rule reward); a dotted key reads a "
+                                  "nested one; rows without 'answer' fall back to verl's reward_model.ground_truth")
     output_key: str = _f("", "JSON key of the human answer / worked solution (SFT, SPIN); '' = none")
     prompt_split: str = _f("train", "split to read when --prompt_data is a Hugging Face dataset")
     max_samples: int = _f(0, "use at most this many seed problems (0 = all)")
@@ -80,6 +81,8 @@ class TrainConfig:
     generator: str = _f("auto", "generation engine: auto (vllm if installed), vllm or hf",
                         choices=("auto", "vllm", "hf"))
     generate_max_len: int = _f(256, "max new tokens per response")
+    show_engine_warnings: bool = _f(False, "print vLLM's own log lines (warnings included) on the terminal; "
+                                           "off: they go to RUN_DIR/engine.log")
     prompt_max_len: int = _f(1024, "max prompt tokens, and at most the model's context minus generate_max_len "
                                    "(longer prompts are skipped and counted, named by file and line)")
     temperature: float = _f(1.0, "rollout sampling temperature")
@@ -138,6 +141,8 @@ class TrainConfig:
     save_steps: int = _f(1, "write a checkpoint every N steps (and at the end); 0 (or -1, as OpenRLHF) = only "
                             "at the end")
     max_ckpt_num: int = _f(2, "keep the newest N checkpoints")
+    save_best: str = _f("", "keep the policy of the step with the best value of this evaluation metric (e.g. "
+                            "eval/gsm8k/pass@1) in RUN_DIR/best; '' = off")
     save_model: bool = _f(True, "save the final policy under RUN_DIR/model: weights, config and tokenizer in "
                                 "Hugging Face layout (LoRA: the adapter in PEFT layout); no optimizer state")
     # --- devices, distributed and SeRL compatibility (engines, Ray)
@@ -265,9 +270,21 @@ class TrainConfig:
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # exit 2 with one line, as argparse does, but name the field
-        self.print_usage(sys.stderr)
+    def error(self, message):  # exit 2 with one line naming the field (no usage dump: --help has it)
+        if message.startswith("unrecognized arguments: "):
+            message += self._unknown_hint(message.split(": ", 1)[1].split())
         self.exit(2, f"serl: error: {message}\n")
+
+    def _unknown_hint(self, words: list[str]) -> str:
+        """Why an unknown flag is refused, and the nearest serl option."""
+        import difflib
+
+        flags = [w.split("=")[0] for w in words if w.startswith("--")]
+        known = [o for o, a in self._option_string_actions.items() if a.help != argparse.SUPPRESS]
+        near = difflib.get_close_matches(flags[0], known, n=1, cutoff=0.75) if flags else []
+        return ((f" (did you mean {near[0]}?)" if near else "") +
+                f"; not an option of {self.prog}: `{self.prog} --help` lists serl's options, docs/compat.md the "
+                f"names of SeRL/OpenRLHF, spiral-rl, verl and SPELL that serl maps, notes or refuses")
 
 
 class _ForeignOption(argparse.Action):
@@ -295,13 +312,23 @@ def build_parser(cls=None, prog: str = "serl train") -> argparse.ArgumentParser:
 
     cls = cls or config_class("serl")
     recipe = getattr(cls, "RECIPE", "serl")
-    ap = _Parser(prog=prog, description=(cls.__doc__ or TrainConfig.__doc__ or "").strip() or None)
+    ap = _Parser(prog=prog, description=(cls.__doc__ or TrainConfig.__doc__ or "").strip() or None,
+                 epilog="The names of SeRL/OpenRLHF, spiral-rl, verl's SPIN and SPELL are read too: each "
+                        "section lists those that map to its options; docs/compat.md has every mapping, "
+                        "note and refusal, with the reasons.")
     ap.recipe = recipe
     ap.add_argument("--config", help="YAML file of options (flags given here override it)")
     ap.add_argument("--resume", default="", help="continue the run in this run directory")
     honoured = declared(cls)
-    groups = {s: ap.add_argument_group(f"common options: {SECTIONS[s][0]}") for s in honoured}
-    own = ap.add_argument_group(f"options of the '{recipe}' recipe")
+    from serl.compat_flags import foreign_names
+
+    theirs = foreign_names(recipe)
+    names_of = {s: SECTIONS[s][1] for s in honoured}
+    names_of[None] = tuple(f.name for f in dataclasses.fields(cls) if SECTION_OF.get(f.name) is None)
+    groups = {s: ap.add_argument_group(f"common options: {SECTIONS[s][0]}" if s else
+                                       f"options of the '{recipe}' recipe", _mapped(names_of[s], theirs))
+              for s in (*honoured, None)}
+    own = groups.pop(None)
     for f in dataclasses.fields(cls):
         sec = SECTION_OF.get(f.name)
         names = [f"--{f.name}"] + [f"--{a}" for a in f.metadata.get("aliases", ())]
@@ -318,6 +345,12 @@ def build_parser(cls=None, prog: str = "serl train") -> argparse.ArgumentParser:
                     ap.add_argument(f"--{n}", action=_ForeignOption, nargs="*", default=other,
                                     dest=f"_foreign_{n}", help=argparse.SUPPRESS)
     return ap
+
+
+def _mapped(names, theirs: dict[str, list[str]]) -> str | None:
+    """A section's line of the other projects' names for its options (``serl train --help``)."""
+    parts = [f"--{n} <- {', '.join(theirs[n])}" for n in names if n in theirs]
+    return ("from other projects: " + "; ".join(parts)) if parts else None
 
 
 def _add(g, cls, f: dataclasses.Field, names: list[str]) -> None:

@@ -4,18 +4,77 @@ Three modes: "bar" (tqdm bars with throughput, the default on a terminal),
 "plain" (one log line per stage with its throughput: the default when stdout is
 not a terminal, e.g. CI or `ray job` logs, where redrawn bars turn into noise),
 and "quiet".
+
+A stage that runs longer than ``HEARTBEAT_S`` seconds (``SERL_PROGRESS_EVERY``; 30) says so every
+``HEARTBEAT_S`` seconds: a plain line ``[rollout] 0/64 samples, 95 s so far``, or a redrawn bar, so a
+long generate call (a vLLM engine reports nothing until the call ends) is never a silence.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import sys
+import threading
 import time
 from contextlib import contextmanager
 from typing import IO, Iterator, Mapping
 
 MODES = ("bar", "plain", "quiet")
 _clock = time.perf_counter  # a name tests can replace
+
+
+def heartbeat_seconds() -> float:
+    return float(os.environ.get("SERL_PROGRESS_EVERY", "30"))
+
+
+_open: list[object] = []  # the heartbeats now running, outermost first: only the innermost speaks
+_lock = threading.Lock()
+
+
+class Heartbeat:
+    """Calls ``say(seconds so far)`` every ``heartbeat_seconds()`` while it is the innermost one open."""
+
+    def __init__(self, say) -> None:
+        self.say, self.start = say, time.perf_counter()  # not _clock: tests script that one's values
+        self._stop = threading.Event()
+        self._thread = None
+        every = heartbeat_seconds()
+        if every > 0:
+            with _lock:
+                _open.append(self)
+            self._thread = threading.Thread(target=self._run, args=(every,), daemon=True, name="serl-progress")
+            self._thread.start()
+
+    def _run(self, every: float) -> None:
+        while not self._stop.wait(every):
+            with _lock:
+                innermost = bool(_open) and _open[-1] is self
+            if innermost:
+                self.say(time.perf_counter() - self.start)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            with _lock:
+                if self in _open:
+                    _open.remove(self)
+
+
+@contextmanager
+def heartbeat(name: str, mode: str = "plain", stream: IO | None = None) -> Iterator[None]:
+    """A block of work with no count of its own (a recipe's ``timed`` section): in plain mode a line
+    ``[name] 95 s so far`` every ``heartbeat_seconds()`` while it runs, nothing when it ends."""
+    if progress_mode(mode, stream) != "plain":
+        yield
+        return
+    out = stream if stream is not None else sys.stdout
+    beat = Heartbeat(lambda secs: print(f"[{name}] {secs:.0f} s so far", file=out, flush=True))
+    try:
+        yield
+    finally:
+        beat.stop()
 
 
 def progress_mode(mode: str | None = "auto", stream: IO | None = None) -> str:
@@ -51,6 +110,15 @@ class Stage:
             from tqdm import tqdm
 
             self._bar = tqdm(total=total, desc=name, unit=unit, leave=False, file=stream, dynamic_ncols=True)
+        self._beat = Heartbeat(self._still_running) if mode != "quiet" else None
+
+    def _still_running(self, secs: float) -> None:
+        if self._bar is not None:
+            self._bar.refresh()  # the elapsed time moves even when the count does not
+        else:
+            out = self._stream if self._stream is not None else sys.stdout
+            done = f"{self.n}/{self.total}" if self.total is not None else f"{self.n}"
+            print(f"[{self.name}] {done} {self.unit}, {secs:.0f} s so far", file=out, flush=True)
 
     def update(self, n: int = 1) -> None:
         self.n += n
@@ -58,6 +126,8 @@ class Stage:
             self._bar.update(n)
 
     def _finish(self, failed: bool) -> None:
+        if self._beat is not None:
+            self._beat.stop()
         self.seconds = _clock() - self.start
         if self._bar is not None:
             self._bar.close()

@@ -40,6 +40,9 @@ BUDGET_KEY = "budget/minutes_used"
 _now = time.monotonic  # the budget's clock (tests replace it)
 
 
+LEFTOVERS = ("engine.log", ERROR_LOG)  # what a run that failed to start leaves: its directory may be used again
+
+
 class Interrupted(Exception):
     """Ctrl-C ended the run; ``serl train`` prints the message and exits 130."""
 
@@ -84,7 +87,8 @@ class _CtrlC:
 def new_run_dir(cfg: TrainConfig) -> Path:
     if cfg.run_dir:
         d = Path(cfg.run_dir)
-        if d.exists() and any(p.name != LOCK_NAME for p in d.iterdir()):  # a stale lock file alone is empty
+        # a stale lock file, or what a failed start left, alone: the directory may be used again
+        if d.exists() and any(p.name not in (*LEFTOVERS, LOCK_NAME) for p in d.iterdir()):
             raise ConfigError(f"run_dir: {d} already exists and is not empty "
                               f"(use --resume {d} to continue it, or choose another directory)")
         return d
@@ -101,7 +105,11 @@ def prepare(cfg: TrainConfig, run_dir: Path | None = None):
     recipe = recipe_class(cfg.recipe)
     data = recipe.prepare(cfg)
     model_path = resolve_model(cfg.model)
-    return data, model_path, recipe.eval_set(cfg), run_dir
+    eval_set = recipe.eval_set(cfg)
+    if cfg.save_best and not eval_set:
+        raise ConfigError(f"save_best: {cfg.save_best} needs an evaluation during training (--eval_data or "
+                          f"--eval_benchmarks, or the recipe's own), and this run has none")
+    return data, model_path, eval_set, run_dir
 
 
 def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None, prepared=None, plan=None) -> Path:
@@ -139,6 +147,8 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None, prepared
     done = newest_step(run_dir) if ckpt else 0
     tok = run_tokenizer(model_path)  # prepare()'s length checks loaded it already
     log.info("recipe %s, model %s, run directory %s", cfg.recipe, model_path, run_dir)
+    if engines is None:
+        route_engine_log(cfg, run_dir)
     engines = engines or build_engines(cfg, plan, model_path, tok)
     recipe, logger, guard, lock, finished = None, None, None, None, False
     evals: dict[int, dict] = {}
@@ -178,8 +188,16 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None, prepared
             log.info("resumed from %s: continuing at step %d", ckpt, done + 1)
         if guard is not None:
             guard.start(done)
+        keeper = None
+        if cfg.save_best:  # --save_best (serl.best): checked against the first evaluation's metrics
+            from serl.best import BestKeeper
+            from serl.summary import direction
+
+            keeper = BestKeeper(cfg.save_best, run_dir, direction(cfg.save_best))
         if eval_set and done == 0:
             evals[0] = _evaluate(recipe, eval_set, logger, 0)
+            if keeper is not None:
+                keeper.check(evals[0])
         budget = cfg.max_minutes * 60
         used = budget_used(run_dir, done) * 60 if budget and done else 0.0
         skipped_long = len(getattr(data, "skipped", ()))
@@ -210,6 +228,9 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None, prepared
             if eval_set and (last or (cfg.eval_steps and step % cfg.eval_steps == 0)):
                 evals[step] = _evaluate(recipe, eval_set, logger, step)
                 m.update(evals[step])
+                if keeper is not None and keeper.offer(step, evals[step], engines.learner):
+                    log.info("best %s so far: %.4g at step %d (RUN_DIR/best)", cfg.save_best,
+                             evals[step][cfg.save_best], step)
             history.append(m)
             print_step_summary(step, m, mode, line=step_line)
             if last or ctrl_c.requested or (cfg.save_steps and step % cfg.save_steps == 0):
@@ -278,13 +299,30 @@ def _evaluate(recipe, problems, logger, step: int) -> dict:
     from serl.run_state import isolated_rng
     from serl.summary import save_items
 
-    with isolated_rng(recipe):  # evaluating (or not) never changes what training samples
-        metrics = recipe.evaluate(problems)
+    from serl.progress import stage
+
+    with isolated_rng(recipe), stage("evaluation", len(problems), "items", getattr(recipe, "progress", "quiet")) as st:
+        metrics = recipe.evaluate(problems)  # evaluating (or not) never changes what training samples
+        st.update(len(problems))
     log.info("evaluation: %s", ", ".join(f"{k} {v:.3f}" for k, v in metrics.items()))
     logger.log(step, metrics)
     if getattr(logger, "run_dir", None) is not None:  # per-problem results, for the paired summary
         save_items(logger.run_dir, step, getattr(recipe, "eval_items", None) or {})
     return metrics
+
+
+def route_engine_log(cfg: TrainConfig, run_dir: Path) -> None:
+    """vLLM's own lines to RUN_DIR/engine.log unless --show_engine_warnings (serl.engines.engine_log)."""
+    from serl.engines.engine_log import ENGINE_LOG, route_to
+
+    from serl.engines.vllm_generator import vllm_available
+
+    kind = getattr(cfg, "generator", "hf")
+    if cfg.show_engine_warnings or kind == "hf" or (kind == "auto" and not vllm_available()):
+        return
+    run_dir.mkdir(parents=True, exist_ok=True)  # a start that fails leaves only LEFTOVERS here
+    route_to(run_dir / ENGINE_LOG)
+    log.info("vLLM's own log lines go to %s (--show_engine_warnings prints them here)", run_dir / ENGINE_LOG)
 
 
 def keep_traceback(e: EngineDied, run_dir: Path) -> None:

@@ -14,7 +14,7 @@ import dataclasses
 SECTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "run": ("the run", (
         "recipe", "model", "run_dir", "seed", "steps", "max_minutes", "eval_steps", "progress", "use_wandb",
-        "wandb_project", "wandb_run_name", "use_tensorboard", "save_steps", "max_ckpt_num", "save_model",
+        "wandb_project", "wandb_run_name", "use_tensorboard", "save_steps", "max_ckpt_num", "save_best", "save_model",
         "ckpt_path")),
     "seed_data": ("seed problems", (
         "prompt_data", "input_key", "label_key", "output_key", "prompt_split", "max_samples")),
@@ -24,7 +24,8 @@ SECTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "math_reward": ("math reward", ("reward_mode", "answer_fallback")),
     "checker": ("math-equivalence checker", ("verify_timeout",)),
     "generation": ("generation", (
-        "generator", "generate_max_len", "prompt_max_len", "temperature", "top_p", "system_prompt")),
+        "generator", "generate_max_len", "prompt_max_len", "temperature", "top_p", "system_prompt",
+        "show_engine_warnings")),
     "advantage": ("advantages", ("advantage_estimator", "gamma")),
     "kl": ("KL to the reference", ("init_kl_coef", "use_kl_loss", "kl_estimator", "kl_clip")),
     "learner": ("learner", (

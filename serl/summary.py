@@ -214,6 +214,8 @@ def print_summary(run_dir: str | Path, secs: float, print_=print) -> None:
         lines = change_lines(run_dir)
     except Exception as e:  # a summary problem must not hide a finished run
         lines = [f"(no summary: {e})"]
-    for line in lines:
+    from serl.best import best_line
+
+    for line in lines + [x for x in (best_line(run_dir),) if x]:
         print_(f"  {line}")
     print_(f"  metrics: {run_dir / 'metrics.jsonl'}   report: {run_dir / 'report'}")

@@ -40,7 +40,9 @@ def _split_resume(argv: list[str]) -> tuple[str | None, list[str]]:
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
+    logging.getLogger("absl").setLevel(logging.WARNING)  # rouge_score's "Using default tokenizer." on every run
     argv = list(sys.argv[1:] if argv is None else argv)
+    cfg = None
     try:
         from serl.compat import rewrite
 
@@ -50,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
             run_dir = Path(value)
             if not value or not run_dir.is_dir():
                 raise ConfigError(f"--resume: run directory not found: {value!r}")
-            launch(resume_config(run_dir, rest), run_dir)
+            cfg = resume_config(run_dir, rest)
+            launch(cfg, run_dir)
         else:
             cfg, _ = parse_args(argv)
             launch(cfg)
@@ -71,5 +74,12 @@ def main(argv: list[str] | None = None) -> int:
             raise
         where = f"the full traceback is in {e.log_path}; " if e.log_path else ""
         print(f"serl train: error: {e}\n({where}SERL_DEBUG=1 prints it here)", file=sys.stderr)
+        return 1
+    except Exception as e:  # Ray's out-of-memory kill: one line, as an engine's death
+        from serl.distributed.oom import is_ray_oom, oom_message
+
+        if os.environ.get("SERL_DEBUG") or not is_ray_oom(e):
+            raise
+        print(f"serl train: error: {oom_message(e, cfg)}\n(SERL_DEBUG=1 prints the traceback)", file=sys.stderr)
         return 1
     return 0

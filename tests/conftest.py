@@ -181,9 +181,9 @@ def train_here(capsys):
 
 
 MATH_DIR = ROOT.parent / "shared" / "data" / "serl_math_benchmarks"  # tests/eval/conftest.py's math_dir
-# Evaluation on two math benchmarks before training, every 2 steps and at the end.
+# Evaluation on two math benchmarks before training, every 2 steps and at the end; the best step's policy kept.
 TINY_EVAL = ["--eval_benchmarks", "gsm8k,svamp", "--eval_data_dir", str(MATH_DIR), "--eval_limit", "2",
-             "--eval_k", "2", "--eval_steps", "2"]
+             "--eval_k", "2", "--eval_steps", "2", "--save_best", "eval/gsm8k/mean@2"]
 
 
 @pytest.fixture(scope="session")

@@ -259,3 +259,126 @@ def test_spiral_rl_refusals_name_the_flag(flags, message, capsys):
 def test_minus_one_save_interval_means_only_the_final_checkpoint(words):
     """OpenRLHF's and verl's -1: no periodic checkpoints (step % -1 == 0 would have saved every step)."""
     assert cfg_of(*words).save_steps == 0
+
+
+def test_serl_s_reward_file_names_and_a_missing_one_names_serl_s_files():
+    from pathlib import Path
+
+    ours = Path(__file__).resolve().parents[1] / "reward_utils"
+    for name in ("math_verify_maj_reward.py", "math_verify_reward.py"):
+        assert cfg_of("--remote_rm_url", str(ours / name)).remote_rm_url == str(ours / name)
+    # SeRL's README path: the file is found under the name SeRL uses
+    with pytest.raises(ConfigError, match=r"reward file not found: /path/to/your/SeRL/reward_utils/"
+                                          r"math_verify_maj_reward.py; serl ships it as .*reward_utils/"
+                                          r"math_verify_maj_reward.py$"):
+        cfg_of("--remote_rm_url", "/path/to/your/SeRL/reward_utils/math_verify_maj_reward.py")
+    with pytest.raises(ConfigError, match=r"reward file not found: x/mine.py; serl's reward files, in .*: "
+                                          r"majority_vote_reward.py, math_rule_reward.py, math_verify_maj_reward.py, "
+                                          r"math_verify_reward.py$"):
+        cfg_of("--remote_rm_url", "x/mine.py")
+    with pytest.raises(ConfigError, match=r"serl takes one reward source, got 2 .*pass the training reward alone"):
+        cfg_of("--remote_rm_url", f"{ours}/math_verify_maj_reward.py,{ours}/math_verify_reward.py")
+
+
+def test_serl_template_flags_serl_has_no_option_for_are_noted_or_refused_in_one_line(capsys, tmp_path):
+    """SeRL's README and templates pass these; each is mapped, noted on stderr, or refused with serl's way."""
+    cfg = cfg_of("--filtered_data_root_dir", f"{tmp_path}/f", "--evolution_generation_data_root_dir", f"{tmp_path}/e",
+                 "--train_samples_root_dir", f"{tmp_path}/t", "--eval_output_root_dir", f"{tmp_path}/o",
+                 "--packing_samples", "--save_hf_ckpt", "--flash_attn", "--num_episodes", "1", "--steps", "3")
+    assert cfg.steps == 3 and not any((tmp_path / d).exists() for d in "feto")
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 8 and all(x.startswith("serl: note: --") for x in err)
+    assert f"serl: note: --filtered_data_root_dir {tmp_path / 'f'}: serl keeps a run's self-made problems" in err[0]
+    assert "serl: note: --num_episodes 1: serl counts training steps; --steps decides" in err
+    for words, message in [
+            (["--num_episodes", "1"], "--num_episodes: serl counts training steps, not passes over the prompts; "
+                                      "give --steps N instead"),
+            (["--load_checkpoint"], "--load_checkpoint: serl continues a run with `serl train --resume RUN_DIR`"),
+            (["--ckpt.load_enable"], "--ckpt.load_enable: serl continues a run with `serl train --resume RUN_DIR`"),
+            (["--normalize_reward"], "--normalize_reward: serl has no running reward normalisation"),
+            (["--critic.model_name_or_path", "x"], "--critic.model_name_or_path: serl trains no critic"),
+            (["--ds.deepcompile"], "--ds.deepcompile: this OpenRLHF 0.11 flag has no serl meaning and is refused"),
+            (["--train.max_epochs", "2"], "--max_epochs: serl trains each rollout once per step")]:
+        with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
+            rewrite(words)
+
+
+def test_openrlhf_0_11_dotted_flags():
+    cfg = cfg_of("--actor.model_name_or_path", "smollm2", "--data.prompt_dataset", "dataset/arith_seed.jsonl",
+                 "--data.input_key", "problem", "--data.label_key", "answer", "--eval.dataset",
+                 "dataset/arith_heldout.jsonl", "--eval.steps", "5", "--ckpt.save_steps", "4", "--ckpt.max_num", "2",
+                 "--ckpt.output_dir", "runs/y", "--rollout.batch_size", "8", "--rollout.n_samples_per_prompt", "4",
+                 "--rollout.max_new_tokens", "64", "--rollout.temperature", "0.9", "--train.batch_size", "16",
+                 "--train.micro_batch_size", "2", "--train.seed", "3", "--train.async_enable", "--actor.adam.lr", "2e-6",
+                 "--algo.advantage.estimator", "rloo", "--algo.kl.init_coef", "0.01", "--algo.kl.use_loss",
+                 "--reward.remote_url", "http://127.0.0.1:5000/get_reward", "--train.max_epochs", "1",
+                 "--logger.wandb.project", "p", "--logger.wandb.run_name", "r", "--ds.lora.rank", "8")
+    assert (cfg.model, cfg.prompt_data, cfg.eval_data, cfg.run_dir) == (
+        "smollm2", "dataset/arith_seed.jsonl", "dataset/arith_heldout.jsonl", "runs/y")
+    assert (cfg.eval_steps, cfg.save_steps, cfg.max_ckpt_num, cfg.rollout_batch_size, cfg.n_samples_per_prompt) == (
+        5, 4, 2, 8, 4)
+    assert (cfg.generate_max_len, cfg.temperature, cfg.train_batch_size, cfg.micro_train_batch_size, cfg.seed) == (
+        64, 0.9, 16, 2, 3)
+    assert cfg.async_train and cfg.actor_learning_rate == 2e-6 and cfg.advantage_estimator == "rloo"
+    assert cfg.init_kl_coef == 0.01 and cfg.use_kl_loss and cfg.remote_rm_url.startswith("http://127.0.0.1:5000")
+    assert (cfg.wandb_project, cfg.wandb_run_name, cfg.lora_rank) == ("p", "r", 8)
+
+
+def test_spiral_on_tinker_keys(capsys):
+    # spiral-rl's Tinker README: python train_spiral_tinker.py model_name=... renderer_name=qwen3 env_ids=... ...
+    cfg = cfg_of("--recipe", "spiral", "model_name=smollm2", "renderer_name=qwen3", "env_ids=TicTacToe-v0,KuhnPoker-v1",
+                 "batch_size=128", "learning_rate=4e-5", "wandb_project=spiral", "max_tokens=256",
+                 "use_async_actor_learner=True", "replay_buffer_max_staleness=2", "loss_fn=ppo")
+    assert cfg.model == "smollm2" and cfg.games_per_step == 64 and cfg.actor_learning_rate == 4e-5
+    assert cfg.game_list() == ["tictactoe", "kuhn_poker"] and cfg.wandb_project == "spiral"
+    assert cfg.generate_max_len == 256 and cfg.async_train and cfg.max_staleness == 2
+    err = capsys.readouterr().err
+    assert "serl: note: --renderer_name qwen3: serl writes its game prompt inside the model's own chat template" in err
+    assert "serl: note: --batch_size 128: Tinker's batch is both players of 64 games: serl's --games_per_step 64" in err
+    with pytest.raises(ConfigError, match=r"--load_checkpoint_path: Tinker's hosted checkpoints \(tinker://...\) "
+                                          r"cannot be read here"):
+        rewrite(["--recipe", "spiral", "load_checkpoint_path=tinker://xxx/weights/000180"])
+    with pytest.raises(ConfigError, match="--loss_fn: serl's SPIRAL has one policy loss"):
+        rewrite(["--recipe", "spiral", "loss_fn=importance_sampling"])
+    with pytest.raises(ConfigError, match="--batch_size: expected an even whole number"):
+        rewrite(["--recipe", "spiral", "batch_size=7"])
+
+
+def test_spiral_s_current_textarena_ids(capsys):
+    # the FSP example of spiral-rl's Tinker README
+    cfg = cfg_of("--recipe", "spiral", "env_ids=KuhnPoker-v1,LiarsDice-v1", "fsp_enabled=True", "fsp_pool_size=25")
+    assert cfg.game_list() == ["kuhn_poker", "liars_dice"]
+    assert "serl: note: LiarsDice-v1: played as serl's liars_dice" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="SimpleNegotiation-v2: spiral-rl's five-resource negotiation; serl's "
+                                         "simple_negotiation is the two-resource game of SimpleNegotiation-v1"):
+        check_game_names("SimpleNegotiation-v2")
+    with pytest.raises(ValueError, match="ConnectFour-v0: serl has no Connect Four"):
+        check_game_names(["TicTacToe-v0", "ConnectFour-v0"])
+
+
+def test_verl_label_is_found_without_label_key(tmp_path):
+    import json
+
+    f = tmp_path / "verl.jsonl"
+    f.write_text(json.dumps({"prompt": "1+1?", "reward_model": {"style": "rule", "ground_truth": "2"}}) + "\n"
+                 + json.dumps({"prompt": "2+2?", "answer": "4", "reward_model": {"ground_truth": "5"}}) + "\n")
+    a, b = read_seeds(f, "prompt")  # --label_key's default, 'answer', first; else verl's field
+    assert (a.label, b.label) == ("2", "4")
+    assert [p.label for p in read_seeds(f, "prompt", "reward_model.ground_truth")] == ["2", "5"]
+
+
+def test_unknown_flags_get_one_line_and_help_points_to_compat(train_here, capsys):
+    rc, err = train_here("--no_such_flag", "1")
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "usage:" not in err
+    assert err.startswith("serl: error: unrecognized arguments: --no_such_flag 1; not an option of serl train")
+    assert "docs/compat.md" in err
+    rc, err = train_here("--rollout_batch_sise", "4")
+    assert "(did you mean --rollout_batch_size?)" in err and len(err.strip().splitlines()) == 1
+    rc, err = train_here("--recipe", "spiral", "--prompt_data", "x.jsonl")  # a section the recipe does not read
+    assert rc == 2 and len(err.strip().splitlines()) == 1
+    from serl.config import build_parser
+
+    text = build_parser().format_help()
+    assert "docs/compat.md" in text
+    assert "--eval_data <- --eval_dataset, --eval.dataset, data.val_files" in " ".join(text.split())
+    assert "--remote_rm_url <- --reward.remote_url" in " ".join(text.split())

@@ -358,6 +358,24 @@ def test_plain_stage_prints_one_line_with_throughput(monkeypatch):
                               "[update] 5 batches in 50.0 s (0.1 batches/s)\n")
 
 
+def test_a_long_stage_says_it_is_still_running(monkeypatch):
+    """A generate call reports nothing until it ends: a stage past SERL_PROGRESS_EVERY seconds says so."""
+    import time
+
+    monkeypatch.setenv("SERL_PROGRESS_EVERY", "0.05")
+    out = FakeStream(False)
+    with stage("self-instruct", total=40, unit="problems", mode="plain", stream=out) as s:
+        s.update(12)
+        time.sleep(0.3)
+    lines = out.getvalue().splitlines()
+    assert len(lines) >= 3 and lines[0].startswith("[self-instruct] 12/40 problems, ") and lines[0].endswith(" s so far")
+    assert lines[-1].startswith("[self-instruct] 12/40 problems in ")
+    quiet = FakeStream(False)
+    with stage("x", total=1, mode="quiet", stream=quiet):
+        time.sleep(0.15)
+    assert quiet.getvalue() == ""
+
+
 def test_plain_stage_marks_failure_and_reraises():
     out = FakeStream(False)
     with pytest.raises(KeyError):
@@ -403,3 +421,21 @@ def test_print_step_summary_modes(mode, printed):
     out = FakeStream(False)
     print_step_summary(3, {"reward/mean": 0.5}, mode=mode, stream=out)
     assert out.getvalue() == ("step 3 | reward 0.500\n" if printed else "")
+
+
+def test_a_long_block_without_a_count_says_so_and_only_the_innermost_speaks(monkeypatch):
+    import time
+
+    from serl.progress import heartbeat
+
+    monkeypatch.setenv("SERL_PROGRESS_EVERY", "0.05")
+    out = FakeStream(False)
+    with heartbeat("questioner", "plain", out):
+        time.sleep(0.2)
+        with stage("rollout", total=8, unit="samples", mode="plain", stream=out):
+            time.sleep(0.2)
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("[questioner] ") and lines[0].endswith(" s so far")
+    inner = lines.index(next(x for x in lines if x.startswith("[rollout]")))
+    assert all(x.startswith("[rollout]") for x in lines[inner:])  # the outer block is quiet meanwhile
+    assert lines[-1].startswith("[rollout] 0/8 samples in ")

@@ -62,8 +62,11 @@ def plain_pair(serl_start, tmp_path_factory):
     serl_start: one thread each): they need nothing from each other. Name -> (result, run dir)."""
     root = tmp_path_factory.mktemp("seed_commands")
     file_run, spiral_run = root / "reward_file", root / "spiral"
+    # SeRL's gt template: its reward file by SeRL's name, and its flags serl notes (--num_episodes 1 with --steps)
     runs = {"reward_file": (serl_start(*SERL, "--steps", 1, "--save_path", file_run, "--reward_mode", "rule",
-                                       "--remote_rm_url", ROOT / "reward_utils/math_rule_reward.py"), file_run),
+                                       "--remote_rm_url", ROOT / "reward_utils/math_verify_reward.py",
+                                       "--num_episodes", "1", "--packing_samples", "--save_hf_ckpt",
+                                       "--filtered_data_root_dir", root / "filtered"), file_run),
             # spiral-rl's README: python train_spiral.py --env_ids KuhnPoker-v1 ... --pretrain ... --learning_rate
             # 0.000001 --num_ppo_epochs 2 --gamma 1 --beta 0 --temperature 1.0 --top_p 1
             "spiral": (serl_start("--recipe", "spiral", "--env_ids", "TicTacToe-v0", "KuhnPoker-v1", "--pretrain",
@@ -92,8 +95,9 @@ def parquet_pair(serl_start, tmp_path_factory):
     pq.write_table(pa.Table.from_pylist([{"text": d["text"]} for d in docs]), corpus)
     verl_run, spell_run = root / "verl", root / "spell"
     # verl's recipe/spin README: python3 -m recipe.spin.main_spin data.train_files=... algorithm.dpo_beta=0.1 ...
+    # (no --label_key: verl's reward_model.ground_truth is found by itself)
     runs = {"verl": (serl_start("--recipe", "spin", "--spin_mode", "online", f"data.train_files={data}",
-                                "data.prompt_key=prompt", "--label_key", "reward_model.ground_truth", "--reward_mode",
+                                "data.prompt_key=prompt", "--reward_mode",
                                 "rule", "actor_rollout_ref.model.path=smollm2", "actor_rollout_ref.actor.optim.lr=1e-6",
                                 "algorithm.dpo_beta=0.2", "trainer.ref_update_freq=1", "data.train_batch_size=2",
                                 "actor_rollout_ref.rollout.n=2", "data.max_response_length=12",
@@ -114,6 +118,10 @@ def test_serl_with_a_reward_file(plain_pair):
     assert r.returncode == 0, r.stderr[-3000:]
     (row,) = rows(run)
     assert 0.0 <= row["reward/mean"] <= 1.0 and row["reward/groups"] == 2
+    notes = [x for x in r.stderr.splitlines() if x.startswith("serl: note: --")]
+    assert [x.split(":")[2].split()[0] for x in notes] == ["--num_episodes", "--packing_samples", "--save_hf_ckpt",
+                                                           "--filtered_data_root_dir"]
+    assert not (run.parent / "filtered").exists()
 
 
 class _OnceThenDown(BaseHTTPRequestHandler):
@@ -192,3 +200,32 @@ def test_spell_with_a_parquet_corpus_and_the_azr_mapping(parquet_pair):
     r, run = parquet_pair["spell"]
     assert r.returncode == 0, r.stderr[-3000:]
     assert len(rows(run)) == 1
+
+
+def test_serl_s_template_on_this_machine(tmp_path):
+    """SeRL's README: `zsh scripts/train/train_llama32_3b_reinforce_pp_serl_template.sh` (bash where zsh is
+    missing), no GPU here: the template runs as one CPU process, the user's extra arguments making it small."""
+    import os
+
+    shim = tmp_path / "bin" / "serl"  # `serl` from this checkout
+    shim.parent.mkdir()
+    shim.write_text(f"#!/bin/sh\nexec {sys.executable} -m serl.cli \"$@\"\n")
+    shim.chmod(0o755)
+    shell = shutil.which("zsh") or "bash"
+    env = dict(os.environ, PATH=f"{shim.parent}{os.pathsep}{os.environ['PATH']}", GPUS="0", MEM_GIB="64",
+               PRETRAIN="smollm2", STEPS="1", PROMPT_DATA=str(ROOT / "dataset/arith_seed.jsonl"),
+               SAVE_PATH=str(tmp_path / "run"), OMP_NUM_THREADS="1")
+    env.pop("RAY_ADDRESS", None)
+    r = subprocess.run([shell, str(ROOT / "scripts/train/train_llama32_3b_reinforce_pp_serl_template.sh"),
+                        "--generator", "hf", "--rollout_batch_size", "2", "--n_samples_per_prompt", "2",
+                        "--micro_rollout_batch_size", "2", "--train_batch_size", "4", "--micro_train_batch_size", "2",
+                        "--instructions_num_per_iteration", "2", "--few_shot_generation", "2",
+                        "--few_shot_generation_batch_size", "2", "--instruction_max_len", "48",
+                        "--instruction_max_attempts", "2", "--generate_max_len", "16", "--max_refill_rounds", "1",
+                        "--reward_difficulty_bounds", "0", "1", "--progress", "plain", "--save_model", "false"],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "no GPU here: one process on the CPU" in r.stderr
+    (row,) = rows(tmp_path / "run")
+    assert row["step"] == 1 and "reward/mean" in row
+    assert "step 1 |" in r.stdout

@@ -16,8 +16,9 @@ import pytest
 from serl.config import parse_args
 
 ROOT = Path(__file__).resolve().parents[1]
-TEMPLATES = sorted((ROOT / "scripts" / "train").glob("*.sh"))
-SERL_TEMPLATES = sorted((ROOT / "scripts" / "train").glob("train_llama32_3b_*.sh"))
+SCRIPTS = sorted((ROOT / "scripts" / "train").glob("*.sh"))  # with _fit.sh and SeRL's *_template.sh names
+TEMPLATES = [p for p in SCRIPTS if not p.name.startswith("_") and not p.stem.endswith("_template")]
+SERL_TEMPLATES = [p for p in TEMPLATES if p.name.startswith("train_llama32_3b_")]
 ALGO = {"reinforce_pp": "reinforce", "grpo": "group_norm", "rloo": "rloo"}
 MODE = {"serl": ("majority", True), "gt": ("rule", False), "maj": ("majority", False)}
 SHELLS = [s for s in ("bash", "zsh") if shutil.which(s)]
@@ -41,7 +42,7 @@ def _static_argv(path: Path) -> list[str]:
         if not line.rstrip().endswith("\\"):
             break
     env = _defaults(text)
-    words = shlex.split(" ".join(lines))
+    words = [w for w in shlex.split(" ".join(lines)) if w not in ("${FIT[@]}", "$@")]  # the machine's, the user's
     words = [re.sub(r"\$(\w+)", lambda m: env[m.group(1)], w) for w in words]
     assert words[:2] == ["serl", "train"]
     return words[2:]
@@ -94,7 +95,7 @@ def test_spin_template_parses_with_its_flags(mode):
 
 
 @pytest.mark.parametrize("shell", SHELLS)
-@pytest.mark.parametrize("path", TEMPLATES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: p.stem)
 def test_template_syntax(shell, path):
     r = subprocess.run([shell, "-n", str(path)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
@@ -118,11 +119,13 @@ def test_template_runs_the_same_argv_in_the_shell(shell, path, tmp_path):
     fake.chmod(0o755)
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env.update(PATH=f"{fake.parent}{os.pathsep}{env['PATH']}", PRETRAIN="/models/My Model",
-               SAVE_PATH=str(tmp_path / "run"))
-    r = subprocess.run([shell, str(path)], env=env, capture_output=True, text=True, cwd=tmp_path)
+               SAVE_PATH=str(tmp_path / "run"), GPUS="8")  # the machine the template is written for
+    r = subprocess.run([shell, str(path), "--steps", "2", "--eval_data", "a b.jsonl"], env=env,
+                       capture_output=True, text=True, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     argv = json.loads(out.read_text())
-    assert argv[0] == "train"
+    assert argv[0] == "train" and argv[-4:] == ["--steps", "2", "--eval_data", "a b.jsonl"]  # passed through, last
+    argv = argv[:-4]
     expected = _static_argv(path)
     expected[expected.index("--pretrain") + 1] = "/models/My Model"  # spaces survive quoting
     expected[expected.index("--save_path") + 1] = str(tmp_path / "run")
@@ -142,3 +145,48 @@ def test_presets_parse(name, gpus, colocate, engines):
         (gpus, colocate, engines)
     assert cfg.learner == "deepspeed" and cfg.zero_stage == 3 and cfg.ray
     assert cfg.actor_learning_rate == 5e-7 and cfg.n_samples_per_prompt == 16
+
+
+def _run_template(path: Path, tmp_path: Path, *extra: str, **env_vars: str):
+    """(result, the argv a stand-in `serl` got) of ``bash path extra`` with ``env_vars``."""
+    out = tmp_path / "argv.json"
+    fake = tmp_path / "bin" / "serl"
+    fake.parent.mkdir(exist_ok=True)
+    fake.write_text(FAKE_SERL.format(python=sys.executable, out=str(out)))
+    fake.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "GPUS")}
+    env.update(PATH=f"{fake.parent}{os.pathsep}{env['PATH']}", SAVE_PATH=str(tmp_path / "run"), **env_vars)
+    r = subprocess.run(["bash", str(path), *extra], env=env, capture_output=True, text=True, cwd=tmp_path)
+    return r, (json.loads(out.read_text())[1:] if out.exists() else None)
+
+
+@pytest.mark.parametrize("path", [p for p in TEMPLATES if p.stem.endswith(("_serl", "spin", "spiral", "spell"))],
+                         ids=lambda p: p.stem)
+def test_templates_fit_the_machine(path, tmp_path):
+    """Fewer GPUs than written: one rank, engine (and reference worker) per GPU. None: one CPU process,
+    or a refusal before anything starts when the model cannot fit in memory."""
+    r, argv = _run_template(path, tmp_path, GPUS="2", PRETRAIN="smollm2")
+    assert r.returncode == 0, r.stderr
+    cfg, _ = parse_args(argv)
+    assert (cfg.actor_num_gpus_per_node, cfg.vllm_num_engines) == (2, 2) and cfg.ray
+    if path.name.startswith("train_llama32_3b_"):  # SeRL's layout puts a reference worker on every GPU
+        assert cfg.ref_num_gpus_per_node == 2
+    r, argv = _run_template(path, tmp_path, "--steps", "1", GPUS="0", PRETRAIN="smollm2", MEM_GIB="64")
+    assert r.returncode == 0, r.stderr
+    cfg, _ = parse_args(argv)
+    assert not cfg.ray and cfg.learner == "torch" and cfg.device == "cpu" and cfg.steps == 1
+    assert "no GPU here: one process on the CPU" in r.stderr
+    (tmp_path / "argv.json").unlink()
+    r, argv = _run_template(path, tmp_path, GPUS="0", PRETRAIN="Qwen/Qwen2.5-72B-Instruct", MEM_GIB="64")
+    assert r.returncode == 2 and argv is None  # serl never started
+    assert (f"{path}: no GPU here, and training Qwen/Qwen2.5-72B-Instruct on the CPU needs about 1343 GiB of "
+            f"memory; 64 GiB is available.") in r.stderr and "PRETRAIN=smollm2" in r.stderr
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "scripts" / "train").glob("*_template.sh")), ids=lambda p: p.stem)
+def test_serl_s_template_names_run_the_same_command(path, tmp_path):
+    """SeRL's README names its scripts *_template.sh: the same run, extra arguments passed on."""
+    r, argv = _run_template(path, tmp_path, "--steps", "1", GPUS="8", PRETRAIN="smollm2")
+    r2, own = _run_template(path.with_name(path.name.replace("_template", "")), tmp_path, "--steps", "1", GPUS="8",
+                            PRETRAIN="smollm2")
+    assert r.returncode == r2.returncode == 0 and argv == own and argv[-2:] == ["--steps", "1"]

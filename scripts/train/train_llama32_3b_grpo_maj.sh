@@ -28,6 +28,10 @@ launch() {
   fi
 }
 
+# Fit the layout to this machine (scripts/train/_fit.sh); extra arguments go to serl train and win.
+. "$(cd "$(dirname "${BASH_SOURCE[0]:-$0}")" && pwd)/_fit.sh"
+serl_fit "$0" 8 1 || exit $?
+
 launch serl train \
   --pretrain "$PRETRAIN" \
   --prompt_data "$PROMPT_DATA" \
@@ -68,4 +72,5 @@ launch serl train \
   --enable_self_evolution false \
   --reward_difficulty_bounds 0.2 0.8 \
   --use_wandb "$USE_WANDB" \
-  --wandb_run_name "$WANDB_RUN_NAME"
+  --wandb_run_name "$WANDB_RUN_NAME" \
+  "${FIT[@]}" "$@"

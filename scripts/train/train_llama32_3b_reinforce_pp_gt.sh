@@ -28,6 +28,10 @@ launch() {
   fi
 }
 
+# Fit the layout to this machine (scripts/train/_fit.sh); extra arguments go to serl train and win.
+. "$(cd "$(dirname "${BASH_SOURCE[0]:-$0}")" && pwd)/_fit.sh"
+serl_fit "$0" 8 1 || exit $?
+
 launch serl train \
   --pretrain "$PRETRAIN" \
   --prompt_data "$PROMPT_DATA" \
@@ -65,4 +69,5 @@ launch serl train \
   --reward_mode rule \
   --enable_self_evolution false \
   --use_wandb "$USE_WANDB" \
-  --wandb_run_name "$WANDB_RUN_NAME"
+  --wandb_run_name "$WANDB_RUN_NAME" \
+  "${FIT[@]}" "$@"

@@ -28,6 +28,10 @@ launch() {
   fi
 }
 
+# Fit the layout to this machine (scripts/train/_fit.sh); extra arguments go to serl train and win.
+. "$(cd "$(dirname "${BASH_SOURCE[0]:-$0}")" && pwd)/_fit.sh"
+serl_fit "$0" 8 1 || exit $?
+
 launch serl train \
   --pretrain "$PRETRAIN" \
   --prompt_data "$PROMPT_DATA" \
@@ -69,4 +73,5 @@ launch serl train \
   --few_shot_generation 8 \
   --few_shot_generation_batch_size 4 \
   --use_wandb "$USE_WANDB" \
-  --wandb_run_name "$WANDB_RUN_NAME"
+  --wandb_run_name "$WANDB_RUN_NAME" \
+  "${FIT[@]}" "$@"

@@ -28,6 +28,10 @@ launch() {
   fi
 }
 
+# Fit the layout to this machine (scripts/train/_fit.sh); extra arguments go to serl train and win.
+. "$(cd "$(dirname "${BASH_SOURCE[0]:-$0}")" && pwd)/_fit.sh"
+serl_fit "$0" 8 0 || exit $?
+
 launch serl train \
   --recipe spell \
   --pretrain "$PRETRAIN" \
@@ -69,4 +73,5 @@ launch serl train \
   --verifier_max_len 512 \
   --actor_learning_rate 1e-6 \
   --use_wandb "$USE_WANDB" \
-  --wandb_run_name "$WANDB_RUN_NAME"
+  --wandb_run_name "$WANDB_RUN_NAME" \
+  "${FIT[@]}" "$@"

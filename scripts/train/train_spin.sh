@@ -33,6 +33,10 @@ launch() {
   fi
 }
 
+# Fit the layout to this machine (scripts/train/_fit.sh); extra arguments go to serl train and win.
+. "$(cd "$(dirname "${BASH_SOURCE[0]:-$0}")" && pwd)/_fit.sh"
+serl_fit "$0" 8 0 || exit $?
+
 launch serl train \
   --recipe spin \
   --spin_mode "$SPIN_MODE" \
@@ -78,4 +82,5 @@ launch serl train \
   --lr_warmup_ratio 0.1 \
   --save_steps 50 \
   --use_wandb "$USE_WANDB" \
-  --wandb_run_name "$WANDB_RUN_NAME"
+  --wandb_run_name "$WANDB_RUN_NAME" \
+  "${FIT[@]}" "$@"

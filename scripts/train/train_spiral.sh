@@ -27,6 +27,10 @@ launch() {
   fi
 }
 
+# Fit the layout to this machine (scripts/train/_fit.sh); extra arguments go to serl train and win.
+. "$(cd "$(dirname "${BASH_SOURCE[0]:-$0}")" && pwd)/_fit.sh"
+serl_fit "$0" 8 0 || exit $?
+
 launch serl train \
   --recipe spiral \
   --pretrain "$PRETRAIN" \
@@ -70,4 +74,5 @@ launch serl train \
   --bf16 \
   --gradient_checkpointing \
   --use_wandb "$USE_WANDB" \
-  --wandb_run_name "$WANDB_RUN_NAME"
+  --wandb_run_name "$WANDB_RUN_NAME" \
+  "${FIT[@]}" "$@"

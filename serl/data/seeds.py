@@ -86,6 +86,10 @@ def _nested(row: dict, key: str):
     return value
 
 
+DEFAULT_LABEL_KEY = "answer"  # --label_key's default
+VERL_LABEL_KEY = "reward_model.ground_truth"
+
+
 def _row_to_problem(row, where: str, input_key: str, label_key: str | None,
                     output_key: str | None = None) -> Problem:
     if not isinstance(row, dict):
@@ -99,6 +103,8 @@ def _row_to_problem(row, where: str, input_key: str, label_key: str | None,
         raise DataError(f"{where}: key '{input_key}' must be a non-empty string")
     label = None
     raw = _nested(row, label_key) if label_key else None
+    if raw is None and label_key == DEFAULT_LABEL_KEY:  # verl's rows keep the label here (SPIN's recipe)
+        raw = _nested(row, VERL_LABEL_KEY)
     if raw is not None:
         if isinstance(raw, (bool, list, dict)):  # str() would make text no answer can ever match
             kind = {bool: "true/false", list: "a list", dict: "an object"}[type(raw)]

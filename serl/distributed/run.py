@@ -60,7 +60,8 @@ def _env(plan: ResourcePlan) -> dict:
     env = {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     if not plan.use_gpu:
         env["DS_ACCELERATOR"] = "cpu"
-    for k in ("SERL_CACHE", "HF_HOME", "WANDB_MODE", "VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND"):
+    for k in ("SERL_CACHE", "HF_HOME", "WANDB_MODE", "VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND",
+              "SERL_ENGINE_LOG"):
         if k in os.environ:
             env[k] = os.environ[k]
     return {"env_vars": env}
@@ -124,6 +125,7 @@ def run_with_ray(cfg: TrainConfig, resume_dir: Path | None = None) -> Path:
 
     prepared = runner.prepare(cfg, resume_dir)  # bad input fails before Ray starts; read once
     run_plan = plan_run(cfg)
+    runner.route_engine_log(cfg, prepared[3])  # before the actors start: they read it from their env
     started = _init_ray(cfg)
     parts = None
     try:
@@ -143,6 +145,9 @@ def main(argv: list[str] | None = None) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
+    from serl.distributed.oom import is_ray_oom, oom_message
+
+    cfg = None
     try:
         cfg, _ = parse_args(argv)
         cfg.ray = True
@@ -150,6 +155,11 @@ def main(argv: list[str] | None = None) -> int:
     except USER_ERRORS as e:
         print(f"serl train: error: {e}", file=sys.stderr)
         return 2
+    except Exception as e:  # Ray's out-of-memory kill: one line (serl.distributed.oom)
+        if os.environ.get("SERL_DEBUG") or not is_ray_oom(e):
+            raise
+        print(f"serl train: error: {oom_message(e, cfg)}\n(SERL_DEBUG=1 prints the traceback)", file=sys.stderr)
+        return 1
     return 0
 
 

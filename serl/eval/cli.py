@@ -149,6 +149,7 @@ def run(args, generator=None, tokenizer=None) -> dict:
     """Evaluate and write outputs; ``generator``/``tokenizer`` may be passed in (tests, trainer)."""
     from serl.eval.math_bench import evaluate_math
     from serl.eval.mmlu_pro import evaluate_mmlu_pro
+    from serl.eval.resume import Resumable
     from serl.rewards import EquivalenceChecker
 
     problems, mmlu_q, mmlu_val = _load_inputs(args)
@@ -170,6 +171,7 @@ def run(args, generator=None, tokenizer=None) -> dict:
     if kind != "given":
         kind, generator = make_generator(args.generator, model_path, tokenizer, args)
     log = None if args.quiet else sys.stderr
+    generator = Resumable(generator, args.output_dir, str(model_path), log)  # finished chunks survive a stop
     common = dict(k=args.k, greedy=not args.no_greedy, max_new_tokens=args.max_new_tokens,
                   temperature=args.temperature, top_p=args.top_p, prompt_style=args.prompt_style,
                   seed=args.seed, chunk=args.chunk, log=log)
@@ -209,6 +211,7 @@ def run(args, generator=None, tokenizer=None) -> dict:
     write_atomic(out / "results.json", json.dumps(results, indent=2, ensure_ascii=False) + "\n")
     table = format_table(results, args.k)
     write_atomic(out / "table.txt", table + "\n")
+    generator.finished()
     print(table)
     return results
 

@@ -23,9 +23,23 @@ GAMES: dict[str, type[Game]] = {
 }
 
 
-# TextArena's environment ids, as spiral-rl's --env_ids names them, for the games serl has
+# TextArena's environment ids, as spiral-rl's --env_ids names them, for the games serl has. spiral-rl
+# 0.2.0 (spiral/core/envs) registers LiarsDice-v1 as its own Liar's Dice (the rules of -v0, bids and a
+# call, with fixes to whose turn it is) and SimpleNegotiation-v1 as the two-resource game
 TEXTARENA_IDS = {"TicTacToe-v0": "tictactoe", "KuhnPoker-v1": "kuhn_poker",
-                 "SimpleNegotiation-v1": "simple_negotiation", "LiarsDice-v0": "liars_dice"}
+                 "SimpleNegotiation-v1": "simple_negotiation", "LiarsDice-v0": "liars_dice",
+                 "LiarsDice-v1": "liars_dice"}
+# ids spiral-rl's README lists whose game serl does not have, and why
+OTHER_IDS = {
+    "SimpleNegotiation-v2": "spiral-rl's five-resource negotiation; serl's simple_negotiation is the "
+                            "two-resource game of SimpleNegotiation-v1",
+    "ConnectFour-v0": "serl has no Connect Four",
+    "TruthAndDeception-v1": "serl has no Truth and Deception",
+    "PigDice-v1": "serl has no Pig",
+    "WordChains-v1": "serl has no Word Chains",
+    "SpellingBee-v1": "serl has no Spelling Bee",
+    "SimpleBlindAuction-v1": "serl has no blind auction",
+}
 
 
 def check_game_names(names: str | list[str]) -> list[str]:
@@ -36,6 +50,9 @@ def check_game_names(names: str | list[str]) -> list[str]:
     if not items:
         raise ValueError(f"no game given; known games: {', '.join(GAMES)}")
     for n in items:
+        if n in OTHER_IDS:
+            raise ValueError(f"{n}: {OTHER_IDS[n]}; serl's games: {', '.join(GAMES)} (TextArena ids: "
+                             f"{', '.join(TEXTARENA_IDS)})")
         if n not in GAMES:
             raise ValueError(f"unknown game {n!r}; known games: {', '.join(GAMES)} (TextArena ids: "
                              f"{', '.join(TEXTARENA_IDS)})")

@@ -198,10 +198,14 @@ class Recipe:
     # ---- small helpers recipes share ---------------------------------------------------------
     @contextmanager
     def timed(self, name: str):
-        """Add the block's wall time to ``self.times[name]`` (logged as ``time/NAME``)."""
+        """Add the block's wall time to ``self.times[name]`` (logged as ``time/NAME``); a long block says
+        it is still running (``serl.progress.heartbeat``, plain mode)."""
+        from serl.progress import heartbeat
+
         t0 = time.perf_counter()
         try:
-            yield
+            with heartbeat(name, getattr(self, "progress", "quiet")):
+                yield
         finally:
             self.times[name] = self.times.get(name, 0.0) + time.perf_counter() - t0
 

@@ -41,6 +41,7 @@ MAX_REPLY_BYTES = 64 * 2**20
 # query keys that hold credentials (api_key=, token=, access_token=, sig=, ...)
 _SECRET_KEY = re.compile(r"key|token|secret|passw|auth|sig|credential", re.IGNORECASE)
 MAX_BACKOFF_S = 30.0
+REWARD_UTILS = Path(__file__).resolve().parents[2] / "reward_utils"  # a checkout's reward files
 
 
 def is_url(spec: str) -> bool:
@@ -74,11 +75,25 @@ def check_spec(spec: str) -> str | None:
         except ValueError:
             return f"bad port in {shown_url(spec.split('@')[-1])!r}"
         return None if u.hostname else "the URL has no host"
+    if "," in spec:  # SeRL passes two files, comma-separated
+        return f"serl takes one reward source, got {len(spec.split(','))} ({spec}); serl's evaluation " \
+               f"(--eval_data) always scores with its built-in math-verify rule check, the reward of " \
+               f"reward_utils/math_verify_reward.py: pass the training reward alone"
     if not spec.endswith(".py"):
         return f"expected an http(s):// URL or a .py file with reward_func, got {spec!r}"
     if not Path(spec).is_file():
-        return f"reward file not found: {spec}"
+        return f"reward file not found: {spec}{_shipped_hint(Path(spec).name)}"
     return None
+
+
+def _shipped_hint(name: str) -> str:
+    """Where serl's own reward files are (a path from SeRL's README names one of them by its file name)."""
+    if not REWARD_UTILS.is_dir():
+        return ""
+    files = sorted(p.name for p in REWARD_UTILS.glob("*.py") if p.name != "serl_reward_common.py")
+    if name in files:
+        return f"; serl ships it as {REWARD_UTILS / name}"
+    return f"; serl's reward files, in {REWARD_UTILS}: {', '.join(files)}"
 
 
 class HttpReward:

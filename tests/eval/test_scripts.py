@@ -87,3 +87,43 @@ def test_script_runs_real_model(case, script_runs, math_dir, mmlu_dir):
     per_problem = (1 if "pass@1" in keys else 0) + (2 if "maj@2" in keys else 0)
     assert len(rows) == sum(bench.values()) * per_problem
     assert "pass@1" in r.stdout  # the printed table
+
+
+SEERL_NAMES = Path(__file__).resolve().parents[2] / "evaluation"
+FAKE_PYTHON = "#!/bin/sh\necho \"$*\" >> {out}\n"
+
+
+@pytest.mark.parametrize("script, env, expected", [
+    ("Math-Benchmarks/scripts/vllm_gen_outputs_greedy_template.sh",
+     {"MODEL_PATH_LIST": "m/a m/b", "DATA_NAME": "math_500,gsm8k", "DATA_DIR": "/d"},
+     ["--model m/a", "--benchmarks math_500,gsm8k --data_dir /d", "--k 0", "/a/math_greedy"]),
+    ("Math-Benchmarks/scripts/vllm_gen_outputs_n_sampling_template.sh",
+     {"MODEL_PATH_LIST": "m/a,m/b", "DATA_NAME": "svamp", "N_SAMPLING": "16"},
+     ["--model m/a", "--benchmarks svamp", "--k 16", "/a/math_maj16"]),
+    ("MMLU-Pro/scripts/eval_models_template.sh", {"models": "m/a m/b"},
+     ["--model m/a", "--benchmarks mmlu_pro", "/a/mmlu_pro"]),
+])
+def test_serl_s_evaluation_script_names_run_serl_eval_per_model(script, env, expected, tmp_path):
+    """SeRL's README names evaluation/Math-Benchmarks/scripts/*_template.sh and MMLU-Pro's: each runs
+    serl's script once per model, SeRL's variables read as serl's."""
+    out = tmp_path / "calls"
+    fake = tmp_path / "python"
+    fake.write_text(FAKE_PYTHON.format(out=out))
+    fake.chmod(0o755)
+    r = subprocess.run(["bash", str(SEERL_NAMES / script), "--limit", "3"], cwd=tmp_path, capture_output=True,
+                       text=True, env={"PATH": "/usr/bin:/bin", "PYTHON": str(fake), "HOME": str(tmp_path),
+                                       "OUT_ROOT": str(tmp_path / "o"), **env})
+    assert r.returncode == 0, r.stderr
+    a, b = out.read_text().splitlines()
+    assert all(x in a for x in expected) and a.endswith("--limit 3"), a
+    assert "--model m/b" in b and f"{tmp_path / 'o'}/b/" in b
+
+
+def test_serl_s_scoring_script_names_show_serl_s_tables(tmp_path):
+    (tmp_path / "o" / "a" / "math_greedy").mkdir(parents=True)
+    (tmp_path / "o" / "a" / "math_greedy" / "table.txt").write_text("math_500 pass@1 8.0\n")
+    for name in ("evaluate_outputs_template.sh", "find_outputs_maj_template.sh", "evaluate_outputs_maj_template.sh"):
+        r = subprocess.run(["bash", str(SEERL_NAMES / "Math-Benchmarks/scripts" / name)], capture_output=True,
+                           text=True, env={"PATH": "/usr/bin:/bin", "OUTPUT_DIRS": str(tmp_path / "o")})
+        assert r.returncode == 0 and "math_500 pass@1 8.0" in r.stdout, r.stderr
+        assert f"{name}: serl eval scores while it generates" in r.stderr

@@ -31,3 +31,17 @@ def test_train_evaluates_every_n_steps_and_logs(math_dir, tiny_serl_run):
     assert "on the same 2 problems" in r.stdout
     # the training steps themselves were logged as usual
     assert {l["step"] for l in lines if "reward/mean" in l} == {1, 2, 3}
+
+
+@pytest.mark.slow
+def test_save_best_keeps_the_best_evaluated_step(math_dir, tiny_serl_run):
+    # the same run, with --save_best eval/gsm8k/mean@2: steps 2 and 3 compete (not the evaluation before training)
+    run, r = tiny_serl_run.dir, tiny_serl_run.result
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
+    score = {l["step"]: l["eval/gsm8k/mean@2"] for l in lines if "eval/gsm8k/mean@2" in l}
+    best = json.loads((run / "best" / "best.json").read_text())
+    want = 2 if score[2] >= score[3] else 3  # ties keep the earlier one
+    assert best == {"metric": "eval/gsm8k/mean@2", "value": score[want], "step": want}
+    assert (run / "best" / "config.json").is_file()  # a Hugging Face model, as RUN_DIR/model
+    assert f"best eval/gsm8k/mean@2: {score[want]:.4g} at step {want}, kept in {run / 'best'}" in r.stdout

@@ -68,3 +68,13 @@ def test_openrlhf_loads_the_file_by_path():
     executor = agent.SingleTurnAgentExecutor(remote_rm_url=str(ROOT / "math_rule_reward.py"))
     out = asyncio.run(executor._fetch_rewards_via_func([P + "\\boxed{7}", P + "8"], [P, P], ["7", "7"]))
     assert [o["rewards"].tolist() for o in out] == [[1.0], [0.0]]
+
+
+@pytest.mark.parametrize("serl_name, ours", [("math_verify_reward.py", "math_rule_reward.py"),
+                                             ("math_verify_maj_reward.py", "majority_vote_reward.py")])
+def test_serl_s_own_file_names_give_the_same_rewards(serl_name, ours):
+    """SeRL's README passes math_verify_(maj_)reward.py; they are serl's two files under those names."""
+    q = [P + "\\boxed{7}", P + "\\boxed{8}", P + "7", "other" + "\\boxed{1}"]
+    prompts, labels = [P, P, P, "other"], ["7", "7", "8", "1"]
+    a, b = load(serl_name).reward_func(q, prompts, labels), load(ours).reward_func(q, prompts, labels)
+    assert a["rewards"].tolist() == b["rewards"].tolist() and a["extra_logs"].keys() == b["extra_logs"].keys()

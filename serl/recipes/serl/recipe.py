@@ -144,8 +144,9 @@ class SerlRecipe(Recipe):
             return self.next_seeds(need)
         items = [it for it in self.pool.generated() if it.status == "pending"][:need]
         if len(items) < need:
-            with self.timed("instruct"):
+            with self.timed("instruct"), stage("self-instruct", need - len(items), "problems", self.progress) as st:
                 new, m = self.instruct.propose(need - len(items), step, self.rng)
+                st.update(len(new))
             accumulate(metrics, m)
             items += new
             self.counts["batch/generated"] += len(new)
