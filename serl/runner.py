@@ -301,9 +301,10 @@ def _evaluate(recipe, problems, logger, step: int) -> dict:
 
     from serl.progress import stage
 
-    with isolated_rng(recipe), stage("evaluation", len(problems), "items", getattr(recipe, "progress", "quiet")) as st:
+    n = len(problems) if hasattr(problems, "__len__") else None  # SPELL's held-out set is no list
+    with isolated_rng(recipe), stage("evaluation", n, "items", getattr(recipe, "progress", "quiet")) as st:
         metrics = recipe.evaluate(problems)  # evaluating (or not) never changes what training samples
-        st.update(len(problems))
+        st.update(n or 0)
     log.info("evaluation: %s", ", ".join(f"{k} {v:.3f}" for k, v in metrics.items()))
     logger.log(step, metrics)
     if getattr(logger, "run_dir", None) is not None:  # per-problem results, for the paired summary
@@ -314,7 +315,6 @@ def _evaluate(recipe, problems, logger, step: int) -> dict:
 def route_engine_log(cfg: TrainConfig, run_dir: Path) -> None:
     """vLLM's own lines to RUN_DIR/engine.log unless --show_engine_warnings (serl.engines.engine_log)."""
     from serl.engines.engine_log import ENGINE_LOG, route_to
-
     from serl.engines.vllm_generator import vllm_available
 
     kind = getattr(cfg, "generator", "hf")
