@@ -39,9 +39,10 @@ def _holder(fd: int) -> str:
     return f"pid {text}" if text.isdigit() else "another process (pid not yet written)"
 
 
-def lock_run_dir(run_dir: Path, new: bool) -> RunLock:
-    """Create ``run_dir`` if needed and lock it; ``new``: it must hold nothing else
-    (a run that started meanwhile and already finished wrote into it)."""
+def lock_run_dir(run_dir: Path, new: bool, leftovers: tuple[str, ...] = ()) -> RunLock:
+    """Create ``run_dir`` if needed and lock it; ``new``: it must hold nothing else but
+    ``leftovers`` (files this start or a failed one writes before the lock, e.g. engine.log;
+    anything more means a run that started meanwhile and already finished wrote into it)."""
     run_dir = Path(run_dir)
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -56,7 +57,7 @@ def lock_run_dir(run_dir: Path, new: bool) -> RunLock:
         os.close(fd)
         raise ConfigError(f"run_dir: {run_dir} is in use by {who} (a serl run holds {path}); wait for it "
                           f"to end or stop it, then --resume {run_dir}; or choose another directory") from None
-    if new and any(p.name != LOCK_NAME for p in run_dir.iterdir()):
+    if new and any(p.name not in (LOCK_NAME, *leftovers) for p in run_dir.iterdir()):
         os.close(fd)
         raise ConfigError(f"run_dir: {run_dir} already exists and is not empty "
                           f"(use --resume {run_dir} to continue it, or choose another directory)")

