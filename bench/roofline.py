@@ -44,7 +44,6 @@ CONFIGS = {
                            "--instruction_one_call true"),
     "qwen-gsm8k": ("qwen2.5-coder-0.5b", "gsm8k_2step", "--init_kl_coef 0"),
 }
-MODEL_FLAGS = {name: flags for name, (_, _, flags) in CONFIGS.items()}
 
 
 def config_of(name: str) -> tuple[str, str, str]:

@@ -30,17 +30,26 @@ def _wait_for_step(proc, run, timeout=600):
     raise AssertionError(f"no step logged; rc={proc.poll()}")
 
 
-def test_one_ctrl_c_finishes_the_step_saves_and_says_how_to_resume(tmp_path, tiny_train_args):
-    run = tmp_path / "run"
-    proc = _start(run, tiny_train_args)
+def _interrupt(run, args, times: int) -> tuple[int, str]:
+    """Start a run, wait for its first step, send ``times`` SIGINTs 0.3 s apart; (exit code, stderr)."""
+    proc = _start(run, args)
     try:
         _wait_for_step(proc, run)
-        os.kill(proc.pid, signal.SIGINT)
+        for k in range(times):
+            if k:
+                time.sleep(0.3)
+            os.kill(proc.pid, signal.SIGINT)
         _, err = proc.communicate(timeout=600)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 130, err[-3000:]
+    return proc.returncode, err
+
+
+def test_one_ctrl_c_finishes_the_step_saves_and_says_how_to_resume(tmp_path, tiny_train_args):
+    run = tmp_path / "run"
+    rc, err = _interrupt(run, tiny_train_args, times=1)
+    assert rc == 130, err[-3000:]
     assert "Traceback" not in err
     last = err.strip().splitlines()[-1]
     steps = sorted(p.name for p in (run / CKPT_DIR).glob("step_*") if (p / DONE).exists())
@@ -54,17 +63,8 @@ def test_one_ctrl_c_finishes_the_step_saves_and_says_how_to_resume(tmp_path, tin
 
 def test_a_second_ctrl_c_stops_at_once_without_a_traceback(tmp_path, tiny_train_args):
     run = tmp_path / "run"
-    proc = _start(run, tiny_train_args)
-    try:
-        _wait_for_step(proc, run)
-        os.kill(proc.pid, signal.SIGINT)
-        time.sleep(0.3)
-        os.kill(proc.pid, signal.SIGINT)
-        _, err = proc.communicate(timeout=600)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 130, err[-3000:]
+    rc, err = _interrupt(run, tiny_train_args, times=2)
+    assert rc == 130, err[-3000:]
     assert "Traceback" not in err
     last = err.strip().splitlines()[-1]
     assert last.startswith("serl train: stopped by Ctrl-C") and last.endswith(f"resume with serl train --resume {run}")
