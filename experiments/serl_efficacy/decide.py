@@ -1,0 +1,233 @@
+"""The deciding run (issue 49): SeRL against seed labels over hundreds of steps, guard acting.
+
+    python experiments/serl_efficacy/decide.py --out ../runs/decide            # start
+    python experiments/serl_efficacy/decide.py --out ../runs/decide --resume   # after any stop
+    python experiments/serl_efficacy/decide.py --smoke --out runs/decide_smoke # SmolLM2, minutes
+    python experiments/serl_efficacy/results_decide.py experiments/serl_efficacy/items/decide
+
+The third round's task, seeds, held-out set and model (GSM8K two-step, Qwen2.5-Coder-0.5B, LoRA
+32), with the step of issue 46 (no KL term, vLLM graphs on, tcmalloc). Arms, one at a time:
+  d   no training (evaluated on every kind of machine an arm is evaluated on)
+  c   seed labels (rule reward)
+  a   SeRL (self-instruction + majority vote) with the collapse guard acting (rollback)
+  a0  SeRL with the guard watching only (what the guard changed), if time allows
+Each trained arm runs to --steps optimizer steps or --max_minutes of training steps, whichever
+comes first; every --eval_every steps its policy is evaluated (held-out greedy pass@1, cut share,
+accuracy among finished answers); its end also gets maj@K and SVAMP. After every evaluation the
+per-problem results (0/1 vectors and token counts, no text), the training metrics, the setup and
+the timings are copied into --items (in the repository), so a session that stops loses nothing
+that a number needs, and results_decide.py rebuilds every table from there alone.
+
+Machines differ (bf16 kernels with and without AMX flip greedy answers), so every evaluation
+records its machine kind and is paired only with arm d evaluated on the same kind.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from export_items import export  # noqa: E402
+from run import (ROOT, TASK_FULL, TASK_SMOKE, Timings, budget_used, check_eval_settings, guard_pick,  # noqa: E402
+                 log, machine, snapshot, train_flags)
+
+from arms import ARMS  # noqa: E402
+
+TASK = "gsm8k_2step"
+STEP_FLAGS = ["--init_kl_coef", "0", "--vllm_enforce_eager", "false"]  # issue 46 (bench/README.md)
+# Fixed before arm a, from training signals only: in the third round arm a's probe agreement (a
+# training signal) fell from 0.44 (step 6) to 0.27 (step 12), so a check every 4 steps sees such a
+# fall within 4 steps; rollback, not stop, because one early dip must not end a 200-step arm;
+# the guard's other settings are its defaults (docs/guard.md).
+GUARD_ACT = ["--collapse_guard", "rollback", "--guard_every", "4", "--guard_max_rollbacks", "2"]
+GUARD_WATCH = ["--collapse_guard", "watch", "--guard_every", "4"]
+ARMS4 = {
+    "c": ("rule reward, seed labels", ARMS["c"][1]),
+    "a": ("SeRL, guard acting (rollback)", ARMS["a"][1] + GUARD_ACT),
+    "a0": ("SeRL, guard watching only", ARMS["a"][1] + GUARD_WATCH),
+    "d": ("no training", None),
+}
+FULL = dict(TASK_FULL, steps=200, eval_every=25, max_minutes=300.0)
+SMOKE = dict(TASK_SMOKE, steps=4, eval_every=2, max_minutes=10.0, guard_probe=8)
+ANCHOR = "guard_anchor.jsonl"
+
+
+def machine_kind() -> str:
+    """intel-amx, amd-noamx, ...: what decides whether two greedy evaluations can be paired."""
+    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    vendor = "intel" if "GenuineIntel" in info else "amd" if "AuthenticAMD" in info else "other"
+    return f"{vendor}-{'amx' if ' amx_bf16' in info else 'noamx'}"
+
+
+def arm_state(run_dir: Path) -> tuple[int, float, bool]:
+    """(last step, training minutes used, whether the guard stopped the run)."""
+    if not (run_dir / "metrics.jsonl").exists():
+        return 0, 0.0, False
+    step, used = budget_used(run_dir)
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    return step, used, any(r.get("guard/action") == 2 for r in rows)
+
+
+def train_to(arm: str, target: int, run_dir: Path, flags: list[str], args, timings: Timings) -> None:
+    """Train ``run_dir`` up to step ``target`` (a new run, or --resume of the arm's run)."""
+    limits = ["--steps", str(target), "--max_minutes", str(args.max_minutes)]
+    new = not (run_dir / "metrics.jsonl").exists()
+    cmd = [*flags, *limits, "--run_dir", str(run_dir)] if new else ["--resume", str(run_dir), *limits]
+    if new and run_dir.exists():  # a start that died before its first step: begin again
+        shutil.rmtree(run_dir)
+    log(f"arm {arm}: serl train to step {target} ({'new' if new else 'resume'}), {machine_kind()}")
+    t0 = time.perf_counter()
+    r = subprocess.run([sys.executable, "-m", "serl.cli", "train", *cmd], cwd=ROOT)
+    if r.returncode != 0:
+        sys.exit(f"serl train failed ({r.returncode}) in {run_dir}; fix it and rerun with --resume")
+    step, used, stopped = arm_state(run_dir)
+    timings.add("train", arm, {"to_step": target, "wall_s": time.perf_counter() - t0, "step": step,
+                               "minutes_used": used, "guard_stopped": stopped, "machine": machine_kind()})
+
+
+def evaluate(ev, tag: str, model: str, step: int, k: int, timings: Timings) -> dict:
+    """One evaluation, tagged with the machine kind it ran on (kept with the result)."""
+    res = ev.evaluate(tag, model, step=step, k=k, timings=timings)
+    if "machine" not in res:
+        res["machine"] = machine_kind()
+        path = ev.out / f"{tag}.json"
+        path.write_text(json.dumps(res))
+    return res
+
+
+def evaluated(out: Path, tag: str, k: int) -> bool:
+    path = out / "eval" / f"{tag}.json"
+    return path.exists() and (not k or json.loads(path.read_text()).get("k") == k)
+
+
+def keep(out: Path, items: Path) -> None:
+    """Copy what every number needs into the repository (export_items.py's layout)."""
+    export(out, items)
+    for res in (out / "eval").glob("*.json"):  # export keeps a fixed set of keys; add the machine kind
+        kept = items / "eval" / res.name
+        data = json.loads(kept.read_text())
+        data["machine"] = json.loads(res.read_text()).get("machine", "")
+        kept.write_text(json.dumps(data, separators=(",", ":")) + "\n")
+
+
+def run_arm(arm: str, args, out: Path, flags: list[str], ev, tev, timings: Timings, base: str) -> None:
+    run_dir = out / f"arm_{arm}"
+    arm_flags = list(ARMS4[arm][1]) + (["--guard_probe", str(args.guard_probe)] if "guard" in " ".join(ARMS4[arm][1])
+                                       else [])
+    if "--collapse_guard" in arm_flags and (out / ANCHOR).exists():
+        arm_flags += ["--guard_anchor", str(out / ANCHOR)]  # one anchor for a and a0 (same model, probe, seed)
+    while True:
+        step, used, stopped = arm_state(run_dir)
+        done = step >= args.steps or used >= args.max_minutes or stopped
+        if not done:
+            target = min(args.steps, (step // args.eval_every + 1) * args.eval_every)
+            train_to(arm, target, run_dir, flags + arm_flags, args, timings)
+            if (run_dir / ANCHOR).exists() and not (out / ANCHOR).exists():
+                shutil.copyfile(run_dir / ANCHOR, out / ANCHOR)
+            before, (step, used, stopped) = step, arm_state(run_dir)
+            done = step >= args.steps or used >= args.max_minutes or stopped
+            if step <= before and not done:
+                sys.exit(f"{run_dir}: serl train ended at step {step} without reaching {target}, the budget "
+                         "or a guard stop; look at its log, then rerun with --resume")
+        tag = f"{arm}_{step:03d}"
+        if not evaluated(out, tag, args.k if done else 0) or (done and not evaluated(out, f"{tag}_svamp", 0)):
+            dest = out / "policies" / tag
+            if not dest.exists():
+                snapshot(run_dir, dest)
+            check_eval_settings(run_dir, ev.cfg)
+            if done:  # arm d's maj@K on this machine, for the end's comparison
+                evaluate(ev, f"d_{machine_kind()}", base, 0, args.k, timings)
+            evaluate(ev, tag, str(dest), step, args.k if done else 0, timings)
+            if done:
+                evaluate(tev, f"{tag}_svamp", str(dest), step, 0, timings)
+            keep(out, args.items)
+            shutil.rmtree(dest)  # a merged model is 1 GB; the evaluation is what is kept
+        if done:
+            break
+    kept = guard_pick(run_dir, out / "policies" / f"{arm}_guard", base) if "watch" in arm_flags else None
+    if kept is not None:  # watch mode: what stop would have ended the run with
+        evaluate(ev, f"{arm}_guard", str(kept[0]), kept[1], 0, timings)
+        evaluate(tev, f"{arm}_guard_svamp", str(kept[0]), kept[1], 0, timings)
+        keep(out, args.items)
+    log(f"arm {arm}: done at step {step} ({used:.1f} training minutes{', the guard stopped it' if stopped else ''})")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True, help="the run's directory (run directories, evaluations); put it "
+                    "outside the checkout, e.g. ../runs/decide")
+    ap.add_argument("--items", type=Path, default=HERE / "items" / "decide",
+                    help="where per-problem results, metrics, setup and timings are kept (in the repository)")
+    ap.add_argument("--arms", default="c,a,a0", help="training arms, in order (d is always evaluated first)")
+    ap.add_argument("--resume", action="store_true", help="continue an existing --out")
+    ap.add_argument("--smoke", action="store_true", help="SmolLM2 and tiny sizes: proves the pipeline only")
+    ap.add_argument("--generator", default="auto", choices=("auto", "vllm", "hf"))
+    args = ap.parse_args(argv)
+    sizes = SMOKE if args.smoke else FULL
+    for key, v in sizes.items():
+        setattr(args, key, v)
+    args.model = "smollm2" if args.smoke else "qwen2.5-coder-0.5b"
+    args.task, args.train_flags = TASK, " ".join(STEP_FLAGS)
+    arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+    if any(a not in ARMS4 or a == "d" for a in arms):
+        sys.exit(f"--arms takes a subset of c,a,a0 (got {args.arms})")
+    out = Path(args.out).resolve()
+    if out.exists() and any(out.iterdir()) and not args.resume:
+        sys.exit(f"{out} exists; add --resume to continue it, or choose another --out")
+    from tasks import write_task_files
+
+    files = write_task_files(TASK, out, args.seeds, args.heldout, args.transfer)
+    args.seeds_path = files["seeds"]
+    from serl.config import parse_args
+    from serl.data.seeds import read_seeds
+
+    flags = train_flags(args)
+    for a in arms:  # bad flags fail here, before anything is written
+        parse_args(flags + list(ARMS4[a][1]))
+    cfg = parse_args(flags + ARMS["a"][1])[0]
+    settings = {k: getattr(args, k) for k in (*sizes, "model", "task", "train_flags", "smoke")}
+    settings.update(step_flags=STEP_FLAGS, guard_act=GUARD_ACT, guard_watch=GUARD_WATCH,
+                    arms={a: ARMS4[a][1] for a in arms})
+    setup = out / "setup.json"
+    if setup.exists():
+        saved = json.loads(setup.read_text())
+        diff = {k: (saved["settings"].get(k), v) for k, v in settings.items() if saved["settings"].get(k) != v}
+        if set(diff) - {"arms"}:
+            sys.exit(f"{setup}: settings differ from this command's: {diff}; use another --out")
+        saved["settings"]["arms"].update(settings["arms"])
+        saved.setdefault("sessions", []).append(machine())
+        setup.write_text(json.dumps(saved, indent=1))
+    else:
+        setup.write_text(json.dumps({"settings": settings, "machine": machine(), "sessions": [machine()]}, indent=1))
+    args.items.mkdir(parents=True, exist_ok=True)
+
+    from heldout import Evaluator
+    from serl.models import resolve_model
+
+    base = resolve_model(args.model)
+    ev = Evaluator(out / "eval", read_seeds(files["heldout"], "problem", "answer", limit=args.heldout), cfg,
+                   args.generator, base)
+    tev = Evaluator(out / "eval", read_seeds(files["transfer"], "problem", "answer"), cfg, args.generator, base)
+    timings = Timings(out / "timings.json")
+    kind = machine_kind()  # arm d on this machine: the base every evaluation made here is paired with
+    evaluate(ev, f"d_{kind}", base, 0, 0, timings)  # maj@K is added when an arm ends here
+    evaluate(tev, f"d_{kind}_svamp", base, 0, 0, timings)
+    keep(out, args.items)
+    for arm in arms:
+        run_arm(arm, args, out, flags, ev, tev, timings, base)
+    ev.close()
+    tev.close()
+    from results_decide import report
+
+    print(report(args.items))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

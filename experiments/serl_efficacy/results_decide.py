@@ -1,0 +1,186 @@
+"""results.md and curves.png of the deciding run (issue 49), from its kept items alone.
+
+    python experiments/serl_efficacy/results_decide.py experiments/serl_efficacy/items/decide
+
+Primary metric, fixed before any run: held-out greedy pass@1 (last-number fallback). Every
+evaluation is paired with arm d evaluated on the same kind of machine (``machine`` in its file).
+Each change is split into its kinds: stopping (share cut at the limit), format (boxed rate) and
+correctness (accuracy among finished answers; pass@1 on the problems both arms finished).
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from results import delta, finish, pct, rate, share_of_gain, train_panels, train_rows  # noqa: E402
+from results_task import both_finished, fin_acc, fin_delta, finished, gain_kinds  # noqa: E402
+
+from serl.eval.stats import paired_bootstrap  # noqa: E402
+
+NAMES = {"c": "seed labels", "a": "SeRL, guard acting", "a0": "SeRL, guard watching", "d": "no training"}
+TARGET_C, TARGET_A, TARGET_SHARE, TARGET_LO = 8.0, 4.0, 0.5, -2.0
+
+
+def load_all(items: Path) -> dict[str, dict]:
+    return {p.stem: json.loads(p.read_text()) for p in sorted((items / "eval").glob("*.json"))}
+
+
+def points(ev: dict, arm: str) -> list[dict]:
+    """An arm's greedy held-out evaluations, by step."""
+    rs = [r for t, r in ev.items() if t.startswith(f"{arm}_") and t[len(arm) + 1:].isdigit()]
+    return sorted(rs, key=lambda r: r["step"])
+
+
+def base_for(ev: dict, r: dict, svamp: bool = False) -> dict | None:
+    """Arm d evaluated on the machine kind ``r`` was evaluated on."""
+    return ev.get(f"d_{r.get('machine', '')}{'_svamp' if svamp else ''}")
+
+
+def pts(base: list, other: list) -> tuple[float, float, float]:
+    d, lo, hi = paired_bootstrap(base, other)
+    return 100 * d, 100 * lo, 100 * hi
+
+
+def report(items: Path) -> str:
+    ev, setup = load_all(items), json.loads((items / "setup.json").read_text())
+    timings = json.loads((items / "timings.json").read_text())
+    s = setup["settings"]
+    arms = [a for a in ("c", "a", "a0") if points(ev, a)]
+    ends = {a: points(ev, a)[-1] for a in arms}
+    lines = [f"# The deciding run: {s['model']}, task {s['task']}{' (SMOKE: pipeline check only)' if s['smoke'] else ''}",
+             "", f"Report written {time.strftime('%Y-%m-%d %H:%M %Z')} from `{items}` alone.", "",
+             "Sessions (machine, date, commit): " + "; ".join(
+                 f"{m['cpu']} ({m['cores']} cores, {m['mem_gib']} GiB), {m['date']}, {m['commit']}"
+                 for m in setup.get("sessions", [setup["machine"]])), "",
+             f"Settings: {json.dumps(s)}", "",
+             "## Arm d (no training), per machine kind", "",
+             "| machine | pass@1 % | maj@K % | cut % | boxed % | right among finished | SVAMP pass@1 % |", "|---" * 7 + "|"]
+    for t, r in ev.items():
+        if t.startswith("d_") and not t.endswith("_svamp"):
+            sv = ev.get(f"{t}_svamp")
+            maj = pct(rate(r["maj_number"])) if "maj_number" in r else "-"
+            lines.append(f"| {t[2:]} | {pct(rate(r['correct_number']))} | {maj} | "
+                         f"{100 * sum(r['truncated']) / r['n']:.1f} | {100 * sum(r['boxed']) / r['n']:.1f} | {fin_acc(r)} | "
+                         f"{pct(rate(sv['correct_number'])) if sv else '-'} |")
+    lines += ["", "## Curves: held-out greedy, every evaluation against d on its machine", "",
+              "| arm | step | training min | machine | pass@1 % | vs d (paired 95% CI, McNemar) | cut % | boxed % | "
+              "right among finished | guard agreement |", "|---" * 10 + "|"]
+    for a in arms:
+        used = {e["step"]: e["minutes_used"] for e in timings["train"].get(a, [])}
+        g = {r["step"]: r["guard/agreement"] for r in train_rows(items / f"arm_{a}") if "guard/agreement" in r}
+        for r in points(ev, a):
+            b = base_for(ev, r)
+            near = max((st for st in g if st <= r["step"]), default=None)
+            lines.append(f"| {a} | {r['step']} | {used.get(r['step'], float('nan')):.1f} | {r.get('machine', '?')} | "
+                         f"{pct(rate(r['correct_number']))} | {delta(b['correct_number'], r['correct_number']) if b else '-'} | "
+                         f"{100 * sum(r['truncated']) / r['n']:.1f} | {100 * sum(r['boxed']) / r['n']:.1f} | {fin_acc(r)} | "
+                         f"{'-' if near is None else f'{g[near]:.3f} (step {near})'} |")
+    lines += ["", "## Each arm's end against d, by kind of gain (points)", "",
+              "| arm - d | step | pass@1 | gained / lost | stopping: cut share | format: boxed rate | correctness: right "
+              "among finished | correctness: both finished | maj@K | SVAMP pass@1 | SVAMP right among finished |",
+              "|---" * 11 + "|"]
+    for a in arms + [t for t in ev if t.endswith("_guard")]:
+        r = ends.get(a) or ev[a]
+        b, sv = base_for(ev, r), ev.get(f"{r['tag']}_svamp")
+        sb = base_for(ev, r, svamp=True)
+        if b is None:
+            lines.append(f"| {a} | {r['step']} | no arm d on {r.get('machine')} yet |" + " |" * 8)
+            continue
+        maj = (delta(b["maj_number"], r["maj_number"]) if "maj_number" in r and "maj_number" in b else "-")
+        lines.append(f"| {a} | {r['step']} | {delta(b['correct_number'], r['correct_number'])} | {gain_kinds(b, r)} | "
+                     f"{delta(b['truncated'], r['truncated'], p=False)} | {delta(b['boxed'], r['boxed'], p=False)} | "
+                     f"{fin_delta(b, r)[0]} | {both_finished(b, r)} | {maj} | "
+                     f"{delta(sb['correct_number'], sv['correct_number']) if sv and sb else '-'} | "
+                     f"{fin_delta(sb, sv)[0] if sv and sb else '-'} |")
+    lines += ["", "## Targets (issue 49)", ""] + targets(ev, ends)
+    lines += ["", "## The collapse guard's decisions", ""] + guard_lines(items, arms)
+    lines += ["", "## Wall time", ""]
+    for a in arms:
+        tr = timings["train"].get(a, [])
+        evs = [e for t, es in timings["eval"].items() if t.startswith(f"{a}_") for e in es]
+        lines.append(f"- arm {a}: {len(tr)} training segments, {sum(e['wall_s'] for e in tr) / 3600:.2f} h of "
+                     f"`serl train` wall time, {tr[-1]['minutes_used'] if tr else 0:.1f} min of training steps to step "
+                     f"{tr[-1]['step'] if tr else 0}; evaluations {sum(sum(v for k, v in e.items() if k.endswith('_s')) for e in evs) / 60:.0f} min")
+    text = "\n".join(lines) + "\n"
+    (items / "results.md").write_text(text)
+    plot(items, ev, arms)
+    return text
+
+
+def targets(ev: dict, ends: dict) -> list[str]:
+    out, ok = [], lambda b: "**met**" if b else "**not met**"  # noqa: E731
+    gains = {}
+    for a, need in (("c", TARGET_C), ("a", TARGET_A)):
+        if a in ends and (b := base_for(ev, ends[a])):
+            d, lo, hi = gains[a] = pts(b["correct_number"], ends[a]["correct_number"])
+            out.append(f"- ({a}) - (d) = {d:+.1f} [{lo:+.1f}, {hi:+.1f}] points, target >= +{need:g} with the interval "
+                       f"above 0: {ok(d >= need and lo > 0)}")
+    if "a" in gains:
+        out.append(f"- (a) ends no lower than (d): lower bound {gains['a'][1]:+.1f}, target >= {TARGET_LO:g}: "
+                   f"{ok(gains['a'][1] >= TARGET_LO)}")
+    if "a" in gains and "c" in gains and ends["a"].get("machine") == ends["c"].get("machine"):
+        b = base_for(ev, ends["a"])
+        sh = share_of_gain(b["correct_number"], ends["a"]["correct_number"], ends["c"]["correct_number"])
+        out.append("- (a)'s share of (c)'s gain: " + ("undefined, (c) did not gain" if sh is None else
+                   f"{100 * sh[0]:.0f}% [{100 * sh[1]:.0f}%, {100 * sh[2]:.0f}%], target >= 50%: "
+                   f"{ok(sh[0] >= TARGET_SHARE)}"))
+    if "a" in ends and (sv := ev.get(f"{ends['a']['tag']}_svamp")) and (sb := base_for(ev, ends["a"], True)):
+        d, lo, hi = pts(sb["correct_number"], sv["correct_number"])
+        out.append(f"- SVAMP (a) - (d) = {d:+.1f} [{lo:+.1f}, {hi:+.1f}], lower bound target >= {TARGET_LO:g}: "
+                   f"{ok(lo >= TARGET_LO)}")
+    return out or ["- no trained arm has ended on a machine where arm d was evaluated"]
+
+
+def guard_lines(items: Path, arms: list[str]) -> list[str]:
+    out = []
+    names = {1: "would stop (watch)", 2: "stopped the run", 3: "rolled back"}
+    for a in arms:
+        rows = [r for r in train_rows(items / f"arm_{a}") if "guard/agreement" in r]
+        if not rows:
+            continue
+        acts = [f"step {r['step']}: {names.get(int(r['guard/action']), '?')}, kept step {r.get('guard/best_step')}"
+                for r in rows if r.get("guard/action")]
+        out.append(f"- arm {a}: {len(rows)} checks ({sum(r.get('guard/probe_s', 0.0) for r in rows) / 60:.1f} min of "
+                   "probe generation); agreement " + ", ".join(f"{r['guard/agreement']:.2f}@{r['step']}" for r in rows)
+                   + ("; " + "; ".join(acts) if acts else "; never fired"))
+    return out or ["- no guarded arm has run yet"]
+
+
+def plot(items: Path, ev: dict, arms: list[str]) -> None:
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(15, 8), layout="constrained")
+    axes = fig.subplots(2, 3).ravel()
+    views = [(lambda r: sum(r["correct_number"]) / r["n"], "held-out pass@1"),
+             (lambda r: sum(finished(r)[1]) / max(1, sum(finished(r)[0])), "accuracy among finished answers"),
+             (lambda r: sum(r["truncated"]) / r["n"], "share cut at the limit")]
+    for ax, (fn, title) in zip(axes, views):
+        for a in arms:
+            rs = points(ev, a)
+            ax.plot([r["step"] for r in rs], [100 * fn(r) for r in rs], marker="o", label=f"arm {a}")
+        for t, r in ev.items():
+            if t.startswith("d_") and not t.endswith("_svamp"):
+                ax.axhline(100 * fn(r), color="grey", ls=":", label=f"d ({t[2:]})")
+        ax.set(title=title, xlabel="step", ylabel="%")
+    ax = axes[3]
+    for a in arms:
+        rows = [r for r in train_rows(items / f"arm_{a}") if "guard/agreement" in r]
+        if rows:
+            ax.plot([r["step"] for r in rows], [r["guard/agreement"] for r in rows], marker=".", label=f"arm {a}")
+            for r in rows:
+                if r.get("guard/action"):
+                    ax.axvline(r["step"], ls="--", lw=0.8)
+    ax.set(title="guard: agreement with the untrained vote", xlabel="step")
+    train_panels(items, arms, ((axes[4], "reward/mean", "training reward"),
+                               (axes[5], "filter/difficulty/too_easy", "groups dropped as too easy")))
+    finish(fig, axes, items)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        raise SystemExit(__doc__)
+    print(report(Path(sys.argv[1])))
