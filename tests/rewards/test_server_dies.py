@@ -1,7 +1,8 @@
 """A real `serl serve-reward` killed in the middle of a `--remote_rm_url` run: the run neither
 hangs nor trains on rewards it did not get. It retries for a bounded time, then exits 1 with
 one line that names the URL, says to restart the server and how to resume; the last checkpoint
-is intact, and `--resume` against the restarted server ends as a run the server never left."""
+is intact, and `--resume` against the restarted server ends as a run the server never left
+(with --share_prompts, whose stop-and-resume CI checks here at no extra cost)."""
 import importlib.util
 import json
 import os
@@ -54,9 +55,10 @@ def test_a_reward_server_killed_mid_run_stops_it_in_one_line_and_resume_is_exact
 
     port, port_a = _free_port(), _free_port()
     url = f"http://127.0.0.1:{port}/get_reward"
-    # lighter than the shared tiny run (no self-instruction); two steps, a checkpoint after each
+    # lighter than the shared tiny run (no self-instruction); two steps, a checkpoint after each. Shared
+    # prompts on: CI's only check that a run stopped and resumed with them is exact (other modes have theirs)
     args = [*tiny_train_args, "--enable_self_evolution", "false", "--generate_max_len", "16", "--steps", "2",
-            "--remote_rm_retries", "2"]
+            "--remote_rm_retries", "2", "--share_prompts", "true"]
     a, b = tmp_path / "a", tmp_path / "b"
     # b's server is killed; a run that keeps its own server all along goes beside it (one thread each)
     server, server_a = _serve(port), _serve(port_a)
