@@ -16,8 +16,8 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
-import os
 import logging
+import os
 from datetime import datetime
 from pathlib import Path
 
