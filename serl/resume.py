@@ -6,12 +6,18 @@ common options of ``serl.recipes.base.RUN_DEFINING_COMMON`` plus the recipe's ow
 lacks one of these options (cut short, edited by hand) is refused, since taking the
 default would silently train another run. Other options missing from the file (an
 older serl did not have them) take their defaults, with a warning.
+
+Hand edits to config.yaml that a resume accepts (``save_steps``, a comment) are recorded in
+``config_changes.jsonl`` as flag changes are: serl keeps a copy of what it last wrote
+(``WRITTEN``) to compare the file with.
 """
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import logging
+import os
 from datetime import datetime
 from pathlib import Path
 
@@ -19,6 +25,50 @@ from serl.config import ConfigError, TrainConfig, _flag_value, _read_yaml_text, 
     parse_args
 
 log = logging.getLogger("serl")
+WRITTEN = ".config.yaml.written"  # what serl last wrote to config.yaml: a later difference is a hand edit
+CHANGES = "config_changes.jsonl"
+
+
+def write_config(cfg: TrainConfig, run_dir: Path) -> None:
+    """Write the run's config.yaml (atomically) and the copy a resume compares it with."""
+    dump(cfg, Path(run_dir) / "config.yaml")
+    _keep_written(Path(run_dir))
+
+
+def _keep_written(run_dir: Path) -> None:
+    text = (run_dir / "config.yaml").read_bytes()
+    tmp = run_dir / f"{WRITTEN}.tmp"
+    tmp.write_bytes(text)
+    os.replace(tmp, run_dir / WRITTEN)
+
+
+def _record(run_dir: Path, entry: dict) -> None:
+    with open(run_dir / CHANGES, "a") as f:
+        f.write(json.dumps({"time": datetime.now().isoformat(timespec="seconds"), **entry}, default=str) + "\n")
+
+
+def _hand_edits(run_dir: Path, saved_file: Path) -> dict | None:
+    """How config.yaml differs from what serl last wrote there: the options whose value changed
+    and the changed lines (a comment shows only there). None when unedited, or when there is
+    no copy to compare with (a run of an older serl)."""
+    import yaml
+
+    written = run_dir / WRITTEN
+    if not written.is_file():
+        return None
+    was_text, now_text = written.read_text(encoding="utf-8"), saved_file.read_text(encoding="utf-8")
+    if was_text == now_text:
+        return None
+    try:
+        was = yaml.safe_load(was_text) or {}
+    except yaml.YAMLError:  # the copy itself was damaged: compare lines only
+        was = {}
+    now = yaml.safe_load(now_text) or {}  # load_saved has read it already
+    values = {k: {"was": was.get(k), "now": now.get(k)} for k in [*was, *(k for k in now if k not in was)]
+              if was.get(k) != now.get(k)} if was else {}
+    lines = [ln.rstrip("\n") for ln in difflib.ndiff(was_text.splitlines(True), now_text.splitlines(True))
+             if ln[:2] in ("- ", "+ ")]
+    return {"edited": str(saved_file), "changes": values, "lines": lines[:40]}
 
 
 def run_defining(recipe: str) -> tuple[str, ...]:
@@ -115,6 +165,7 @@ def resume_config(run_dir: Path, argv: list[str]) -> TrainConfig:
         raise ConfigError(f"--resume {run_dir}: no config.yaml there (not a serl run directory)")
     saved = load_saved(saved_file)
     _check_unedited(run_dir, saved_file, saved)
+    edits = _hand_edits(run_dir, saved_file)
     asked = _flag_value(argv, "--recipe")
     if asked is not None and asked != saved.recipe:
         raise ConfigError(f"--resume: run {run_dir} was a '{saved.recipe}' run; --recipe {asked} cannot "
@@ -129,11 +180,13 @@ def resume_config(run_dir: Path, argv: list[str]) -> TrainConfig:
         k, (was, now) = next(iter(bad.items()))
         raise ConfigError(f"--resume: option '{k}' was {was!r} in {saved_file}, now {now!r}; "
                           f"that makes it a different run (start a new run directory instead)")
+    if edits:  # accepted (run-defining edits were refused above): recorded, and not recorded again
+        _record(run_dir, edits)
+        log.info("%s was edited by hand since serl wrote it: %s", saved_file,
+                 ", ".join(edits["changes"]) or "comments or layout only")
+        _keep_written(run_dir)
     if changed:
-        with open(run_dir / "config_changes.jsonl", "a") as f:
-            f.write(json.dumps({"time": datetime.now().isoformat(timespec="seconds"),
-                                "changes": {k: {"was": a, "now": b} for k, (a, b) in changed.items()}},
-                               default=str) + "\n")
-        dump(cfg, saved_file)
+        _record(run_dir, {"changes": {k: {"was": a, "now": b} for k, (a, b) in changed.items()}})
+        write_config(cfg, run_dir)
         log.info("resume with changed options: %s", ", ".join(changed))
     return cfg

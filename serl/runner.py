@@ -17,13 +17,13 @@ from pathlib import Path
 import numpy as np
 
 from serl.checkpoint import DiskFullError
-from serl.config import ConfigError, TrainConfig, dump
+from serl.config import ConfigError, TrainConfig
 from serl.data.lengths import run_tokenizer
 from serl.data.seeds import DataError
 from serl.engines.vllm_quirks import EngineDied
 from serl.eval.sets import eval_split, load_eval_sets  # noqa: F401 (their old home)
 from serl.models import ModelError, resolve_model
-from serl.resume import resume_config, run_config  # noqa: F401 (resume_config: serl.train's API)
+from serl.resume import resume_config, run_config, write_config  # noqa: F401 (resume_config: serl.train's API)
 from serl.run_lock import LOCK_NAME, check_writable, lock_run_dir
 from serl.rewards.remote_reply import RemoteRewardError
 
@@ -158,7 +158,7 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None, prepared
         # only now: bad input never leaves a directory; the lock before any write (serl.run_lock)
         lock = lock_run_dir(run_dir, new=not resume_dir, leftovers=LEFTOVERS)  # engine.log is routed first
         if not resume_dir:
-            dump(cfg, run_dir / "config.yaml")
+            write_config(cfg, run_dir)
         logger = MetricsLogger(run_dir, tensorboard_dir=cfg.use_tensorboard or None,
                                use_wandb=cfg.use_wandb, wandb_project=cfg.wandb_project,
                                wandb_run_name=cfg.wandb_run_name or run_dir.name, config=cfg.to_dict(),

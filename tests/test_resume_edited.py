@@ -6,13 +6,13 @@ import pytest
 
 from serl.checkpoint import CKPT_DIR, DONE, RUN_CONFIG
 from serl.config import ConfigError, dump, parse_args
-from serl.resume import load_saved, resume_config, run_config
+from serl.resume import WRITTEN, load_saved, resume_config, run_config, write_config
 
 
 def _run_with_checkpoint(tmp_path, step=2):
     """A run directory as a run leaves it: config.yaml and a complete checkpoint (no weights needed)."""
     cfg, _ = parse_args(["--recipe", "serl", "--run_dir", str(tmp_path), "--steps", "3", "--seed", "42"])
-    dump(cfg, tmp_path / "config.yaml")
+    write_config(cfg, tmp_path)
     ckpt = tmp_path / CKPT_DIR / f"step_{step:06d}"
     ckpt.mkdir(parents=True)
     (ckpt / RUN_CONFIG).write_text(json.dumps(run_config(cfg)))
@@ -49,6 +49,38 @@ def test_unedited_or_harmless_edits_resume(tmp_path):
     assert resume_config(tmp_path, []).steps == 5
 
 
+def _changes(tmp_path):
+    return [json.loads(line) for line in (tmp_path / "config_changes.jsonl").read_text().splitlines()]
+
+
+def test_harmless_hand_edits_are_recorded_in_config_changes(tmp_path):
+    """A changed save_steps and an added comment were accepted without a trace (only flags were
+    recorded): each is recorded once, with the option's old and new value and the edited lines."""
+    cfg = _run_with_checkpoint(tmp_path)
+    path = tmp_path / "config.yaml"
+    _edit(path, "save_steps", "5")
+    path.write_text("# checkpoints sparser after step 2, see notes\n" + path.read_text())
+    assert resume_config(tmp_path, []).save_steps == 5
+    (rec,) = _changes(tmp_path)
+    assert rec["edited"] == str(path)
+    assert rec["changes"] == {"save_steps": {"was": cfg.save_steps, "now": 5}}
+    assert rec["lines"] == ["+ # checkpoints sparser after step 2, see notes", f"- save_steps: {cfg.save_steps}",
+                            "+ save_steps: 5"]
+    assert path.read_text().startswith("# checkpoints sparser")  # the user's file is kept as edited
+    resume_config(tmp_path, [])                          # seen once: a second resume adds nothing
+    assert len(_changes(tmp_path)) == 1
+
+    path.write_text(path.read_text().replace("# checkpoints sparser", "# checkpoints kept"))  # a comment alone
+    resume_config(tmp_path, ["--steps", "4"])  # and a flag: two records, the file's and the flag's
+    edit, flag = _changes(tmp_path)[1:]
+    assert edit["changes"] == {} and edit["lines"] == ["- # checkpoints sparser after step 2, see notes",
+                                                       "+ # checkpoints kept after step 2, see notes"]
+    assert flag["changes"] == {"steps": {"was": 3, "now": 4}}
+    assert (tmp_path / WRITTEN).read_text() == path.read_text()  # rewritten with the flag, copy and all
+    resume_config(tmp_path, [])
+    assert len(_changes(tmp_path)) == 3
+
+
 def test_a_checkpoint_of_an_older_serl_is_not_compared(tmp_path):
     _run_with_checkpoint(tmp_path)
     (tmp_path / CKPT_DIR / "step_000002" / RUN_CONFIG).unlink()
@@ -69,6 +101,7 @@ def test_a_real_run_records_its_run_config_in_each_checkpoint(tiny_serl_run):
     run = tiny_serl_run.dir
     assert tiny_serl_run.result.returncode == 0, tiny_serl_run.result.stderr[-2000:]
     cfg = load_saved(run / "config.yaml")
+    assert (run / WRITTEN).read_text() == (run / "config.yaml").read_text()  # what a resume compares with
     ckpts = sorted((run / CKPT_DIR).glob("step_*"))
     assert ckpts
     for c in ckpts:

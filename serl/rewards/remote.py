@@ -109,15 +109,16 @@ class HttpReward:
 
     def rewards(self, queries, prompts, labels) -> Reply:
         body = json.dumps({"query": list(queries), "prompts": list(prompts), "labels": list(labels)}).encode()
-        last, t0 = "", time.monotonic()
+        last, down, t0 = "", False, time.monotonic()
         for attempt in range(self.retries + 1):
             if attempt:
                 time.sleep(min(self.backoff * 2 ** (attempt - 1), MAX_BACKOFF_S))
             try:
                 status, data = self._post(body)
             except (OSError, http.client.HTTPException) as e:  # refused, reset, timed out, ...
-                last = f"{type(e).__name__}: {e}"
+                last, down = f"{type(e).__name__}: {e}", True
                 continue
+            down = False
             self.requests += 1
             if 400 <= status < 500:
                 raise RemoteRewardError(f"remote reward {self.shown} refused the request with HTTP {status}"
@@ -133,10 +134,13 @@ class HttpReward:
                              _logs_of(reply.get("extra_logs"), len(queries)))
             except (ValueError, RecursionError) as e:
                 last = f"reply is not the reward protocol ({str(e)[:200]})"
+        # one line: the runner adds the checkpoint to resume from (RemoteRewardError.at_run)
+        what = ("The server is down or not answering: restart it" if down else
+                "The server answers but gives no rewards: see its log, fix or restart it")
         raise RemoteRewardError(
             f"remote reward {self.shown}: no rewards after {self.retries + 1} tries over "
-            f"{time.monotonic() - t0:.1f} s (last: {last}); the step was not trained. Check that the "
-            f"server is up (e.g. `serl serve-reward --port PORT`)")
+            f"{time.monotonic() - t0:.1f} s (last: {last}); the step was not trained. {what} "
+            f"(e.g. `serl serve-reward --port {self.port or 'PORT'}`)")
 
     def _post(self, body: bytes) -> tuple[int, bytes]:
         """One POST; the whole exchange must finish within ``timeout`` seconds."""

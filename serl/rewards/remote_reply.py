@@ -21,9 +21,9 @@ class RemoteRewardError(RuntimeError):
         if ckpt is None:
             tail = f"no checkpoint had been saved yet in {run_dir} (see --save_steps); nothing to resume"
         else:
-            tail = (f"the last checkpoint, {ckpt} (step {checkpoint_step(ckpt)}), is intact: continue with "
+            tail = (f"the last checkpoint, {ckpt} (step {checkpoint_step(ckpt)}), is intact: then continue with "
                     f"`serl train --resume {run_dir}`")
-        return RemoteRewardError(f"{self}\n{tail}")
+        return RemoteRewardError(f"{self}; {tail}")  # one line, as the run's last word
 
 
 @dataclass
