@@ -176,7 +176,7 @@ class TrainConfig:
         self.recipe = getattr(type(self), "RECIPE", self.recipe)  # a recipe's config knows its name
 
     def validate(self) -> None:
-        from serl.recipes import recipe_names
+        from serl.registry import recipe_names
 
         if self.recipe not in recipe_names():
             raise ConfigError(f"recipe: unknown recipe {self.recipe!r}; known: {', '.join(recipe_names())}")
@@ -255,8 +255,6 @@ class TrainConfig:
         if self.save_merged and not self.lora_rank:
             raise ConfigError("save_merged: needs --lora_rank > 0 (without LoRA, --save_model "
                               "already writes the whole model)")
-        from serl.engines.lora import parse_targets
-
         try:
             parse_targets(self.target_modules)
         except ValueError as e:
@@ -307,7 +305,7 @@ class _UnusedOption(argparse.Action):
 def build_parser(cls=None, prog: str = "serl train") -> argparse.ArgumentParser:
     """The parser for ``cls`` (a recipe's config class; default: SeRL's): the common options
     of the sections the recipe honours, then the recipe's own, each with its one-line doc."""
-    from serl.recipes import config_class, recipe_names
+    from serl.registry import config_class, recipe_names
     from serl.sections import SECTION_OF, SECTIONS, declared
 
     cls = cls or config_class("serl")
@@ -355,7 +353,7 @@ def _mapped(names, theirs: dict[str, list[str]]) -> str | None:
 
 def _add(g, cls, f: dataclasses.Field, names: list[str]) -> None:
     """One option's flags (and its ``--no_`` form for booleans) in argument group ``g``."""
-    from serl.recipes import recipe_names
+    from serl.registry import recipe_names
 
     typ = _type_of(cls, f)
     doc = f.metadata.get("help", "")
@@ -409,7 +407,7 @@ def parse_args(argv: list[str] | None = None, cls=None, saved: bool = False
     bad values; unknown flags, other recipes' flags and flags of sections the recipe does
     not honour exit 2 (argparse). ``saved``: --config is the run's own config.yaml (resume).
     """
-    from serl.recipes import config_class
+    from serl.registry import config_class
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if cls is None:
@@ -429,9 +427,22 @@ def parse_args(argv: list[str] | None = None, cls=None, saved: bool = False
 
 def config_from_dict(values: dict) -> TrainConfig:
     """Rebuild a run's config from ``to_dict()`` output (Ray workers, saved runs)."""
-    from serl.recipes import config_class
+    from serl.registry import config_class
 
     return config_class(values.get("recipe") or "serl")(**values)
+
+
+ALL_LINEAR = "all-linear"    # peft: every linear layer except the output (LM) head
+
+
+def parse_targets(spec: str) -> str | list[str]:
+    """``all-linear`` (the default) or comma-separated module names, e.g. ``q_proj,v_proj``."""
+    names = [s.strip() for s in str(spec).split(",") if s.strip()]
+    if not names or names == [ALL_LINEAR]:
+        return ALL_LINEAR
+    if ALL_LINEAR in names:
+        raise ValueError(f"target_modules: '{ALL_LINEAR}' cannot be combined with names ({spec!r})")
+    return names
 
 
 if __name__ == "__main__":  # pragma: no cover

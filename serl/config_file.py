@@ -100,7 +100,7 @@ def _read_yaml_text(path: str) -> tuple[Path, dict, str]:
 
 def _owner_of(name: str, cls) -> str | None:
     """The recipe whose own section has option ``name`` (None if no other recipe has it)."""
-    from serl.recipes import config_class, recipe_names
+    from serl.registry import config_class, recipe_names
 
     own = {f.name for f in dataclasses.fields(cls)}
     for r in recipe_names():
@@ -123,7 +123,7 @@ def load_yaml(path: str, cls=None, saved: bool = False) -> dict:
 
     p, data = _read_yaml(path)
     if cls is None:
-        from serl.recipes import config_class
+        from serl.registry import config_class
 
         cls = config_class(_recipe_of(data.get("recipe"), f"{p}: option 'recipe'"))
     names = {f.name: f for f in dataclasses.fields(cls)}
@@ -156,7 +156,7 @@ def _default(f: dataclasses.Field):
 
 
 def _recipe_of(value, where: str) -> str:
-    from serl.recipes import recipe_names
+    from serl.registry import recipe_names
 
     name = "serl" if value in (None, "") else str(value)
     if name not in recipe_names():

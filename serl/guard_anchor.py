@@ -8,7 +8,7 @@ import os
 import random
 from pathlib import Path
 
-from serl.config import ConfigError
+from serl.errors import ConfigError
 
 ANCHOR_FILE = "guard_anchor.jsonl"
 # What makes two anchors comparable: a run refuses another run's anchor unless these match.

@@ -29,7 +29,7 @@ def _union(a: tuple, b: tuple) -> tuple:
 
 def of_recipe(name: str | None) -> Report | None:
     """The recipe's report (its ``REPORT`` plus the shared one); None for an unknown recipe."""
-    from serl.recipes import config_class, recipe_names
+    from serl.registry import config_class, recipe_names
 
     if name not in recipe_names():
         return None
@@ -38,7 +38,7 @@ def of_recipe(name: str | None) -> Report | None:
 
 def of_all() -> Report:
     """Every recipe's report together (a run whose recipe is not known)."""
-    from serl.recipes import recipe_names
+    from serl.registry import recipe_names
 
     out = Report()
     for name in recipe_names():

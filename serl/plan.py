@@ -66,7 +66,7 @@ def kl_mode(cfg) -> str:
     A recipe that does not honour the KL options (``SECTIONS`` without ``kl``) has none. A
     KL in the reward that the recipe cannot compute is refused, naming the recipe, unless the
     coefficient is the recipe's own default (then nobody asked for it: no KL)."""
-    from serl.recipes import config_class
+    from serl.registry import config_class
     from serl.sections import honours
 
     cls = config_class(cfg.recipe)  # the recipe's declarations (a plain TrainConfig is SeRL's)
@@ -85,7 +85,7 @@ def kl_mode(cfg) -> str:
 
 def plan_run(cfg) -> RunPlan:
     """The plan of ``cfg``'s run (``cfg`` validated)."""
-    from serl.recipes import recipe_class
+    from serl.registry import recipe_class
 
     recipe = recipe_class(cfg.recipe)
     kl = kl_mode(cfg)

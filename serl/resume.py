@@ -23,7 +23,7 @@ log = logging.getLogger("serl")
 
 def run_defining(recipe: str) -> tuple[str, ...]:
     """Options a resume of a ``recipe`` run refuses to change, and requires in config.yaml."""
-    from serl.recipes import recipe_class
+    from serl.registry import recipe_class
 
     return recipe_class(recipe).run_defining()
 
@@ -42,7 +42,7 @@ def _whole_lines(raw: bytes) -> dict | None:
 def load_saved(path: Path) -> TrainConfig:
     """A run's saved config.yaml, refused (naming the file, and what is missing or the bad
     line) when it cannot be read or lacks a run-defining option."""
-    from serl.recipes import config_class
+    from serl.registry import config_class
 
     raw = Path(path).read_bytes() if Path(path).is_file() else b""
     last_line = raw.count(b"\n") + 1

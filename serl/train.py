@@ -16,7 +16,9 @@ from pathlib import Path
 from serl.config import ConfigError, TrainConfig, parse_args
 from serl.engines.vllm_quirks import EngineDied
 from serl.rewards.remote import RemoteRewardError
-from serl.runner import USER_ERRORS, Interrupted, load_eval_sets, prepare, resume_config, run  # noqa: F401 (API)
+from serl.loop import Interrupted
+from serl.resume import resume_config
+from serl.runner import USER_ERRORS, run
 
 
 def launch(cfg: TrainConfig, resume_dir: Path | None = None) -> Path:

@@ -5,7 +5,7 @@ import pytest
 from serl.compat import rewrite
 from serl.config import ConfigError, parse_args
 from serl.plan import plan_run
-from serl.recipes import config_class, recipe_names
+from serl.registry import config_class, recipe_names
 from serl.sections import declared
 
 

@@ -158,9 +158,9 @@ def test_cli_prints_one_line_and_exits_2(monkeypatch, capsys):
 def test_final_model_holds_weights_config_and_no_optimizer_state(tmp_path, monkeypatch, smol_path, tiny_path):
     """The runner's final save: model/ is a Hugging Face model that loads and equals the
     learner's weights; the optimizer state is only in the checkpoint."""
-    import serl.recipes
+    import serl.registry
     import serl.runner as runner
-    from serl.recipes import config_class
+    from serl.registry import config_class
     from serl.recipes.base import Recipe
     from transformers import AutoModelForCausalLM
 
@@ -171,11 +171,11 @@ def test_final_model_holds_weights_config_and_no_optimizer_state(tmp_path, monke
         def eval_set(cls, cfg):
             return []
 
-        def step(self, step):
+        def collect(self, step):  # trained here; the frame has nothing to train
             ln.step(_batch())
-            return {"fake/x": 1.0}
+            return None, {"fake/x": 1.0}
 
-    monkeypatch.setattr(serl.recipes, "recipe_class", lambda name: OneStep)
+    monkeypatch.setattr(serl.registry, "recipe_class", lambda name: OneStep)
     monkeypatch.setattr("serl.report.write_report", lambda run_dir: None)
     engines = SimpleNamespace(generator=SimpleNamespace(load_weights=lambda w: None), learner=ln,
                               checker=None, close=lambda: None)

@@ -264,7 +264,7 @@ def test_anchor_reuse_and_refusals(tmp_path):
 
 def test_prepare_refuses_unsupported_recipes_and_missing_labels():
     from serl.guard import prepare
-    from serl.recipes import recipe_class
+    from serl.registry import recipe_class
 
     cfg = cfg_for(collapse_guard="watch", recipe="spin", guard_labels=False, guard_anchor="",
                   label_key="answer")
@@ -285,7 +285,7 @@ def test_probe_from_its_own_file(tmp_path):
     """--guard_probe_data: the probe comes from that file, read as the seeds are."""
     from serl.data.seeds import DataError
     from serl.guard import prepare
-    from serl.recipes import recipe_class
+    from serl.registry import recipe_class
 
     f = tmp_path / "probe.jsonl"
     f.write_text("".join(json.dumps({"problem": f"What is {i} + 1?"}) + "\n" for i in range(6)))
@@ -393,7 +393,7 @@ def test_probe_calls_leave_the_runs_sampling_as_it_was():
 def test_a_resume_reads_the_runs_own_anchor_copy(tmp_path):
     """--guard_anchor's file may be gone when the run resumes: its copy in the run directory is read."""
     from serl.guard import prepare
-    from serl.recipes import recipe_class
+    from serl.registry import recipe_class
 
     seeds = [SimpleNamespace(text=f"q{i}", label=None) for i in range(5)]
     cfg = cfg_for(collapse_guard="watch", recipe="serl", guard_labels=False, guard_anchor=str(tmp_path / "gone"),

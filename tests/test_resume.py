@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from serl.config import ConfigError, dump, parse_args
-from serl.recipes import config_class
+from serl.registry import config_class
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -253,7 +253,7 @@ def test_checkpoint_comparison_finds_one_changed_bit(tmp_path):
     ("--reward_difficulty_bounds", "0.1 0.9"),
 ])
 def test_resume_refuses_run_defining_changes(tmp_path, flag, value):
-    from serl.train import resume_config
+    from serl.resume import resume_config
 
     dump(config_class("serl")(steps=3), tmp_path / "config.yaml")
     with pytest.raises(ConfigError, match=f"option '{flag[2:]}' was .* that makes it a different run"):
@@ -265,7 +265,7 @@ def test_resume_refuses_run_defining_changes(tmp_path, flag, value):
                                          ("--turn_discount", "0.9"), ("--fsp_start_from", "4")])
 def test_resume_refuses_changing_spirals_game_rules(tmp_path, flag, value):
     """spiral-rl's draw replay, turn discount and population start change what a step trains on."""
-    from serl.train import resume_config
+    from serl.resume import resume_config
 
     dump(config_class("spiral")(steps=3, opponent="population"), tmp_path / "config.yaml")
     with pytest.raises(ConfigError, match=f"option '{flag[2:]}' was .* that makes it a different run"):
@@ -273,7 +273,7 @@ def test_resume_refuses_changing_spirals_game_rules(tmp_path, flag, value):
 
 
 def test_resume_refuses_a_different_run_and_records_harmless_changes(tmp_path):
-    from serl.train import resume_config
+    from serl.resume import resume_config
 
     dump(config_class("serl")(steps=3), tmp_path / "config.yaml")
     with pytest.raises(ConfigError, match="option 'advantage_estimator'"):
@@ -302,7 +302,7 @@ def _saved(tmp_path, recipe="serl") -> str:
 
 @pytest.mark.parametrize("recipe", ["serl", "spin", "spiral", "spell"])
 def test_a_config_written_now_resumes_unchanged(tmp_path, recipe):
-    from serl.train import resume_config
+    from serl.resume import resume_config
 
     _saved(tmp_path, recipe)
     want, _ = parse_args(["--recipe", recipe, "--run_dir", str(tmp_path), "--steps", "3"])
@@ -330,7 +330,7 @@ def test_a_truncated_config_is_refused_naming_what_is_missing(tmp_path, recipe):
     """Cut at several byte offsets, a saved config.yaml is refused: the message names the
     file and the run-defining options that are gone, the bad line, or the cut."""
     from serl.resume import run_defining
-    from serl.train import resume_config
+    from serl.resume import resume_config
 
     text = _saved(tmp_path, recipe)
     fixed = run_defining(recipe)
@@ -366,7 +366,7 @@ def test_a_truncated_config_is_refused_naming_what_is_missing(tmp_path, recipe):
 
 def test_a_config_of_an_older_serl_resumes_with_defaults_and_a_warning(tmp_path, caplog):
     """An option that is not run-defining and not in the file (added later) takes its default."""
-    from serl.train import resume_config
+    from serl.resume import resume_config
 
     text = _saved(tmp_path)
     (tmp_path / "config.yaml").write_text("".join(ln for ln in text.splitlines(keepends=True)
@@ -378,7 +378,7 @@ def test_a_config_of_an_older_serl_resumes_with_defaults_and_a_warning(tmp_path,
 
 
 def test_a_resume_with_another_recipe_is_refused_plainly(tmp_path):
-    from serl.train import resume_config
+    from serl.resume import resume_config
 
     _saved(tmp_path, "serl")
     with pytest.raises(ConfigError) as e:
@@ -407,7 +407,7 @@ def test_config_is_written_atomically(tmp_path, monkeypatch):
 
 
 def test_a_config_cut_inside_its_recipe_value_is_refused(tmp_path):
-    from serl.train import resume_config
+    from serl.resume import resume_config
 
     (tmp_path / "config.yaml").write_text("recipe: se")
     with pytest.raises(ConfigError, match=r"option 'recipe' is missing \(it ends in the middle of line 1"):

@@ -7,7 +7,7 @@ import pytest
 
 from serl import train
 from serl.config import ConfigError, TrainConfig, build_parser, load_yaml, parse_args
-from serl.recipes import config_class, recipe_names
+from serl.registry import config_class, recipe_names
 from serl.sections import SECTION_OF, SECTIONS, declared, ignored
 
 

@@ -58,7 +58,7 @@ def test_existing_run_dir_is_refused(tmp_path, run_train, smol_path):
 def test_eval_sets_load_and_fail_clearly(tmp_path):
     from serl.config import ConfigError, TrainConfig
     from serl.data.seeds import DataError
-    from serl.train import load_eval_sets
+    from serl.eval.sets import load_eval_sets
 
     held = tmp_path / "held.jsonl"
     held.write_text('{"problem": "What is 2 + 2?", "answer": "4"}\n{"problem": "What is 3 + 3?"}\n')

@@ -166,7 +166,7 @@ def projection(timings: Timings, arms: list[str], minutes: float, points: int) -
 # ---- training ---------------------------------------------------------------------------
 def budget_used(run_dir: Path) -> tuple[int, float]:
     """(last step, minutes of training steps used) of a run, from its metrics.jsonl."""
-    from serl.runner import BUDGET_KEY
+    from serl.hooks import BUDGET_KEY
 
     rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
     rows = [r for r in rows if BUDGET_KEY in r]

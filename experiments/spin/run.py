@@ -250,7 +250,7 @@ def main(argv=None) -> int:
     t_start = time.perf_counter()
 
     from serl.data.seeds import read_seeds
-    from serl.recipes import config_class
+    from serl.registry import config_class
     from serl.recipes.spin.config import iteration_steps
 
     heldout = read_seeds(HELDOUT, "problem", "answer", limit=args.heldout, output_key="solution")

@@ -20,7 +20,7 @@ import weakref
 from pathlib import Path
 
 from serl.chat import text_ids, user_ids
-from serl.config import ConfigError
+from serl.errors import ConfigError
 from serl.data.seeds import DataError
 
 log = logging.getLogger(__name__)

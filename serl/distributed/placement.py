@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from serl.config import ConfigError
+from serl.errors import ConfigError
 
 
 @dataclass

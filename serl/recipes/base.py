@@ -1,17 +1,17 @@
 """The recipe interface: what a self-play recipe provides to the runner.
 
-The runner (``serl.runner``) owns everything that is not the recipe: the run directory,
-config and resume, checkpoints, the step frame (``serl.step``: timing, fault points, the
-update and weight sync), the run state (``serl.run_state``: step, RNGs, the generator's
-position), evaluation during training, metrics sinks, progress, the report, and the
-engines' lifetime. A recipe owns its data, what it collects each step and its own state:
+The run loop (``serl.loop.Loop``) owns everything that is not the recipe: the step frame
+(``serl.step``, ``serl.async_frame``: timing, fault points, the update and weight sync), the
+run state (``serl.run_state``: step, RNGs, the generator's position), checkpoints, and the
+hooks it calls (evaluation, the time budget, the collapse guard, the report). A recipe owns
+its data, what it collects each step and its own state:
 
     class MyRecipe(Recipe):
         @classmethod
         def prepare(cls, cfg): ...                 # read and check inputs; nothing written yet
         def __init__(self, ctx, data): ...         # ctx: engines, tokenizer, run dir, logger
-        def collect(self, step): ...               # -> (TrainBatch or None, metrics)
-        def after_update(self, step, metrics, updated): ...  # optional
+        def collect(self, step): ...               # -> (TrainBatch or None, metrics[, local])
+        def after_update(self, step, metrics, updated, local): ...  # optional; local: collect's
         def state_dict(self) -> dict: ...          # its own state besides RNGs and the policy
         def load_state_dict(self, state): ...
         def close(self): ...
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import random
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -65,9 +64,6 @@ class Recipe:
 
     # options (beyond RUN_DEFINING_COMMON) that a resume must refuse to change
     resume_fixed: tuple[str, ...] = ()
-    # attributes ``collect`` sets that ``after_update`` reads: under --async_train the next collect runs
-    # before this step's after_update, which sees them as this step's collect left them (serl.async_frame)
-    step_state: tuple[str, ...] = ()
 
     # ---- rules read by the engine factory and the runner -------------------------------
     @classmethod
@@ -140,31 +136,30 @@ class Recipe:
 
             ctx.plan = plan_run(ctx.cfg)
         self.plan = ctx.plan  # the run's rules (serl.plan): the KL setting, the reference, ...
-        self.times: dict[str, float] = {}
         self.rng = random.Random(self.cfg.seed)  # the recipe's draws; saved by serl.run_state
-        self.step_done = 0                      # the last finished step (serl.step sets it)
-        self.frame = None                       # serl.async_frame.Frame, set by the runner when in use
         # Per-problem results of the last ``evaluate`` (metric key -> {"ids", "values"}), when
         # it has them: the run summary pairs the first and last evaluations on them.
         self.eval_items: dict[str, dict] = {}
 
     def step(self, step: int) -> dict[str, float]:
-        """One training step in the shared frame (``serl.step``) around ``collect``."""
-        from serl.step import run_step
+        """One synchronous training step outside a run (tests, notebooks): ``serl.step.SyncFrame``."""
+        from serl.step import SyncFrame
 
-        return run_step(self, step)
+        return SyncFrame(self).step(step)
 
-    def collect(self, step: int) -> tuple[Any, dict[str, float]]:
-        """This step's ``TrainBatch`` (None: nothing to train on) and its metrics."""
+    def collect(self, step: int) -> tuple:
+        """This step's ``TrainBatch`` (None: nothing to train on) and its metrics, and optionally
+        a third value, ``local``: what this step's ``after_update`` needs from this collect (under
+        --async_train the next collect runs first, so it cannot live on the recipe)."""
         raise NotImplementedError
 
-    def after_update(self, step: int, metrics: dict[str, float], updated: bool) -> None:
+    def after_update(self, step: int, metrics: dict[str, float], updated: bool, local: Any = None) -> None:
         """After the update and weight sync (or the step without one): bookkeeping that
-        belongs to the step; may add to ``metrics``."""
+        belongs to the step; may add to ``metrics``. ``local``: collect's third value (or None)."""
 
-    def reference_step(self) -> int | None:
-        """After a resume: the step whose checkpointed policy the learner's reference must
-        be (None or the resumed step: the reference as the learner loaded it)."""
+    def reference_step(self, step: int) -> int | None:
+        """After a resume at ``step``: the step whose checkpointed policy the learner's reference
+        must be (None or ``step``: the reference as the learner loaded it)."""
         return None
 
     def state_dict(self) -> dict:
@@ -177,7 +172,7 @@ class Recipe:
     def close(self) -> None:
         pass
 
-    def evaluate(self, problems) -> dict[str, float]:
+    def evaluate(self, problems, step: int = 0) -> dict[str, float]:
         """Greedy pass@1 (and maj@K / pass@K with --eval_k) on held-out math problems, asked
         as in training (``--system_prompt`` after each question)."""
         from serl.eval import evaluate_math
@@ -196,18 +191,11 @@ class Recipe:
         return metrics
 
     # ---- small helpers recipes share ---------------------------------------------------------
-    @contextmanager
     def timed(self, name: str):
-        """Add the block's wall time to ``self.times[name]`` (logged as ``time/NAME``); a long block says
-        it is still running (``serl.progress.heartbeat``, plain mode)."""
-        from serl.progress import heartbeat
+        """Add the block's wall time to the step's ``time/NAME`` (``serl.step.timed``)."""
+        from serl.step import timed
 
-        t0 = time.perf_counter()
-        try:
-            with heartbeat(name, getattr(self, "progress", "quiet")):
-                yield
-        finally:
-            self.times[name] = self.times.get(name, 0.0) + time.perf_counter() - t0
+        return timed(name, getattr(self, "progress", "quiet"))
 
     def sampling(self, max_new_tokens: int | None = None, temperature: float | None = None,
                  top_p: float | None = None, seed: int | None = None):

@@ -30,7 +30,7 @@ def test_split_is_contiguous_and_balanced(n, parts, expected):
 
 
 def _cfg(**kw) -> TrainConfig:
-    from serl.recipes import config_class
+    from serl.registry import config_class
 
     base = dict(learner="deepspeed", ray=True)
     base.update(kw)

@@ -38,7 +38,6 @@ from serl.rewards.remote import load_source, score_for
 class SerlRecipe(Recipe):
     resume_fixed = ("enable_self_evolution", "reward_difficulty_bounds", "instructions_num_per_iteration",
                     "overlong_filter") + GUARD_OPTIONS
-    step_state = ("tally", "pool_stats")  # this collect's counters and pool, for after_update (serl.async_frame)
 
     @classmethod
     def prepare(cls, cfg):
@@ -100,12 +99,11 @@ class SerlRecipe(Recipe):
         rollouts, self.carry, rounds = fill_batch(                          # 1-4. rounds of: grow the
             self.cfg.rollout_batch_size, self.carry,                        # pool, roll out, reward,
             lambda: self.round(step, metrics), self.cfg.max_refill_rounds)  # difficulty-filter
-        self.tally = (self.counts, min(carried, len(rollouts)), len(self.carry), verify_before,
-                      checker_counts(self.checker))
+        tally = (self.counts, min(carried, len(rollouts)), len(self.carry), verify_before, checker_counts(self.checker))
         metrics["filter/rounds"], metrics["train/batch_prompts"] = rounds, len(rollouts)
         batch = self.make_batch(rollouts, metrics) if rollouts else None               # 5. advantages
-        self.pool_stats = self.pool.stats()  # as after_update would read it: the update leaves the pool alone
-        return batch, metrics
+        # this collect's counters and pool, for its after_update (the update leaves the pool alone)
+        return batch, metrics, {"tally": tally, "pool_stats": self.pool.stats()}
 
     def round(self, step: int, metrics: dict) -> list[Rollout]:
         """One round: a batch's worth of prompts, rolled out, rewarded and filtered."""
@@ -114,11 +112,11 @@ class SerlRecipe(Recipe):
         scores = self.reward(items, groups, metrics)                        # 3. self-reward
         return self.filter(step, items, groups, scores)                     # 4. difficulty filter
 
-    def after_update(self, step: int, metrics: dict, updated: bool) -> None:
+    def after_update(self, step: int, metrics: dict, updated: bool, local: dict) -> None:
         self.pool.flush(step)
         finalize(metrics)
-        metrics.update(batch_metrics(*self.tally))
-        metrics.update(self.pool_stats)
+        metrics.update(batch_metrics(*local["tally"]))
+        metrics.update(local["pool_stats"])
 
     # ---- its own checkpointed state (step, RNGs and the generator: serl.run_state) -------
     def state_dict(self) -> dict:

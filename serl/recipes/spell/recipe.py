@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+import time
 
 from serl.data.corpus import CorpusError, fit_clusters, read_corpus, sample_evidence
 from serl.data.seeds import DataError
@@ -23,6 +24,7 @@ from serl.eval.roles import HeldOut, Roles, evaluate_roles, greedy_texts, load_h
 from serl.instruct.novelty import RougeIndex
 from serl.data.lengths import PromptBudget, budget_for, prompt_limit
 from serl.data.passes import Passes
+from serl.progress import heartbeat
 from serl.recipes.base import Recipe, RunContext
 from serl.recipes.spell import episode
 from serl.recipes.spell.warmup import warmup_pairs, warmup_step
@@ -195,16 +197,18 @@ class SpellRecipe(Recipe):
             q.judges[i] = [dataclasses.replace(c, text=self.verdict_prefill + c.text) for c in g]
 
     # ---- metrics, evaluation, state ----------------------------------------------------
-    def evaluate(self, held) -> dict[str, float]:
-        """Greedy held-out scores of the three roles (``evaluate.py``)."""
-        with self.timed("eval"):
+    def evaluate(self, held, step: int = 0) -> dict[str, float]:
+        """Greedy held-out scores of the three roles (``evaluate.py``) after ``step``."""
+        t0 = time.perf_counter()
+        with heartbeat("eval", self.progress):
             metrics, records = evaluate_roles(lambda ps, m: greedy_texts(self.generator, ps, m), self.roles(),
                                               self.checker.equal_many, held)
+        secs = time.perf_counter() - t0
         out = self.run_dir / "spell_eval"
         out.mkdir(exist_ok=True)
-        with open(out / f"step_{self.step_done}.jsonl", "w") as f:
+        with open(out / f"step_{step}.jsonl", "w") as f:
             f.writelines(json.dumps(r) + "\n" for r in records)
-        return metrics | {"time/eval": self.times.pop("eval")}
+        return metrics | {"time/eval": secs}
 
     def roles(self) -> Roles:
         """The three roles as the held-out evaluation drives them: the training prompts."""

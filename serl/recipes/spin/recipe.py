@@ -209,11 +209,11 @@ class SpinRecipe(Recipe):
         self.pool = None if state["pool"] is None else TrainBatch(**state["pool"])
         self.batches, self.previous = state["batches"], state["previous"]
 
-    def reference_step(self) -> int | None:
+    def reference_step(self, step: int) -> int | None:
         """Online ``steps:N``: the reference of the window that began after step S is the
-        policy of S's checkpoint (``serl.run_state`` restores it on a resume)."""
+        policy of S's checkpoint (``serl.run_state`` restores it on a resume after ``step``)."""
         every = self.cfg.ref_every()
-        return every * (self.step_done // every) if self.plan.needs_reference else None
+        return every * (step // every) if self.plan.needs_reference else None
 
 
 Recipe = SpinRecipe

@@ -50,7 +50,6 @@ class SpiralRecipe(Recipe):
                     "mask_truncated", "opponent", "population_size", "population_every", "alternate_seats",
                     "ppo_epochs", "show_legal_actions", "prompt_example", "action_parser", "generate_max_len",
                     "temperature", "top_p", "filter_draw", "max_draw_retries", "turn_discount", "fsp_start_from")
-    step_state = ("switch_counts", "baseline_metrics")  # this collect's snapshot loads/reads and RAE baselines
 
     # ---- rules read by the engine factory and the runner ----------------------------------------------
     @classmethod
@@ -58,7 +57,7 @@ class SpiralRecipe(Recipe):
         """The games (they need no data; the names were checked by the config). Each game's
         first prompt, with ``--system_prompt``, must fit the run's prompt budget."""
         from serl.chat import user_ids
-        from serl.config import ConfigError
+        from serl.errors import ConfigError
         from serl.data.lengths import budget_for
 
         budget = budget_for(cfg)
@@ -119,17 +118,17 @@ class SpiralRecipe(Recipe):
         turns, episodes, replays = replay_draws(turns, episodes, lambda i: self.new_game(games[i].name), retries,
                                                 seats, policies, **play)
         self.switch.clear()
-        self.switch_counts = self.switch.loads - loads, self.switch.reads - reads  # this collect's
+        local = {"switch_counts": (self.switch.loads - loads, self.switch.reads - reads)}  # this collect's
         with self.timed("advantages"):                                              # 3. RAE
             scored = turn_advantages(turns, episodes, CURRENT, self.baselines if cfg.rae else None, cfg.turn_discount)
-        self.baseline_metrics = {f"spiral/baseline/{g}/role{r}": v
-                                 for (g, r), v in sorted(self.baselines.values.items())}
+        local["baseline_metrics"] = {f"spiral/baseline/{g}/role{r}": v
+                                     for (g, r), v in sorted(self.baselines.values.items())}
         metrics = episode_metrics(turns, episodes, kinds, CURRENT)
         if cfg.filter_draw:
             metrics["spiral/draw_replays"] = replays
-        return self.make_batch(scored, metrics), metrics                            # 4. update, sync: serl.step
+        return self.make_batch(scored, metrics), metrics, local                     # 4. update, sync: serl.step
 
-    def after_update(self, step: int, metrics: dict, updated: bool) -> None:
+    def after_update(self, step: int, metrics: dict, updated: bool, local: dict) -> None:
         loads, reads = self.switch.loads, self.switch.reads  # this call's own loads count too
         if updated:  # the generator serves the weights just synced
             self.switch.serving_current()
@@ -138,11 +137,11 @@ class SpiralRecipe(Recipe):
         if self.population is not None and self.population.due(step) and step >= self.cfg.fsp_start_from:
             with self.timed("snapshot"):                                            # 5. population
                 self.population.add(step, self.learner.named_weights())
-        metrics["spiral/snapshot_loads"] = self.switch_counts[0] + self.switch.loads - loads
-        metrics["spiral/snapshot_reads"] = self.switch_counts[1] + self.switch.reads - reads
+        metrics["spiral/snapshot_loads"] = local["switch_counts"][0] + self.switch.loads - loads
+        metrics["spiral/snapshot_reads"] = local["switch_counts"][1] + self.switch.reads - reads
         if self.population is not None:
             metrics["spiral/population/size"] = self.population.size()
-        metrics.update(self.baseline_metrics)  # as collect left them (under --async_train the next has run)
+        metrics.update(local["baseline_metrics"])  # as collect left them (under --async_train the next has run)
 
     # ---- stages ----------------------------------------------------------------------------------------
     def deal(self, step: int):
@@ -211,7 +210,7 @@ class SpiralRecipe(Recipe):
                           response_ids=[list(c.token_ids) for c, _ in rows],
                           advantages=[torch.full((len(c.token_ids),), a) for c, a in rows])
 
-    def evaluate(self, games) -> dict[str, float]:
+    def evaluate(self, games, step: int = 0) -> dict[str, float]:
         """Games against uniform random (seats alternated, fixed deals) and Kuhn exploitability, sampled
         with the evaluation's settings (--eval_temperature, --eval_top_p, --eval_generate_max_len; each
         defaults to the training value)."""

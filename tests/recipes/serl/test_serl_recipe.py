@@ -63,8 +63,8 @@ def test_old_logprobs_only_when_the_reward_needs_them(kl_coef, kl_loss, estimato
         assert "kl/mean" not in metrics
 
 
-def _fake(cfg, learner, step_done=0):
-    return SimpleNamespace(cfg=cfg, plan=plan_run(cfg), learner=learner, step_done=step_done,
+def _fake(cfg, learner):
+    return SimpleNamespace(cfg=cfg, plan=plan_run(cfg), learner=learner,
                            timed=lambda name: nullcontext())
 
 

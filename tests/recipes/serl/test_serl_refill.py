@@ -197,7 +197,7 @@ def test_the_carry_survives_a_resume_exactly(tmp_path):
     want = [straight.step(1), straight.step(2)]
     first, _, _ = make(tmp_path, run="b")
     first.step(1)
-    state = run_state.capture(first)  # what the checkpoint keeps
+    state = run_state.capture(first, 1)  # what the checkpoint keeps
     first.close()
     resumed, gen, learner_b = make(tmp_path, run="b", resume_step=1)  # fresh engines, pool from disk
     run_state.restore(resumed, state)

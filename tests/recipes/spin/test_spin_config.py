@@ -3,7 +3,7 @@ import pytest
 
 from serl.config import ConfigError, TrainConfig, build_parser, parse_args
 from serl.plan import plan_run
-from serl.recipes import config_class
+from serl.registry import config_class
 from serl.recipes.spin.config import iteration_steps, mixed_count, parse_ref_update
 from serl.recipes.spin.recipe import SpinRecipe
 

@@ -183,7 +183,7 @@ def test_a_resumed_step_equals_the_uninterrupted_one(tmp_path, extra):
     got = [first.step(1)]
     resumed, _, other = make(tmp_path / "b", *flags, gen=CallSeededGenerator())
     other.w = learner.w.clone()  # what the learner's checkpoint restores
-    run_state.restore(resumed, run_state.capture(first))
+    run_state.restore(resumed, run_state.capture(first, 1))
     got += [resumed.step(2), resumed.step(3)]
     untimed = lambda ms: [{k: v for k, v in m.items() if not k.startswith("time/")} for m in ms]  # noqa: E731
     assert untimed(got) == untimed(expected)
@@ -255,8 +255,8 @@ def test_nim_trains_beside_a_spiral_game(tmp_path):
 def test_async_train_logs_what_the_synchronous_run_logs(tmp_path):
     """--async_train on stand-in engines whose moves do not depend on the weights: every step trains
     the same batch and logs the same metrics as the synchronous run, though collect(t+1) runs before
-    after_update(t) (which reads collect(t)'s snapshot counts and RAE baselines: ``step_state``)."""
-    from serl.async_frame import attach_frame, wrap_engines
+    after_update(t) (which reads collect(t)'s snapshot counts and RAE baselines: its step-local state)."""
+    from serl.async_frame import AsyncFrame, wrap_engines
     from serl.plan import plan_run
 
     flags = ["--games", "kuhn_poker,tictactoe", "--games_per_step", "6", "--rae_alpha", "0.5", "--steps", "3"]
@@ -266,8 +266,8 @@ def test_async_train_logs_what_the_synchronous_run_logs(tmp_path):
     plan, learner = plan_run(cfg), FakeLearner()
     gen, gated = wrap_engines(cfg, plan, CallSeededGenerator(), learner)
     recipe = SpiralRecipe(RunContext(cfg, tmp_path / "b", "m", FakeTok(), gen, gated, None, None), cfg.game_list())
-    attach_frame(recipe, plan, learner)
-    got = [recipe.step(s) for s in (1, 2, 3)]
+    frame = AsyncFrame(recipe, gen, learner, plan, cfg.steps)
+    got = [frame.step(s) for s in (1, 2, 3)]
     assert [m["async/lag_max"] for m in got] == [0.0, 1.0, 1.0]
     plain = lambda ms: [{k: v for k, v in m.items() if not k.startswith(("time/", "async/"))} for m in ms]  # noqa: E731
     assert plain(got) == plain(want)
