@@ -28,6 +28,29 @@ def _f(default, doc: str, aliases: tuple[str, ...] = (), choices: tuple | None =
 option = _f  # for recipes: ``name: int = option(3, "one-line doc shown by --help")``
 
 
+def _own_defaults(cls) -> None:
+    """``cls.DEFAULTS`` as fields of ``cls``: each named option of a base class, re-made with the new
+    default (and help line, when given) in the class body that @dataclass reads next."""
+    own = cls.__dict__.get("DEFAULTS")
+    if not own:
+        return
+    inherited = {f.name: f for base in reversed(cls.__mro__[1:]) if dataclasses.is_dataclass(base)
+                 for f in dataclasses.fields(base)}
+    annotations = dict(cls.__dict__.get("__annotations__", {}))
+    for name, value in own.items():
+        if name not in inherited:
+            raise TypeError(f"{cls.__module__}.{cls.__name__}.DEFAULTS: {name!r} is no common option")
+        f, doc = inherited[name], None
+        if isinstance(value, dataclasses.Field):  # option(value, doc)
+            doc = value.metadata.get("help")
+            value = value.default_factory() if value.default is dataclasses.MISSING else value.default
+        md = f.metadata
+        annotations[name] = f.type
+        setattr(cls, name, _f(value, doc or md.get("help", ""), aliases=md.get("aliases", ()),
+                              choices=md.get("choices")))
+    cls.__annotations__ = annotations
+
+
 @dataclass
 class TrainConfig:
     """Options every recipe shares; a recipe adds its own section (serl/recipes/NAME/config.py)."""
@@ -36,6 +59,13 @@ class TrainConfig:
     # KL settings it can train with (serl.plan: a KL in the reward is the recipe's own code)
     SECTIONS: ClassVar[tuple[str, ...] | None] = None
     KL_MODES: ClassVar[tuple[str, ...]] = ("none", "loss")
+    # a recipe's own defaults for common options, in one place: {name: value, or option(value, its
+    # --help line)}; the option keeps its type, place, aliases and choices (``_own_defaults``)
+    DEFAULTS: ClassVar[dict] = {}
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        _own_defaults(cls)  # before @dataclass reads the subclass's fields
 
     recipe: str = _f("serl", "training recipe (serl/recipes/NAME); `serl train --recipe NAME --help` "
                              "lists its own options")

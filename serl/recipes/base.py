@@ -238,9 +238,7 @@ class Recipe:
         if not rows:
             return None
         lens = [len(c.token_ids) for _, c, _ in rows]
-        mask = torch.zeros(len(rows), max(lens))
-        for i, n in enumerate(lens):
-            mask[i, :n] = 1
+        mask = response_mask(lens)
         adv = compute_advantages(estimator or self.cfg.advantage_estimator,
                                  torch.tensor([r for _, _, r in rows]), torch.tensor([g for g, _, _ in rows]),
                                  mask, gamma=self.cfg.gamma)
@@ -255,6 +253,16 @@ class Recipe:
         """Serve the learner's current weights from the generator."""
         with self.timed("sync"):
             self.generator.load_weights(self.learner.named_weights())
+
+
+def response_mask(lens: list[int]):
+    """The [rows, longest] mask of right-padded responses of these lengths."""
+    import torch
+
+    mask = torch.zeros(len(lens), max(lens))
+    for i, n in enumerate(lens):
+        mask[i, :n] = 1
+    return mask
 
 
 # ---- the overlong rule: one place for every recipe ---------------------------------------------

@@ -1,10 +1,10 @@
 """The SeRL recipe (Fang et al., 2025, "SeRL: Self-Play Reinforcement Learning for Large
 Language Models with Limited Data"). ``SerlRecipe.collect`` reads as the algorithm: fill
-the batch (rounds of: grow the pool, roll out, reward, filter), advantages; the update and
-the weight sync are the step frame's (``serl.step``), the run around it ``serl.runner``'s.
+the batch (rounds of: grow the pool, roll out, reward, filter), advantages; the update, the
+weight sync and the run around them are the run loop's (``serl.loop``).
 
-A round rolls out ``gen_batch_size`` prompts (by default ``rollout_batch_size``): the pool's
-pending problems, topped up by self-instruction (or the next seeds, without it). Rounds repeat until ``rollout_batch_size``
+A round rolls out ``gen_batch_size`` prompts (by default ``rollout_batch_size``): the pool's pending
+problems, topped up by self-instruction (or the next seeds). Rounds repeat until ``rollout_batch_size``
 groups passed the difficulty filter or ``max_refill_rounds`` are spent; kept groups beyond
 the batch are trained first in the next step (``serl.instruct.rollouts``), so no kept
 rollout is wasted. Prompts longer than ``prompt_max_len`` tokens are skipped and counted:
@@ -30,7 +30,7 @@ from serl.instruct.filters import PromptLengthFilter
 from serl.instruct.pool import POOL_FILE
 from serl.instruct.rollouts import STEP_COUNTS, accumulate, batch_metrics, finalize, round_sums
 from serl.progress import stage
-from serl.recipes.base import Recipe, RunContext, masked_overlong
+from serl.recipes.base import Recipe, RunContext, masked_overlong, response_mask
 from serl.rewards import GroupScore, checker_counts
 from serl.rewards.remote import load_source, score_for
 
@@ -218,17 +218,11 @@ class SerlRecipe(Recipe):
             return None
         # The learner takes the old log-probs from its own forward pass (and before its first
         # mini-batch); they are computed here only for the KL penalty in the reward.
-        kl_in_reward = self.plan.kl == "reward"
-        old = ref = None
         with self.timed("logprobs"):
-            if kl_in_reward:
-                old = self.learner.logprobs(prompt_ids, response_ids, model="policy")
-            if self.plan.kl != "none":
-                ref = self.learner.logprobs(prompt_ids, response_ids, model="ref")
+            old = self.learner.logprobs(prompt_ids, response_ids, model="policy") if self.plan.kl == "reward" else None
+            ref = self.learner.logprobs(prompt_ids, response_ids, model="ref") if self.plan.kl != "none" else None
         lens = [len(r) for r in response_ids]
-        mask = torch.zeros(len(lens), max(lens))
-        for i, n in enumerate(lens):
-            mask[i, :n] = 1
+        mask = response_mask(lens)
         kl = None if old is None or ref is None else padded_kl(old, ref, mask, self.cfg.kl_clip)
         if kl is not None:
             metrics["kl/mean"] = float((kl.sum(1) / mask.sum(1)).mean())
