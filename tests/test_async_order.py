@@ -5,9 +5,9 @@ import threading
 import pytest
 import torch
 
-from serl.async_frame import AsyncFrame, GatedLearner, RecordingGenerator
+from serl.run.async_frame import AsyncFrame, GatedLearner, RecordingGenerator
 from serl.engines.base import Completion, Sampling, TrainBatch
-from serl.plan import RunPlan
+from serl.config.plan import RunPlan
 from serl.recipes.base import Recipe
 
 

@@ -1,4 +1,4 @@
-"""serl.run_state: the run state in one place (step, RNGs, the generator's position, the
+"""serl.run.state: the run state in one place (step, RNGs, the generator's position, the
 recipe's own state), older checkpoints' flat layout read as the new one, and evaluation
 that leaves every RNG where it was."""
 import random
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from serl import run_state
+from serl.run import state as run_state
 from serl.distributed.groups import GeneratorGroup
 
 

@@ -8,11 +8,11 @@ from types import SimpleNamespace
 
 import pytest
 
-import serl.registry
-import serl.hooks as hooks
-import serl.runner as runner
-from serl.checkpoint import latest_checkpoint
-from serl.registry import config_class
+import serl.config.registry
+import serl.run.hooks as hooks
+import serl.run.runner as runner
+from serl.run.checkpoint import latest_checkpoint
+from serl.config.registry import config_class
 from serl.recipes.base import Recipe
 
 
@@ -68,8 +68,8 @@ def setup(monkeypatch, smol_path, tmp_path):
     def make(seconds_per_step):
         clock, loaded = Clock(), []
         monkeypatch.setattr(hooks, "_now", clock)
-        monkeypatch.setattr(serl.registry, "recipe_class", lambda name: fake_recipe(clock, seconds_per_step, loaded))
-        monkeypatch.setattr("serl.report.write_report", lambda run_dir: None)  # plots are not under test
+        monkeypatch.setattr(serl.config.registry, "recipe_class", lambda name: fake_recipe(clock, seconds_per_step, loaded))
+        monkeypatch.setattr("serl.report.write.write_report", lambda run_dir: None)  # plots are not under test
         return loaded
 
     def cfg(**kw):
@@ -137,7 +137,7 @@ def test_resume_of_a_run_without_budget_counts_from_the_resume(setup, caplog):
 
 @pytest.mark.parametrize("value", [-1.0, -0.01])
 def test_negative_budget_refused(value):
-    from serl.config import ConfigError
+    from serl.errors import ConfigError
 
     with pytest.raises(ConfigError, match="max_minutes"):
         config_class("serl")(max_minutes=value).validate()
@@ -148,7 +148,7 @@ def test_rows_prepare_skipped_as_too_long_are_counted_in_each_step(setup, monkey
     (serl.data.lengths), logged with every step, and absent when none were."""
     make, cfg, run_dir = setup
     make(1)
-    steps = serl.registry.recipe_class("serl")
+    steps = serl.config.registry.recipe_class("serl")
 
     class Fitted(list):
         skipped = [("seeds.jsonl:2", "prompt of 5000 tokens"), ("seeds.jsonl:7", "prompt of 4000 tokens")]
@@ -158,9 +158,9 @@ def test_rows_prepare_skipped_as_too_long_are_counted_in_each_step(setup, monkey
         def prepare(cls, cfg):
             return Fitted()
 
-    monkeypatch.setattr(serl.registry, "recipe_class", lambda name: Skipping)
+    monkeypatch.setattr(serl.config.registry, "recipe_class", lambda name: Skipping)
     runner.run(cfg(steps=2), engines=fake_engines())
     assert [x["data/skipped_long"] for x in rows(run_dir)] == [2, 2]
-    monkeypatch.setattr(serl.registry, "recipe_class", lambda name: steps)
+    monkeypatch.setattr(serl.config.registry, "recipe_class", lambda name: steps)
     runner.run(cfg(steps=1, run_dir=str(run_dir.parent / "other")), engines=fake_engines())
     assert "data/skipped_long" not in rows(run_dir.parent / "other")[0]

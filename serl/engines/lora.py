@@ -34,7 +34,7 @@ from typing import Callable, Iterator
 import torch
 from torch import Tensor
 
-from serl.config import parse_targets
+from serl.config.options import parse_targets
 
 ADAPTER = "default"          # peft's name for the one adapter a learner trains
 STATE_FILE = "lora_state.pt"

@@ -1,2 +1,2 @@
 """The recipes: each in its own package ``serl/recipes/NAME/`` (``config.py``, ``recipe.py``),
-named in the registry (``serl.registry``); ``base.py`` is the interface they implement."""
+named in the registry (``serl.config.registry``); ``base.py`` is the interface they implement."""

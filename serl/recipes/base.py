@@ -1,8 +1,8 @@
 """The recipe interface: what a self-play recipe provides to the runner.
 
-The run loop (``serl.loop.Loop``) owns everything that is not the recipe: the step frame
-(``serl.step``, ``serl.async_frame``: timing, fault points, the update and weight sync), the
-run state (``serl.run_state``: step, RNGs, the generator's position), checkpoints, and the
+The run loop (``serl.run.loop.Loop``) owns everything that is not the recipe: the step frame
+(``serl.run.step``, ``serl.run.async_frame``: timing, fault points, the update and weight sync), the
+run state (``serl.run.state``: step, RNGs, the generator's position), checkpoints, and the
 hooks it calls (evaluation, the time budget, the collapse guard, the report). A recipe owns
 its data, what it collects each step and its own state:
 
@@ -17,7 +17,7 @@ its data, what it collects each step and its own state:
         def close(self): ...
 
 The cross-cutting rules a recipe decides are class methods here, read once into the run's
-plan (``serl.plan.RunPlan``) that the engine factory, the Ray placement and the recipe
+plan (``serl.config.plan.RunPlan``) that the engine factory, the Ray placement and the recipe
 itself (``self.plan``) receive: whether a reference model is needed beyond the KL term's,
 how many optimizer steps a training step makes (for the LR schedule), which objective the
 learner runs. Which options a resume must refuse to change is ``run_defining``.
@@ -26,11 +26,9 @@ from __future__ import annotations
 
 import random
 import time
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from serl.config import TrainConfig
+from serl.run.context import RunContext
 
 # Options of every recipe that make a resume a different run if changed.
 RUN_DEFINING_COMMON = ("recipe", "model", "prompt_data", "input_key", "label_key", "output_key", "prompt_split",
@@ -39,24 +37,6 @@ RUN_DEFINING_COMMON = ("recipe", "model", "prompt_data", "input_key", "label_key
                        "init_kl_coef", "use_kl_loss", "gamma", "actor_learning_rate", "generator",
                        "learner", "train_batch_size", "lora_rank", "lora_alpha", "lora_dropout",
                        "target_modules")
-
-
-@dataclass
-class RunContext:
-    """What the runner hands a recipe."""
-
-    cfg: TrainConfig
-    run_dir: Path
-    model_path: str
-    tokenizer: Any
-    generator: Any        # engines.base.Generator
-    learner: Any          # engines.base.Learner
-    checker: Any          # engines.base.Checker
-    logger: Any           # metrics.MetricsLogger
-    progress: str = "plain"
-    resume_step: int = 0    # the newest checkpoint's step when resuming (0: none yet)
-    resuming: bool = False  # the run directory holds an earlier run of this config
-    plan: Any = None        # the run's serl.plan.RunPlan (None: decided from cfg)
 
 
 class Recipe:
@@ -80,7 +60,7 @@ class Recipe:
 
         problems = load_eval_sets(cfg)
         if problems:  # asked as in training: the same budget refuses one that is too long
-            from serl.chat import user_ids
+            from serl.models.chat import user_ids
             from serl.data.lengths import budget_for, check_eval_prompts
 
             budget = budget_for(cfg)
@@ -119,7 +99,7 @@ class Recipe:
     @classmethod
     def guard_prompts(cls, data) -> list[tuple[str, str | None]] | None:
         """The training prompts (text, label or None) the collapse guard may probe
-        (``serl.guard``); None: this recipe does not support the guard."""
+        (``serl.run.guard``); None: this recipe does not support the guard."""
         return None
 
     @classmethod
@@ -132,18 +112,18 @@ class Recipe:
         self.generator, self.learner, self.checker = ctx.generator, ctx.learner, ctx.checker
         self.tok, self.run_dir, self.logger, self.progress = ctx.tokenizer, ctx.run_dir, ctx.logger, ctx.progress
         if ctx.plan is None:
-            from serl.plan import plan_run
+            from serl.config.plan import plan_run
 
             ctx.plan = plan_run(ctx.cfg)
-        self.plan = ctx.plan  # the run's rules (serl.plan): the KL setting, the reference, ...
-        self.rng = random.Random(self.cfg.seed)  # the recipe's draws; saved by serl.run_state
+        self.plan = ctx.plan  # the run's rules (serl.config.plan): the KL setting, the reference, ...
+        self.rng = random.Random(self.cfg.seed)  # the recipe's draws; saved by serl.run.state
         # Per-problem results of the last ``evaluate`` (metric key -> {"ids", "values"}), when
         # it has them: the run summary pairs the first and last evaluations on them.
         self.eval_items: dict[str, dict] = {}
 
     def step(self, step: int) -> dict[str, float]:
-        """One synchronous training step outside a run (tests, notebooks): ``serl.step.SyncFrame``."""
-        from serl.step import SyncFrame
+        """One synchronous training step outside a run (tests, notebooks): ``serl.run.step.SyncFrame``."""
+        from serl.run.step import SyncFrame
 
         return SyncFrame(self).step(step)
 
@@ -163,7 +143,7 @@ class Recipe:
         return None
 
     def state_dict(self) -> dict:
-        """The recipe's own state; step, RNGs and the generator are ``serl.run_state``'s."""
+        """The recipe's own state; step, RNGs and the generator are ``serl.run.state``'s."""
         return {}
 
     def load_state_dict(self, state: dict) -> None:
@@ -192,8 +172,8 @@ class Recipe:
 
     # ---- small helpers recipes share ---------------------------------------------------------
     def timed(self, name: str):
-        """Add the block's wall time to the step's ``time/NAME`` (``serl.step.timed``)."""
-        from serl.step import timed
+        """Add the block's wall time to the step's ``time/NAME`` (``serl.run.step.timed``)."""
+        from serl.run.step import timed
 
         return timed(name, getattr(self, "progress", "quiet"))
 
@@ -218,8 +198,8 @@ class Recipe:
     def chat_prompt(self, text: str, system_prompt: str | None = None, prefill: str = "") -> list[int]:
         """``text`` as a user turn in the model's chat template, with the run's instruction,
         and ``prefill`` as the reply's start: token ids in which the text stays text
-        (``serl.chat``), so a problem or document cannot forge a turn."""
-        from serl.chat import user_ids
+        (``serl.models.chat``), so a problem or document cannot forge a turn."""
+        from serl.models.chat import user_ids
 
         sp = self.cfg.system_prompt if system_prompt is None else system_prompt
         return user_ids(self.tok, text, sp or "", prefill)

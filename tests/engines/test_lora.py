@@ -5,9 +5,9 @@ import copy
 import pytest
 import torch
 
-from serl.config import ConfigError
+from serl.errors import ConfigError
 from serl.engines.base import TrainBatch
-from serl.config import ALL_LINEAR, parse_targets
+from serl.config.options import ALL_LINEAR, parse_targets
 from serl.engines.lora import base_identity
 from serl.engines.torch_learner import LearnerConfig, TorchLearner
 

@@ -6,8 +6,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from serl.config import ConfigError, parse_args
-from serl.registry import config_class, recipe_names
+from serl.config.parser import parse_args
+from serl.errors import ConfigError
+from serl.config.registry import config_class, recipe_names
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -67,10 +68,10 @@ def test_option_of_another_recipe_names_its_owner(tmp_path, monkeypatch):
     (pkg / "__init__.py").write_text("")
     (pkg / "config.py").write_text(
         "from dataclasses import dataclass\nfrom typing import ClassVar\n"
-        "from serl.config import TrainConfig, option\n\n\n@dataclass\nclass Config(TrainConfig):\n"
+        "from serl.config.options import TrainConfig, option\n\n\n@dataclass\nclass Config(TrainConfig):\n"
         "    RECIPE: ClassVar[str] = 'other'\n    other_knob: int = option(1, 'a knob')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    from serl import registry
+    from serl.config import registry
 
     registry.register("other", "other_recipe")
     try:
@@ -91,13 +92,13 @@ def test_option_of_another_recipe_names_its_owner(tmp_path, monkeypatch):
 
 
 def test_foreign_flag_message_on_the_command_line(tmp_path, capsys):
-    from serl import registry
+    from serl.config import registry
 
     pkg = tmp_path / "other2"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
     (pkg / "config.py").write_text(
-        "from dataclasses import dataclass\nfrom typing import ClassVar\nfrom serl.config import TrainConfig\n\n\n"
+        "from dataclasses import dataclass\nfrom typing import ClassVar\nfrom serl.config.options import TrainConfig\n\n\n"
         "@dataclass\nclass Config(TrainConfig):\n    RECIPE: ClassVar[str] = 'other2'\n")
     sys.path.insert(0, str(tmp_path))
     registry.register("other2", "other2")

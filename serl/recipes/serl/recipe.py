@@ -1,15 +1,14 @@
 """The SeRL recipe (Fang et al., 2025, "SeRL: Self-Play Reinforcement Learning for Large
 Language Models with Limited Data"). ``SerlRecipe.collect`` reads as the algorithm: fill
 the batch (rounds of: grow the pool, roll out, reward, filter), advantages; the update, the
-weight sync and the run around them are the run loop's (``serl.loop``).
+weight sync and the run around them are the run loop's (``serl.run.loop``).
 
 A round rolls out ``gen_batch_size`` prompts (by default ``rollout_batch_size``): the pool's pending
 problems, topped up by self-instruction (or the next seeds). Rounds repeat until ``rollout_batch_size``
-groups passed the difficulty filter or ``max_refill_rounds`` are spent; kept groups beyond
-the batch are trained first in the next step (``serl.instruct.rollouts``), so no kept
-rollout is wasted. Prompts longer than ``prompt_max_len`` tokens are skipped and counted:
-seeds before any work (``data/skipped_long``, named by file and line), generated problems
-by the prompt-length filter; few-shot prompts leave out their longest examples to fit.
+groups passed the difficulty filter or ``max_refill_rounds`` are spent; kept groups beyond the batch
+are trained first in the next step (``serl.instruct.rollouts``), so no kept rollout is wasted. Prompts over
+``prompt_max_len`` tokens are skipped and counted: seeds before any work (``data/skipped_long``, by file and
+line), generated ones by the prompt-length filter; few-shot prompts leave out their longest examples.
 """
 from __future__ import annotations
 
@@ -22,15 +21,17 @@ from serl.algos import compute_advantages
 from serl.algos.kl import padded_kl
 from serl.data.lengths import fit_problems, prompt_limit
 from serl.data.passes import Passes
-from serl.data.seeds import DataError, read_seeds
-from serl.guard import GUARD_OPTIONS
+from serl.data.seeds import read_seeds
+from serl.errors import DataError
+from serl.run.guard import GUARD_OPTIONS
 from serl.engines.base import Completion, TrainBatch
 from serl.instruct import DifficultyFilter, PoolItem, PromptPool, Rollout, SelfInstruct, TextFilters, fill_batch
 from serl.instruct.filters import PromptLengthFilter
 from serl.instruct.pool import POOL_FILE
 from serl.instruct.rollouts import STEP_COUNTS, accumulate, batch_metrics, finalize, round_sums
-from serl.progress import stage
-from serl.recipes.base import Recipe, RunContext, masked_overlong, response_mask
+from serl.report.progress import stage
+from serl.recipes.base import Recipe, masked_overlong, response_mask
+from serl.run.context import RunContext
 from serl.rewards import GroupScore, checker_counts
 from serl.rewards.remote import load_source, score_for
 
@@ -92,7 +93,7 @@ class SerlRecipe(Recipe):
             self.prompt_lens[text] = len(self.chat_prompt(text))
         return self.prompt_lens[text]
 
-    # ---- the step (serl.step runs the update and the weight sync) ---------------------
+    # ---- the step (serl.run.step runs the update and the weight sync) ---------------------
     def collect(self, step: int):
         self.counts, metrics = dict.fromkeys(STEP_COUNTS, 0), {}
         verify_before, carried = checker_counts(self.checker), len(self.carry)
@@ -118,7 +119,7 @@ class SerlRecipe(Recipe):
         metrics.update(batch_metrics(*local["tally"]))
         metrics.update(local["pool_stats"])
 
-    # ---- its own checkpointed state (step, RNGs and the generator: serl.run_state) -------
+    # ---- its own checkpointed state (step, RNGs and the generator: serl.run.state) -------
     def state_dict(self) -> dict:
         return {"seeds": self.seeds.state_dict(), "difficulty": dict(vars(self.difficulty)),
                 "carry": [r.state() for r in self.carry], "instruct": self.instruct.state_dict()}

@@ -12,8 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from serl.config import ConfigError, TrainConfig, option
-from serl.panels import Report
+from serl.config.options import TrainConfig, option
+from serl.errors import ConfigError
+from serl.report.panels import Report
 
 
 @dataclass

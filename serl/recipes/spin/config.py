@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from serl.algos.losses import DPO_LOSS_TYPES
-from serl.config import ConfigError, TrainConfig, option
-from serl.panels import Report
+from serl.config.options import TrainConfig, option
+from serl.errors import ConfigError
+from serl.report.panels import Report
 from serl.rewards.remote_options import RemoteRewardOptions
 
 SPIN_MODES = ("spin", "online")

@@ -9,10 +9,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from serl.config import ConfigError, TrainConfig, option
+from serl.config.options import TrainConfig, option
+from serl.errors import ConfigError
 from serl.games import check_game_names
 from serl.games.actions import PARSERS
-from serl.panels import Report
+from serl.report.panels import Report
 
 OPPONENT_MODES = ("self", "random", "population")  # plus "fixed:PATH"
 

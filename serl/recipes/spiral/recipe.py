@@ -7,7 +7,7 @@ snapshot to the population when one is due.
 - Lockstep play (``serl.games.lockstep.play_lockstep``): each round, all moves of the learner go into one
   ``generate`` call through the chat template; each opponent snapshot gets one call for its moves.
 - Opponents: ``self`` (both seats the current policy, both trained), ``random``, ``fixed:PATH`` or
-  ``population`` (``serl.engines.population``: a FIFO pool of bf16 snapshots in RUN_DIR/snapshots plus
+  ``population`` (``serl.recipes.spiral.population``: a FIFO pool of bf16 snapshots in RUN_DIR/snapshots plus
   the current policy, drawn uniformly per game). Snapshots are served from the same generator through ``load_weights``
   (``serl.engines.snapshots.WeightSwitcher``: loads only on a change, caches the files read in a step).
 - Seats: the k-th game of each type seats the learner at k mod 2 (``--alternate_seats``).
@@ -19,7 +19,7 @@ snapshot to the population when one is due.
 - A response cut off by the length limit is left out of the loss (``--mask_truncated``), as is a
   sample whose advantage is exactly 0 (``--filter_zero_adv``).
 - Resume: the checkpoint holds the RAE baselines and the population (snapshot paths and its RNG); RNGs and
-  the generator's call count are ``serl.run_state``'s. A snapshot pushed out of the pool is deleted only
+  the generator's call count are ``serl.run.state``'s. A snapshot pushed out of the pool is deleted only
   once a complete checkpoint newer than its eviction exists, so every kept checkpoint finds its snapshots.
 """
 from __future__ import annotations
@@ -32,14 +32,15 @@ import torch
 
 from serl.algos.rae import RoleBaselines, turn_advantages
 from serl.engines.base import TrainBatch
-from serl.engines.population import Population
+from serl.recipes.spiral.population import Population
 from serl.engines.snapshots import CURRENT, WeightSwitcher
 from serl.eval.games import evaluate_games
 from serl.games import make_game
 from serl.games.actions import parser_options
 from serl.games.lockstep import RandomPolicy, RewardRule, play_lockstep, replay_draws
 from serl.games.prompts import render_prompt
-from serl.recipes.base import Recipe, RunContext, masked_overlong
+from serl.recipes.base import Recipe, masked_overlong
+from serl.run.context import RunContext
 
 from .stats import episode_metrics
 
@@ -56,7 +57,7 @@ class SpiralRecipe(Recipe):
     def prepare(cls, cfg):
         """The games (they need no data; the names were checked by the config). Each game's
         first prompt, with ``--system_prompt``, must fit the run's prompt budget."""
-        from serl.chat import user_ids
+        from serl.models.chat import user_ids
         from serl.errors import ConfigError
         from serl.data.lengths import budget_for
 
@@ -126,7 +127,7 @@ class SpiralRecipe(Recipe):
         metrics = episode_metrics(turns, episodes, kinds, CURRENT)
         if cfg.filter_draw:
             metrics["spiral/draw_replays"] = replays
-        return self.make_batch(scored, metrics), metrics, local                     # 4. update, sync: serl.step
+        return self.make_batch(scored, metrics), metrics, local                     # 4. update, sync: serl.run.step
 
     def after_update(self, step: int, metrics: dict, updated: bool, local: dict) -> None:
         loads, reads = self.switch.loads, self.switch.reads  # this call's own loads count too

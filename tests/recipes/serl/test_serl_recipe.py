@@ -8,7 +8,7 @@ import torch
 from serl.recipes.serl.config import SerlConfig as TrainConfig
 from serl.engines.base import Completion
 from serl.instruct.pool import PoolItem
-from serl.plan import plan_run
+from serl.config.plan import plan_run
 from serl.rewards.vote import GroupScore
 from serl.recipes.serl.recipe import Rollout, SerlRecipe as Trainer
 
@@ -79,7 +79,7 @@ def test_train_batch_size_leaves_the_old_logprobs_to_the_learner():
 
 def test_schedule_spans_every_update():
     from serl.engines.factory import learner_config
-    from serl.plan import plan_run
+    from serl.config.plan import plan_run
 
     updates_per_step = Trainer.updates_per_step
     cfg = TrainConfig(steps=10, rollout_batch_size=16, n_samples_per_prompt=16, train_batch_size=16)

@@ -7,10 +7,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from serl import run_state
+from serl.run import state as run_state
 from serl.data.corpus import Cluster, Corpus, CorpusStats
 from serl.engines.base import Completion
-from serl.recipes.base import RunContext
+from serl.run.context import RunContext
 from serl.recipes.spell.config import Config
 from serl.recipes.spell.prompts import QUESTIONER_PREFILL, VERIFIER_PREFILL
 from serl.recipes.spell.recipe import SpellRecipe

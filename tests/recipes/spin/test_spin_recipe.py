@@ -9,11 +9,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from serl import run_state
-from serl.config import parse_args
+from serl.run import state as run_state
+from serl.config.parser import parse_args
 from serl.data.seeds import Problem
 from serl.engines.base import Completion
-from serl.recipes.base import RunContext
+from serl.run.context import RunContext
 from serl.recipes.spin.config import iteration_steps
 from serl.recipes.spin.recipe import SpinRecipe, answer_ids
 

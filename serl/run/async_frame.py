@@ -1,7 +1,7 @@
 """The step frame with behaviour log-probs, and the asynchronous actor-learner (docs/async.md).
 
 ``--importance_sampling_correction`` or ``--async_train`` put this frame in place of
-``serl.step.SyncFrame``. It records what the generator samples while the recipe collects
+``serl.run.step.SyncFrame``. It records what the generator samples while the recipe collects
 (``RecordingGenerator``: the policy version and, for the correction, each token's log-prob),
 and attaches it to the batch: ``TrainBatch.behaviour_logprobs`` for the learner's truncated
 importance sampling (``serl.algos.tis``), and the version of each sequence for the lag.
@@ -33,9 +33,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from serl.checkpoint import fault_point
+from serl.run.checkpoint import fault_point
 from serl.engines.base import TrainBatch
-from serl.step import collect, finish, nothing_to_train, start_times, update, use_times
+from serl.run.step import collect, finish, nothing_to_train, start_times, update, use_times
 
 log = logging.getLogger("serl")
 
@@ -140,7 +140,7 @@ def stale_filter(batch: TrainBatch | None, versions: list, now: int, max_stalene
 class AsyncFrame:
     """One training step (``step``) for ``recipe``, with behaviour log-probs and, with ``plan.async_train``,
     the next collect overlapped with this update. The parts shared with the synchronous frame (the update,
-    the empty step, the step's metrics, the clock) are ``serl.step``'s."""
+    the empty step, the step's metrics, the clock) are ``serl.run.step``'s."""
 
     def __init__(self, recipe, generator: RecordingGenerator, learner, plan, steps: int):
         self.recipe, self.gen, self.learner = recipe, generator, learner  # learner: the real one

@@ -1,4 +1,4 @@
-"""The synchronous step frame, and the step's clock, shared with ``serl.async_frame``.
+"""The synchronous step frame, and the step's clock, shared with ``serl.run.async_frame``.
 
     batch, metrics, local = recipe.collect(step)        # the recipe: roll out, reward, build a batch
     learner.step(batch); sync the weights               # the frame (skipped when batch is None)
@@ -17,8 +17,8 @@ import time
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-from serl.checkpoint import fault_point
-from serl.progress import heartbeat, stage
+from serl.run.checkpoint import fault_point
+from serl.report.progress import heartbeat, stage
 
 log = logging.getLogger("serl")
 
@@ -41,7 +41,7 @@ def use_times(times: dict) -> None:
 @contextmanager
 def timed(name: str, progress: str = "quiet"):
     """Add the block's wall time to the step's ``time/NAME``; a long block says it is still running
-    (``serl.progress.heartbeat``, plain mode). Outside a step the time goes nowhere."""
+    (``serl.report.progress.heartbeat``, plain mode). Outside a step the time goes nowhere."""
     t0 = time.perf_counter()
     try:
         with heartbeat(name, progress):

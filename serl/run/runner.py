@@ -1,5 +1,5 @@
 """The run around a recipe: run directory, config and resume, engines, metrics sinks, and the
-run loop (``serl.loop.Loop``) with its hooks (``serl.hooks``). One runner serves every recipe;
+run loop (``serl.run.loop.Loop``) with its hooks (``serl.run.hooks``). One runner serves every recipe;
 Ray mode hands in its own engines (``run(..., engines=...)``).
 
 ``--resume RUN_DIR`` continues a run from its newest complete checkpoint: the same
@@ -15,19 +15,22 @@ from pathlib import Path
 
 import numpy as np
 
-from serl import guard as collapse_guard
-from serl import hooks
-from serl.checkpoint import DiskFullError, latest_checkpoint, newest_step
-from serl.config import ConfigError, TrainConfig, dump
+from serl.run import guard as collapse_guard
+from serl.run import hooks
+from serl.run.checkpoint import DiskFullError, latest_checkpoint, newest_step
+from serl.config.options import TrainConfig
+from serl.errors import ConfigError
+from serl.config.files import dump
 from serl.data.lengths import run_tokenizer
-from serl.data.seeds import DataError
+from serl.errors import DataError
 from serl.engines.vllm_quirks import EngineDied
-from serl.loop import CtrlC, Loop, stopped_at_once
-from serl.models import ModelError, resolve_model
-from serl.plan import plan_run
-from serl import registry
+from serl.run.loop import CtrlC, Loop, stopped_at_once
+from serl.models.resolve import resolve_model
+from serl.errors import ModelError
+from serl.config.plan import plan_run
+from serl.config import registry
 from serl.rewards.remote_reply import RemoteRewardError
-from serl.run_lock import LOCK_NAME, check_writable, lock_run_dir
+from serl.run.lock import LOCK_NAME, check_writable, lock_run_dir
 
 log = logging.getLogger("serl")
 
@@ -85,7 +88,7 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None, prepared
     loop, logger, lock, finished = None, None, None, False
     ctrl_c = CtrlC().__enter__()
     try:
-        # only now: bad input never leaves a directory; the lock before any write (serl.run_lock)
+        # only now: bad input never leaves a directory; the lock before any write (serl.run.lock)
         lock = lock_run_dir(run_dir, new=not resume_dir, leftovers=LEFTOVERS)  # engine.log is routed first
         logger = open_metrics(cfg, run_dir, resume_dir, done)
         loop = Loop(cfg, None, None, engines, run_dir, logger, skipped_long=len(getattr(data, "skipped", ())))
@@ -106,7 +109,7 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None, prepared
         if lock is not None and not finished:  # an error ends the run here: another may take the directory
             lock.release()
     try:
-        loop.closed(time.time() - t_start)  # the report and the summary (serl.hooks.Report)
+        loop.closed(time.time() - t_start)  # the report and the summary (serl.run.hooks.Report)
     finally:
         lock.release()
     return run_dir
@@ -114,7 +117,7 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None, prepared
 
 def seed_process(cfg: TrainConfig) -> None:
     """Seed the global RNGs; quiet transformers' per-load bars in plain logs."""
-    from serl.progress import progress_mode
+    from serl.report.progress import progress_mode
 
     if progress_mode(cfg.progress) != "bar":
         from transformers.utils import logging as hf_logging
@@ -128,7 +131,7 @@ def seed_process(cfg: TrainConfig) -> None:
 
 def open_metrics(cfg: TrainConfig, run_dir: Path, resume_dir: Path | None, done: int):
     """The config (a new run), and the metrics sinks; a resume drops what was logged after ``done``."""
-    from serl.metrics import MetricsLogger
+    from serl.report.metrics import MetricsLogger
 
     if not resume_dir:
         dump(cfg, run_dir / "config.yaml")
@@ -143,15 +146,15 @@ def open_metrics(cfg: TrainConfig, run_dir: Path, resume_dir: Path | None, done:
 
 def build_loop(loop: Loop, plan, data, model_path: str, tok, probe, eval_set, done: int, resuming: bool) -> None:
     """The recipe on the run's engines, its step frame and the hooks, into ``loop``."""
-    from serl.panels import of_recipe
-    from serl.progress import progress_mode
-    from serl.recipes.base import RunContext
+    from serl.report.panels import of_recipe
+    from serl.report.progress import progress_mode
+    from serl.run.context import RunContext
 
     cfg, engines = loop.cfg, loop.engines
     mode = progress_mode(cfg.progress)
     gen, learner = engines.generator, engines.learner
-    if plan.framed:  # serl.async_frame: the recipe is given wrapped engines
-        from serl.async_frame import wrap_engines
+    if plan.framed:  # serl.run.async_frame: the recipe is given wrapped engines
+        from serl.run.async_frame import wrap_engines
 
         gen, learner = wrap_engines(cfg, plan, gen, learner)
     ctx = RunContext(cfg, loop.run_dir, model_path, tok, gen, learner, engines.checker, loop.logger, mode,
@@ -160,7 +163,7 @@ def build_loop(loop: Loop, plan, data, model_path: str, tok, probe, eval_set, do
     loop.frame = make_frame(loop.recipe, plan, engines.learner)
     if cfg.max_minutes:
         loop.hooks.append(hooks.Budget(cfg.max_minutes))
-    if probe is not None:  # --collapse_guard (serl.guard): checks between steps
+    if probe is not None:  # --collapse_guard (serl.run.guard): checks between steps
         guard = collapse_guard.CollapseGuard(cfg, loop.recipe, engines, loop.run_dir, model_path, loop.logger, probe)
         loop.hooks.append(hooks.Guard(guard))
     if eval_set:
@@ -169,13 +172,13 @@ def build_loop(loop: Loop, plan, data, model_path: str, tok, probe, eval_set, do
 
 
 def make_frame(recipe, plan, learner):
-    """The step frame: ``serl.async_frame.AsyncFrame`` when the plan asks for it (``plan.framed``;
-    ``learner``: the real one, not the gated one the recipe holds), else ``serl.step.SyncFrame``."""
+    """The step frame: ``serl.run.async_frame.AsyncFrame`` when the plan asks for it (``plan.framed``;
+    ``learner``: the real one, not the gated one the recipe holds), else ``serl.run.step.SyncFrame``."""
     if plan.framed:
-        from serl.async_frame import AsyncFrame
+        from serl.run.async_frame import AsyncFrame
 
         return AsyncFrame(recipe, recipe.generator, learner, plan, recipe.cfg.steps)
-    from serl.step import SyncFrame
+    from serl.run.step import SyncFrame
 
     return SyncFrame(recipe, learner)
 

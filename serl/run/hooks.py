@@ -1,4 +1,4 @@
-"""What the run loop (``serl.loop.Loop``) calls at named points: the time budget, the collapse
+"""What the run loop (``serl.run.loop.Loop``) calls at named points: the time budget, the collapse
 guard, evaluation (with --save_best) and the report. A new concern is a new ``Hook``; the loop
 itself does not change.
 
@@ -85,7 +85,7 @@ class Budget(Hook):
 def budget_used(run_dir: Path, step: int) -> float:
     """Minutes of training steps a run had used by ``step`` (its ``BUDGET_KEY`` in
     metrics.jsonl); 0, with a warning, when that step did not log it."""
-    from serl.metrics import read_steps
+    from serl.report.metrics import read_steps
 
     for s, line in reversed(read_steps(Path(run_dir) / "metrics.jsonl")):
         if s == step and BUDGET_KEY in (row := json.loads(line)):
@@ -96,7 +96,7 @@ def budget_used(run_dir: Path, step: int) -> float:
 
 
 class Guard(Hook):
-    """--collapse_guard (``serl.guard.CollapseGuard``): signals each step, a check between steps."""
+    """--collapse_guard (``serl.run.guard.CollapseGuard``): signals each step, a check between steps."""
 
     name = "guard"
 
@@ -132,15 +132,15 @@ class Guard(Hook):
 
 class Evaluation(Hook):
     """Evaluation before training, every --eval_steps and after the last step; --save_best keeps
-    the best policy (``serl.best``)."""
+    the best policy (``serl.run.best``)."""
 
     def __init__(self, cfg, problems):
         self.cfg, self.problems, self.keeper = cfg, problems, None
 
     def start(self, loop) -> None:
         if self.cfg.save_best:  # checked against the first evaluation's metrics
-            from serl.best import BestKeeper
-            from serl.summary import direction
+            from serl.run.best import BestKeeper
+            from serl.report.summary import direction
 
             self.keeper = BestKeeper(self.cfg.save_best, loop.run_dir, direction(self.cfg.save_best))
         if loop.done == 0:
@@ -160,9 +160,9 @@ class Evaluation(Hook):
 
 def evaluate(recipe, problems, logger, step: int) -> dict:
     """``recipe.evaluate`` with every RNG put back afterwards, logged at ``step``."""
-    from serl.progress import stage
-    from serl.run_state import isolated_rng
-    from serl.summary import save_items
+    from serl.report.progress import stage
+    from serl.run.state import isolated_rng
+    from serl.report.summary import save_items
 
     n = len(problems) if hasattr(problems, "__len__") else None  # SPELL's held-out set is no list
     with isolated_rng(recipe), stage("evaluation", n, "items", getattr(recipe, "progress", "quiet")) as st:
@@ -176,24 +176,25 @@ def evaluate(recipe, problems, logger, step: int) -> dict:
 
 
 class Report(Hook):
-    """The line after each step (the recipe's metrics: ``serl.panels``), and the report and the
+    """The line after each step (the recipe's metrics: ``serl.report.panels``), and the report and the
     summary once the run is closed."""
 
     def __init__(self, mode: str, line):
         self.mode, self.line = mode, line
 
     def after_step(self, loop, step: int, m: dict, last: bool) -> None:
-        from serl.progress import print_step_summary
+        from serl.report.progress import print_step_summary
 
         print_step_summary(step, m, self.mode, line=self.line)
 
     def closed(self, loop, secs: float) -> None:
         try:
-            from serl.report import write_report
+            from serl.report.write import write_report
 
             write_report(loop.run_dir)
         except Exception as e:  # a report problem must not hide a finished run
             log.warning("could not write the report: %s", e)
-        from serl.summary import print_summary
+        from serl.report.summary import print_summary
+        from serl.run.best import best_line
 
-        print_summary(loop.run_dir, secs)
+        print_summary(loop.run_dir, secs, notes=(best_line(loop.run_dir),))

@@ -1,4 +1,4 @@
-"""The collapse guard's probe and anchor file (``serl.guard``): which training prompts it
+"""The collapse guard's probe and anchor file (``serl.run.guard``): which training prompts it
 probes, and the untrained model's vote on them, written once and reusable by other runs
 that share the probe, model and answer limit (``--guard_anchor``)."""
 from __future__ import annotations

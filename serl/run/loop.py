@@ -1,6 +1,6 @@
-"""The run loop: one object owns the run's steps. It drives the step frame (``serl.step.SyncFrame``,
-or ``serl.async_frame.AsyncFrame`` with --async_train / --importance_sampling_correction), keeps the
-run state (``serl.run_state``) and the checkpoints, and calls its hooks (``serl.hooks``: the time
+"""The run loop: one object owns the run's steps. It drives the step frame (``serl.run.step.SyncFrame``,
+or ``serl.run.async_frame.AsyncFrame`` with --async_train / --importance_sampling_correction), keeps the
+run state (``serl.run.state``) and the checkpoints, and calls its hooks (``serl.run.hooks``: the time
 budget, the collapse guard, evaluation, the report) at named points::
 
     restore(checkpoint)                 policy, run state, frame and hooks, on a resume
@@ -21,9 +21,9 @@ import signal
 import threading
 from pathlib import Path
 
-from serl import run_state
-from serl.checkpoint import disk_space_guard, load_trainer_state, newest_step, save_checkpoint
-from serl.resume import run_config
+from serl.run import state as run_state
+from serl.run.checkpoint import disk_space_guard, load_trainer_state, newest_step, save_checkpoint
+from serl.run.resume import run_config
 
 log = logging.getLogger("serl")
 

@@ -82,7 +82,7 @@ def restore(recipe, state: dict, run_dir=None, frame=None) -> dict:
                           "with --async_train (or --importance_sampling_correction) so that batch is trained")
     ref = recipe.reference_step(step)
     if ref not in (None, 0, step):  # the reference lags the policy: a checkpoint's policy
-        from serl.checkpoint import restore_reference
+        from serl.run.checkpoint import restore_reference
 
         restore_reference(run_dir if run_dir is not None else recipe.run_dir, recipe.learner, ref, step)
     return state
