@@ -58,7 +58,7 @@ def append_result(record: dict, out: str | os.PathLike = RESULTS) -> None:
 
 def smollm2_path() -> str:
     """SmolLM2-135M-Instruct as an HF folder (converted once from the pip package's GGUF)."""
-    from serl.models import resolve_model
+    from serl.models.resolve import resolve_model
 
     return resolve_model("smollm2")
 

@@ -113,7 +113,7 @@ def bench_update(model_path: str, bf16: bool, args) -> list[dict]:
 
 def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default="smollm2", help="model spec for serl.models.resolve_model")
+    ap.add_argument("--model", default="smollm2", help="model spec for serl.models.resolve.resolve_model")
     ap.add_argument("--dtypes", default="fp32,bf16", help="comma list of fp32 and/or bf16")
     ap.add_argument("--batch", type=int, default=8, help="sequences per update")
     ap.add_argument("--prompt-len", type=int, default=128, help="mean prompt length (tokens)")
@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
-    from serl.models import resolve_model
+    from serl.models.resolve import resolve_model
 
     path = resolve_model(args.model)
     rows = []

@@ -27,7 +27,7 @@ from serl.engines.torch_learner import TorchLearner  # noqa: E402
 
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default="smollm2", help="model spec for serl.models.resolve_model")
+    ap.add_argument("--model", default="smollm2", help="model spec for serl.models.resolve.resolve_model")
     ap.add_argument("--lora-rank", type=int, default=0, help="0: full fine-tuning")
     ap.add_argument("--micro-batch", type=int, default=8, help="sequences per forward/backward")
     ap.add_argument("--seqs", type=int, default=16, help="sequences in the batch")
@@ -97,7 +97,7 @@ def profile(fn, top: int) -> str:
 
 
 def main(argv=None) -> int:
-    from serl.models import resolve_model
+    from serl.models.resolve import resolve_model
 
     a = parse_args(argv)
     extra = {}

@@ -349,7 +349,7 @@ def load_records(path, models: list[str], label: str | None = None) -> dict[str,
 
 
 def model_shape(name: str) -> Shape:
-    from serl.models import resolve_model
+    from serl.models.resolve import resolve_model
 
     return Shape.from_config(json.loads((Path(resolve_model(name)) / "config.json").read_text()))
 

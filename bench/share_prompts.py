@@ -28,7 +28,7 @@ from _common import ROOT, load_avg, machine, now  # noqa: E402  (also puts the r
 from serl.engines.base import TrainBatch  # noqa: E402
 from serl.engines.learner_core import LearnerConfig  # noqa: E402
 from serl.engines.torch_learner import TorchLearner  # noqa: E402
-from serl.models import load_tokenizer, resolve_model  # noqa: E402
+from serl.models.resolve import load_tokenizer, resolve_model  # noqa: E402
 
 
 def make_batch(tok, args) -> tuple[list, list]:

@@ -129,7 +129,7 @@ def main() -> int:
             model = f"{tmp}/model"
             random_model(model, seed=0, tiny=args.tiny)
         else:
-            from serl.models import resolve_model
+            from serl.models.resolve import resolve_model
 
             model = resolve_model(model)
         from transformers import AutoConfig

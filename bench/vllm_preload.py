@@ -31,7 +31,7 @@ def one_side(args) -> None:
     """In the child: time --calls rollout calls and print one JSON line."""
     from serl.engines.base import Sampling
     from serl.engines.vllm_generator import VLLMGenerator
-    from serl.models import resolve_model
+    from serl.models.resolve import resolve_model
 
     rows = [json.loads(x) for x in open(DATA / "gsm8k" / "train.jsonl", encoding="utf-8")][:args.prompts]
     t0 = time.perf_counter()

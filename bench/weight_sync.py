@@ -35,7 +35,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     from serl.engines.base import Sampling
     from serl.engines.factory import make_generator
-    from serl.models import load_causal_lm
+    from serl.models.resolve import load_causal_lm
 
     path = smollm2_path()
     policy = load_causal_lm(path, dtype=torch.float32)

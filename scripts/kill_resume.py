@@ -4,7 +4,7 @@ A hand-run campaign (too long for CI; its K/N per mode is recorded in docs/resum
 one uninterrupted reference run, then N trials. A trial starts the same run and kills it up to
 --kills times, each kill either from outside (SIGKILL of the main process after a random share of
 the reference's wall time, as the OOM killer does) or injected by the run itself at a random fault
-point (``SERL_FAULT=generate|learner|checkpoint:STEP``, serl.checkpoint.fault_point), resuming with
+point (``SERL_FAULT=generate|learner|checkpoint:STEP``, serl.run.checkpoint.fault_point), resuming with
 ``serl train --resume`` after each, and a last resume runs to the end. The trial is exact when the
 metrics (all but times), the pool's added problems, the checkpoint steps kept, and the final
 checkpoint (policy weights bit for bit, optimizer moments, schedule, RNG and data-order state)
@@ -75,7 +75,7 @@ def run_once(args, run_dir: Path, log: Path, fault=None, kill_after=None) -> tup
 
 def compare(a: Path, b: Path) -> list[str]:
     """What differs between the reference run ``a`` and the resumed run ``b`` (empty: exact)."""
-    from serl.checkpoint import complete_checkpoints
+    from serl.run.checkpoint import complete_checkpoints
 
     out = []
     ma, mb = H.metrics(a), H.metrics(b)

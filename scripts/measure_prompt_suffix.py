@@ -39,7 +39,7 @@ def main(argv=None) -> None:
 
     from serl.engines.base import Sampling
     from serl.engines.factory import make_generator
-    from serl.models import load_tokenizer, resolve_model
+    from serl.models.resolve import load_tokenizer, resolve_model
     from serl.rewards.extract import extract_answer, last_boxed
 
     rows = [json.loads(line) for line in Path(args.seeds).read_text().splitlines() if line.strip()]

@@ -9,7 +9,7 @@ COMMANDS = {
     "instruct": ("serl.instruct.cli", "cli_main", "generate new problems from a seed file"),
     "eval": ("serl.eval.cli", "cli_main", "evaluate a model on math benchmarks, MMLU-Pro or games"),
     "serve-reward": ("serl.rewards.server", "cli_main", "serve rewards over HTTP (OpenRLHF protocol)"),
-    "report": ("serl.report", "cli_main", "plots and a summary of a run directory"),
+    "report": ("serl.report.write", "cli_main", "plots and a summary of a run directory"),
 }
 
 

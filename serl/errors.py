@@ -2,7 +2,7 @@
 
 They live here, at the bottom of the package, so that any module can raise them without
 importing the module that reads that kind of input (the old homes still export them:
-``serl.config.ConfigError``, ``serl.data.seeds.DataError``, ``serl.models.ModelError``).
+``serl.config.options.ConfigError``, ``serl.data.seeds.DataError``, ``serl.models.resolve.ModelError``).
 """
 from __future__ import annotations
 

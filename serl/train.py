@@ -3,7 +3,7 @@
     serl train [--recipe NAME] [--config FILE] [options]
     serl train --resume RUN_DIR [options that may change]
 
-The run itself is ``serl.runner``'s; ``--ray`` builds the engines as Ray actors
+The run itself is ``serl.run.runner``'s; ``--ray`` builds the engines as Ray actors
 (``serl.distributed.run``) and hands them to the same runner.
 """
 from __future__ import annotations
@@ -13,10 +13,14 @@ import os
 import sys
 from pathlib import Path
 
-from serl.config import ConfigError, TrainConfig, parse_args
+from serl.config.options import TrainConfig
+from serl.config.parser import parse_args
+from serl.errors import ConfigError
 from serl.engines.vllm_quirks import EngineDied
 from serl.rewards.remote import RemoteRewardError
-from serl.runner import USER_ERRORS, Interrupted, load_eval_sets, prepare, resume_config, run  # noqa: F401 (API)
+from serl.run.loop import Interrupted
+from serl.run.resume import resume_config
+from serl.run.runner import USER_ERRORS, run
 
 
 def launch(cfg: TrainConfig, resume_dir: Path | None = None) -> Path:
@@ -44,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     cfg = None
     try:
-        from serl.compat import rewrite
+        from serl.config.compat import rewrite
 
         argv = rewrite(argv)  # the seeds' own names (SeRL/OpenRLHF, spiral-rl, verl): docs/compat.md
         value, rest = _split_resume(argv)

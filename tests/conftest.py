@@ -24,7 +24,7 @@ def pytest_sessionfinish(session, exitstatus):
 @pytest.fixture(scope="session")
 def smol_path():
     """The embedded SmolLM2-135M-Instruct as a Hugging Face directory (converted once)."""
-    from serl.models import resolve_model
+    from serl.models.resolve import resolve_model
 
     try:
         return resolve_model("smollm2")
@@ -34,7 +34,7 @@ def smol_path():
 
 @pytest.fixture(scope="session")
 def smol_tokenizer(smol_path):
-    from serl.models import load_tokenizer
+    from serl.models.resolve import load_tokenizer
 
     return load_tokenizer(smol_path)
 
@@ -131,7 +131,7 @@ def _cut_back(run: Path, to: Path, step: int) -> Path:
     and other files stay, so the resume must drop or overwrite them."""
     import shutil
 
-    from serl.checkpoint import checkpoint_step, complete_checkpoints
+    from serl.run.checkpoint import checkpoint_step, complete_checkpoints
 
     shutil.copytree(run, to)
     steps = [checkpoint_step(c) for c in complete_checkpoints(to)]
@@ -190,7 +190,7 @@ TINY_EVAL = ["--eval_benchmarks", "gsm8k,svamp", "--eval_data_dir", str(MATH_DIR
 def tiny_serl_run(tmp_path_factory, smol_path):
     """One TINY_TRAIN run on the CPU, shared: tests/recipes/serl/test_golden_metrics.py checks its
     training rows, tests/eval/test_train_eval.py its evaluation (on when the shared math data is
-    there). Evaluation never changes what training samples (serl.run_state.isolated_rng), so the
+    there). Evaluation never changes what training samples (serl.run.state.isolated_rng), so the
     training rows are those of a run without it. Returns (dir, the CompletedProcess, evaluated)."""
     run = tmp_path_factory.mktemp("tiny_serl") / "run"
     evaluated = MATH_DIR.is_dir()

@@ -4,7 +4,7 @@ import time
 
 import torch
 
-from serl.async_frame import GatedLearner, stale_filter
+from serl.run.async_frame import GatedLearner, stale_filter
 from serl.engines.base import TrainBatch
 
 

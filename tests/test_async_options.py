@@ -2,11 +2,12 @@
 rewritten to them, and values without a meaning are refused."""
 import pytest
 
-from serl.compat import rewrite
-from serl.config import ConfigError, parse_args
-from serl.plan import plan_run
-from serl.recipes import config_class, recipe_names
-from serl.sections import declared
+from serl.config.compat import rewrite
+from serl.config.parser import parse_args
+from serl.errors import ConfigError
+from serl.config.plan import plan_run
+from serl.config.registry import config_class, recipe_names
+from serl.config.sections import declared
 
 
 def cfg_of(*argv):

@@ -1,13 +1,13 @@
 """The asynchronous frame's order with stand-in engines (no model): collect(t+1) overlaps update t,
 its learner calls wait for the update, the weight sync follows the collect, after_update(t) sees
-collect(t)'s step state, and a checkpoint's frame state resumes the same steps."""
+collect(t)'s step-local state, and a checkpoint's frame state resumes the same steps."""
 import threading
 import pytest
 import torch
 
-from serl.async_frame import Frame, GatedLearner, RecordingGenerator
+from serl.run.async_frame import AsyncFrame, GatedLearner, RecordingGenerator
 from serl.engines.base import Completion, Sampling, TrainBatch
-from serl.plan import RunPlan
+from serl.config.plan import RunPlan
 from serl.recipes.base import Recipe
 
 
@@ -43,33 +43,31 @@ class Learner:
 
 
 class Toy(Recipe):
-    step_state = ("tally",)
-
     def __init__(self, log, gen, learner):  # no RunContext: only what the frame touches
-        self.log, self.generator, self.learner, self.times, self.progress = log, gen, learner, {}, "quiet"
+        self.log, self.generator, self.learner, self.progress = log, gen, learner, "quiet"
 
     def collect(self, step):
         self.log.append(("collect", step))
         groups = self.generator.generate([[step]], 2, Sampling(4, 1.0))
         self.learner.logprobs([[step]], [[1]])
-        self.tally = step
         c = [x for g in groups for x in g]
-        return TrainBatch([x.prompt_ids for x in c], [x.token_ids for x in c], [torch.ones(1)] * len(c)), {}
+        batch = TrainBatch([x.prompt_ids for x in c], [x.token_ids for x in c], [torch.ones(1)] * len(c))
+        return batch, {}, {"tally": step}  # step-local: handed to this step's after_update
 
-    def after_update(self, step, metrics, updated):
-        self.log.append(("after", step, self.tally))
-        metrics["tally"] = self.tally
+    def after_update(self, step, metrics, updated, local):
+        self.log.append(("after", step, local["tally"]))
+        metrics["tally"] = local["tally"]
 
 
 class Carrying(Toy):
     """Trains, besides its own two samples, the first of the previous collect's (as SeRL's carried groups)."""
 
     def collect(self, step):
-        batch, m = super().collect(step)
+        batch, m, local = super().collect(step)
         last, self.last = getattr(self, "last", None), (batch.prompt_ids[0], batch.response_ids[0])
         if last is not None:
             batch = TrainBatch(batch.prompt_ids + [last[0]], batch.response_ids + [last[1]], batch.advantages * 2)
-        return batch, m
+        return batch, m, local
 
 
 def _frame(steps, asynchronous=True, max_staleness=1, recipe=Toy):
@@ -78,7 +76,7 @@ def _frame(steps, asynchronous=True, max_staleness=1, recipe=Toy):
     gen = RecordingGenerator(Gen(log), logprobs=True)
     r = recipe(log, gen, GatedLearner(learner) if asynchronous else learner)
     plan = RunPlan("toy", async_train=asynchronous, max_staleness=max_staleness, is_cap=2.0)
-    r.frame = Frame(r, gen, learner, plan, steps)
+    r.frame = AsyncFrame(r, gen, learner, plan, steps)  # the test keeps it on the recipe
     return r, log
 
 

@@ -1,10 +1,10 @@
-"""serl.best: --save_best keeps the policy of the best evaluated step (a stand-in learner)."""
+"""serl.run.best: --save_best keeps the policy of the best evaluated step (a stand-in learner)."""
 import json
 
 import pytest
 
-from serl.best import BestKeeper, best_line, read_best
-from serl.config import ConfigError
+from serl.run.best import BestKeeper, best_line, read_best
+from serl.errors import ConfigError
 
 
 class Learner:
@@ -35,7 +35,7 @@ def test_keeps_the_best_and_compares_with_a_resumed_one(tmp_path):
 
 
 def test_lower_is_better_where_the_name_says_so(tmp_path):
-    from serl.summary import direction
+    from serl.report.summary import direction
 
     keeper = BestKeeper("eval/kuhn_poker/exploitability", tmp_path, direction("eval/kuhn_poker/exploitability"))
     assert keeper.offer(1, {"eval/kuhn_poker/exploitability": 0.3}, Learner())

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-import serl.checkpoint as ckpt_mod
-from serl.checkpoint import (DiskFullError, checkpoint_dir, complete_checkpoints, newest_step, restore_reference,
+import serl.run.checkpoint as ckpt_mod
+from serl.run.checkpoint import (DiskFullError, checkpoint_dir, complete_checkpoints, newest_step, restore_reference,
                              save_checkpoint)
 from serl.engines.torch_learner import STATE_FILE, LearnerConfig, TorchLearner
 
@@ -158,9 +158,9 @@ def test_cli_prints_one_line_and_exits_2(monkeypatch, capsys):
 def test_final_model_holds_weights_config_and_no_optimizer_state(tmp_path, monkeypatch, smol_path, tiny_path):
     """The runner's final save: model/ is a Hugging Face model that loads and equals the
     learner's weights; the optimizer state is only in the checkpoint."""
-    import serl.recipes
-    import serl.runner as runner
-    from serl.recipes import config_class
+    import serl.config.registry
+    import serl.run.runner as runner
+    from serl.config.registry import config_class
     from serl.recipes.base import Recipe
     from transformers import AutoModelForCausalLM
 
@@ -171,12 +171,12 @@ def test_final_model_holds_weights_config_and_no_optimizer_state(tmp_path, monke
         def eval_set(cls, cfg):
             return []
 
-        def step(self, step):
+        def collect(self, step):  # trained here; the frame has nothing to train
             ln.step(_batch())
-            return {"fake/x": 1.0}
+            return None, {"fake/x": 1.0}
 
-    monkeypatch.setattr(serl.recipes, "recipe_class", lambda name: OneStep)
-    monkeypatch.setattr("serl.report.write_report", lambda run_dir: None)
+    monkeypatch.setattr(serl.config.registry, "recipe_class", lambda name: OneStep)
+    monkeypatch.setattr("serl.report.write.write_report", lambda run_dir: None)
     engines = SimpleNamespace(generator=SimpleNamespace(load_weights=lambda w: None), learner=ln,
                               checker=None, close=lambda: None)
     cfg = config_class("serl")(model=smol_path, steps=1, run_dir=str(tmp_path / "run"), progress="quiet")

@@ -1,9 +1,11 @@
-"""serl.compat: the seeds' own names (SeRL/OpenRLHF, spiral-rl, verl) reach serl's options."""
+"""serl.config.compat: the seeds' own names (SeRL/OpenRLHF, spiral-rl, verl) reach serl's options."""
 import pytest
 
-from serl.compat import rewrite
-from serl.config import ConfigError, parse_args
-from serl.data.seeds import DataError, read_seeds
+from serl.config.compat import rewrite
+from serl.config.parser import parse_args
+from serl.errors import ConfigError
+from serl.data.seeds import read_seeds
+from serl.errors import DataError
 from serl.games import check_game_names
 from serl.rewards.difficulty import difficulty_reward
 
@@ -139,7 +141,7 @@ SPIRAL_RUN_SH = """
 
 
 def notes(capsys) -> set[str]:
-    """The flags named by serl.compat_spiral's notice lines on stderr."""
+    """The flags named by serl.config.compat_spiral's notice lines on stderr."""
     return {line.split()[2].rstrip(":")[2:] for line in capsys.readouterr().err.splitlines()
             if line.startswith("serl: note: --")}
 
@@ -376,7 +378,7 @@ def test_unknown_flags_get_one_line_and_help_points_to_compat(train_here, capsys
     assert "(did you mean --rollout_batch_size?)" in err and len(err.strip().splitlines()) == 1
     rc, err = train_here("--recipe", "spiral", "--prompt_data", "x.jsonl")  # a section the recipe does not read
     assert rc == 2 and len(err.strip().splitlines()) == 1
-    from serl.config import build_parser
+    from serl.config.parser import build_parser
 
     text = build_parser().format_help()
     assert "docs/compat.md" in text

@@ -3,7 +3,10 @@ import sys
 
 import pytest
 
-from serl.config import ConfigError, TrainConfig, build_parser, load_yaml, parse_args
+from serl.config.options import TrainConfig
+from serl.config.parser import build_parser, parse_args
+from serl.errors import ConfigError
+from serl.config.files import load_yaml
 
 
 def test_defaults_validate():

@@ -6,7 +6,7 @@ import sys
 import time
 from pathlib import Path
 
-from serl.checkpoint import CKPT_DIR, DONE
+from serl.run.checkpoint import CKPT_DIR, DONE
 
 ROOT = Path(__file__).resolve().parents[1]
 

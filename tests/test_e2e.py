@@ -8,14 +8,14 @@ pytestmark = pytest.mark.slow
 
 
 def test_two_steps_of_the_loop(tmp_path, smol_path, smol_tokenizer, monkeypatch):
-    from serl.config import parse_args
+    from serl.config.parser import parse_args
     from serl.engines.factory import build_engines
-    from serl.plan import plan_run
-    from serl.metrics import MetricsLogger
-    from serl.models import load_causal_lm
-    from serl.recipes.base import RunContext
+    from serl.config.plan import plan_run
+    from serl.report.metrics import MetricsLogger
+    from serl.models.resolve import load_causal_lm
+    from serl.run.context import RunContext
     from serl.recipes.serl.recipe import SerlRecipe
-    from serl.runner import prepare
+    from serl.run.runner import prepare
 
     monkeypatch.chdir(tmp_path.parent)
     cfg, _ = parse_args([

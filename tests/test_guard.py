@@ -1,4 +1,4 @@
-"""The collapse guard (serl.guard): the rule on scripted agreement sequences, checked by hand;
+"""The collapse guard (serl.run.guard): the rule on scripted agreement sequences, checked by hand;
 its actions, state and anchor files with stand-in engines; one tiny real run."""
 import json
 from math import comb
@@ -7,9 +7,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from serl.config import ConfigError, parse_args
-from serl.guard import (ANCHOR_FILE, BEST_DIR, BEST_META, CollapseGuard, GuardState, Rule, act, anchor_header,
-                        describe, drop_p, judge, read_anchor, select_probe, write_anchor)
+from serl.config.parser import parse_args
+from serl.errors import ConfigError
+from serl.report.summary import describe
+from serl.run.guard import BEST_DIR, BEST_META, CollapseGuard, GuardState, Rule, act, drop_p, judge
+from serl.run.guard_anchor import ANCHOR_FILE, anchor_header, read_anchor, select_probe, write_anchor
 
 
 def nested(a: float, n: int = 100) -> list[int]:
@@ -211,7 +213,7 @@ def test_signals_are_read_from_the_step_metrics():
 
 
 def test_describe(tmp_path):
-    from serl.run_metrics import Series
+    from serl.report.run_metrics import Series
 
     g = make_guard(tmp_path, "watch", COLLAPSE[:5])
     drive(g, range(5))
@@ -263,8 +265,8 @@ def test_anchor_reuse_and_refusals(tmp_path):
 
 
 def test_prepare_refuses_unsupported_recipes_and_missing_labels():
-    from serl.guard import prepare
-    from serl.recipes import recipe_class
+    from serl.run.guard import prepare
+    from serl.config.registry import recipe_class
 
     cfg = cfg_for(collapse_guard="watch", recipe="spin", guard_labels=False, guard_anchor="",
                   label_key="answer")
@@ -283,9 +285,9 @@ def test_prepare_refuses_unsupported_recipes_and_missing_labels():
 
 def test_probe_from_its_own_file(tmp_path):
     """--guard_probe_data: the probe comes from that file, read as the seeds are."""
-    from serl.data.seeds import DataError
-    from serl.guard import prepare
-    from serl.recipes import recipe_class
+    from serl.errors import DataError
+    from serl.run.guard import prepare
+    from serl.config.registry import recipe_class
 
     f = tmp_path / "probe.jsonl"
     f.write_text("".join(json.dumps({"problem": f"What is {i} + 1?"}) + "\n" for i in range(6)))
@@ -378,7 +380,7 @@ def test_probe_calls_leave_the_runs_sampling_as_it_was():
     same after a probe call as before it."""
     import torch
 
-    from serl.guard import untouched_rng
+    from serl.run.guard import untouched_rng
 
     gen = SimpleNamespace(calls=7)
     torch.manual_seed(3)
@@ -392,8 +394,8 @@ def test_probe_calls_leave_the_runs_sampling_as_it_was():
 
 def test_a_resume_reads_the_runs_own_anchor_copy(tmp_path):
     """--guard_anchor's file may be gone when the run resumes: its copy in the run directory is read."""
-    from serl.guard import prepare
-    from serl.recipes import recipe_class
+    from serl.run.guard import prepare
+    from serl.config.registry import recipe_class
 
     seeds = [SimpleNamespace(text=f"q{i}", label=None) for i in range(5)]
     cfg = cfg_for(collapse_guard="watch", recipe="serl", guard_labels=False, guard_anchor=str(tmp_path / "gone"),

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from serl.metrics import MetricsLogger, MissingLoggingPackage, wandb_mode
-from serl.progress import print_step_summary, progress_mode, stage, step_summary
+from serl.report.metrics import MetricsLogger, MissingLoggingPackage, wandb_mode
+from serl.report.progress import print_step_summary, progress_mode, stage, step_summary
 
 
 def read_lines(run_dir: Path) -> list[dict]:
@@ -347,7 +347,7 @@ def test_progress_mode_rejects_unknown():
 
 def test_plain_stage_prints_one_line_with_throughput(monkeypatch):
     clock = iter([100.0, 104.0, 200.0, 250.0])  # 4 s, then 50 s
-    monkeypatch.setattr("serl.progress._clock", lambda: next(clock))
+    monkeypatch.setattr("serl.report.progress._clock", lambda: next(clock))
     out = FakeStream(False)
     with stage("rollout", total=64, unit="samples", mode="plain", stream=out) as s:
         for _ in range(4):
@@ -426,7 +426,7 @@ def test_print_step_summary_modes(mode, printed):
 def test_a_long_block_without_a_count_says_so_and_only_the_innermost_speaks(monkeypatch):
     import time
 
-    from serl.progress import heartbeat
+    from serl.report.progress import heartbeat
 
     monkeypatch.setenv("SERL_PROGRESS_EVERY", "0.05")
     out = FakeStream(False)

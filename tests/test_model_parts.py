@@ -1,4 +1,4 @@
-"""serl.model_parts: a GGUF split across packages is used only when every pin holds.
+"""serl.models.parts: a GGUF split across packages is used only when every pin holds.
 
 The unit tests build a small real GGUF, split it across fake installed distributions (real
 .dist-info folders on sys.path), and check each refusal. The last two use the real Qwen
@@ -13,7 +13,7 @@ import pytest
 gguf = pytest.importorskip("gguf")
 import numpy as np  # noqa: E402
 
-from serl.model_parts import QWEN_CODER_05B, PackagedGGUF, PackagedModelError, Part, assemble  # noqa: E402
+from serl.models.parts import QWEN_CODER_05B, PackagedGGUF, PackagedModelError, Part, assemble  # noqa: E402
 
 
 def _write_gguf(path, arch="qwen2", name="Tiny", blocks=2):
@@ -155,7 +155,7 @@ def test_the_packaged_qwen_loads_and_does_arithmetic():
     """Converted once into the serl cache (as a user's first run does), then greedy decoding."""
     import torch
 
-    from serl.models import load_causal_lm, load_tokenizer, resolve_model
+    from serl.models.resolve import load_causal_lm, load_tokenizer, resolve_model
 
     path = resolve_model("qwen2.5-coder-0.5b")
     tok, model = load_tokenizer(path), load_causal_lm(path, dtype=torch.bfloat16)

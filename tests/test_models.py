@@ -1,7 +1,7 @@
-"""serl.models: publishing a converted model when several processes convert at once."""
+"""serl.models.resolve: publishing a converted model when several processes convert at once."""
 import pytest
 
-from serl.models import _publish
+from serl.models.resolve import _publish
 
 
 def _finished(d):
@@ -53,7 +53,8 @@ def _cut_copy(src, dst, keep: int):
 def test_a_truncated_safetensors_file_is_refused_by_name(tmp_path, smol_path, keep, needle):
     from pathlib import Path
 
-    from serl.models import ModelError, resolve_model
+    from serl.models.resolve import resolve_model
+    from serl.errors import ModelError
 
     d = _cut_copy(Path(smol_path), tmp_path / "cut", keep)
     with pytest.raises(ModelError) as e:

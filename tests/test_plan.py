@@ -6,9 +6,11 @@ from typing import ClassVar
 
 import pytest
 
-from serl.config import ConfigError, TrainConfig, parse_args
+from serl.config.options import TrainConfig
+from serl.config.parser import parse_args
+from serl.errors import ConfigError
 from serl.engines.factory import learner_config
-from serl.plan import RunPlan, kl_mode, plan_run
+from serl.config.plan import RunPlan, kl_mode, plan_run
 
 
 def plan(*flags):
@@ -67,13 +69,13 @@ def test_spin_plan():
 
 def test_a_recipe_without_reward_kl_and_the_default_coefficient_has_none(monkeypatch):
     """A recipe that never mentions KL (the docs' toy) inherits init_kl_coef 1e-4: no one asked."""
-    import serl.recipes
+    import serl.config.registry
 
     @dataclasses.dataclass
     class Toy(TrainConfig):
         RECIPE: ClassVar[str] = "toy"
 
-    monkeypatch.setattr(serl.recipes, "config_class", lambda name: Toy)
+    monkeypatch.setattr(serl.config.registry, "config_class", lambda name: Toy)
     assert kl_mode(Toy()) == "none"
     assert kl_mode(Toy(use_kl_loss=True)) == "loss"
     with pytest.raises(ConfigError, match="recipe 'toy' has no KL in the reward"):

@@ -86,7 +86,7 @@ def test_spiral_refuses_a_5mb_system_prompt(tmp_path, capsys, smol_path, never_t
 
 
 def test_a_long_seed_among_good_ones_is_skipped_counted_and_named(tmp_path, smol_path, caplog):
-    from serl.config import parse_args
+    from serl.config.parser import parse_args
     from serl.recipes.serl.recipe import SerlRecipe
 
     seeds = _jsonl(tmp_path / "seeds.jsonl", [{"problem": "What is 2 + 2?", "answer": "4"},
@@ -143,7 +143,8 @@ def test_budget_counts_or_says_surely_over(chars, tokens):
 
 
 def test_fit_rows_names_each_skip_and_refuses_when_none_is_left():
-    from serl.data.seeds import DataError, Problem
+    from serl.data.seeds import Problem
+    from serl.errors import DataError
 
     rows = [Problem("short", where="f.jsonl:1"), Problem("x" * 50, where="f.jsonl:2"), Problem("ok", where="f.jsonl:3")]
     kept = fit_rows(rows, PromptBudget(CharTok(), 10), None, "f.jsonl")

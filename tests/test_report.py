@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from serl import report
-from serl.metrics import MetricsLogger
-from serl.report import cli_main, write_report
+from serl.report import write as report
+from serl.report.metrics import MetricsLogger
+from serl.report.write import cli_main, write_report
 
 pytest.importorskip("matplotlib", reason="matplotlib not installed (pip install 'serl[logging]')")
 

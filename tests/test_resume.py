@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from serl.config import ConfigError, dump, parse_args
-from serl.recipes import config_class
+from serl.config.parser import parse_args
+from serl.errors import ConfigError
+from serl.config.files import dump
+from serl.config.registry import config_class
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -97,7 +99,7 @@ def _finish_timed(proc, timeout: float = 1800) -> tuple[int, float]:
 
 
 def _last_ckpt_step(run_dir) -> int:
-    from serl.checkpoint import latest_checkpoint
+    from serl.run.checkpoint import latest_checkpoint
 
     c = latest_checkpoint(run_dir)
     return int(c.name.split("_")[1]) if c else 0
@@ -216,7 +218,7 @@ def test_sigkill_injected_and_from_outside_then_resume_is_exact_to_the_last_weig
     assert len(ids) == len(set(ids))                      # no problem duplicated...
     assert [i["text"] for i in adds(a)] == [i["text"] for i in adds(b)]  # ...or lost
 
-    from serl.checkpoint import complete_checkpoints
+    from serl.run.checkpoint import complete_checkpoints
     ckpts = complete_checkpoints(b)
     assert [c.name for c in ckpts] == ["step_000002", "step_000003"]  # keeps the newest 2
     assert _checkpoint_differences(complete_checkpoints(a)[-1], ckpts[-1]) == [], log
@@ -253,7 +255,7 @@ def test_checkpoint_comparison_finds_one_changed_bit(tmp_path):
     ("--reward_difficulty_bounds", "0.1 0.9"),
 ])
 def test_resume_refuses_run_defining_changes(tmp_path, flag, value):
-    from serl.train import resume_config
+    from serl.run.resume import resume_config
 
     dump(config_class("serl")(steps=3), tmp_path / "config.yaml")
     with pytest.raises(ConfigError, match=f"option '{flag[2:]}' was .* that makes it a different run"):
@@ -265,7 +267,7 @@ def test_resume_refuses_run_defining_changes(tmp_path, flag, value):
                                          ("--turn_discount", "0.9"), ("--fsp_start_from", "4")])
 def test_resume_refuses_changing_spirals_game_rules(tmp_path, flag, value):
     """spiral-rl's draw replay, turn discount and population start change what a step trains on."""
-    from serl.train import resume_config
+    from serl.run.resume import resume_config
 
     dump(config_class("spiral")(steps=3, opponent="population"), tmp_path / "config.yaml")
     with pytest.raises(ConfigError, match=f"option '{flag[2:]}' was .* that makes it a different run"):
@@ -273,7 +275,7 @@ def test_resume_refuses_changing_spirals_game_rules(tmp_path, flag, value):
 
 
 def test_resume_refuses_a_different_run_and_records_harmless_changes(tmp_path):
-    from serl.train import resume_config
+    from serl.run.resume import resume_config
 
     dump(config_class("serl")(steps=3), tmp_path / "config.yaml")
     with pytest.raises(ConfigError, match="option 'advantage_estimator'"):
@@ -302,7 +304,7 @@ def _saved(tmp_path, recipe="serl") -> str:
 
 @pytest.mark.parametrize("recipe", ["serl", "spin", "spiral", "spell"])
 def test_a_config_written_now_resumes_unchanged(tmp_path, recipe):
-    from serl.train import resume_config
+    from serl.run.resume import resume_config
 
     _saved(tmp_path, recipe)
     want, _ = parse_args(["--recipe", recipe, "--run_dir", str(tmp_path), "--steps", "3"])
@@ -329,8 +331,8 @@ def _cut_points(text: str) -> dict[str, int]:
 def test_a_truncated_config_is_refused_naming_what_is_missing(tmp_path, recipe):
     """Cut at several byte offsets, a saved config.yaml is refused: the message names the
     file and the run-defining options that are gone, the bad line, or the cut."""
-    from serl.resume import run_defining
-    from serl.train import resume_config
+    from serl.run.resume import run_defining
+    from serl.run.resume import resume_config
 
     text = _saved(tmp_path, recipe)
     fixed = run_defining(recipe)
@@ -366,7 +368,7 @@ def test_a_truncated_config_is_refused_naming_what_is_missing(tmp_path, recipe):
 
 def test_a_config_of_an_older_serl_resumes_with_defaults_and_a_warning(tmp_path, caplog):
     """An option that is not run-defining and not in the file (added later) takes its default."""
-    from serl.train import resume_config
+    from serl.run.resume import resume_config
 
     text = _saved(tmp_path)
     (tmp_path / "config.yaml").write_text("".join(ln for ln in text.splitlines(keepends=True)
@@ -378,7 +380,7 @@ def test_a_config_of_an_older_serl_resumes_with_defaults_and_a_warning(tmp_path,
 
 
 def test_a_resume_with_another_recipe_is_refused_plainly(tmp_path):
-    from serl.train import resume_config
+    from serl.run.resume import resume_config
 
     _saved(tmp_path, "serl")
     with pytest.raises(ConfigError) as e:
@@ -392,14 +394,14 @@ def test_config_is_written_atomically(tmp_path, monkeypatch):
     """A write that fails (disk full at fsync) leaves the old config.yaml whole, no temp file."""
     import errno
 
-    import serl.config_file
+    import serl.config.files
 
     text = _saved(tmp_path)
 
     def full(fd):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(serl.config_file.os, "fsync", full)
+    monkeypatch.setattr(serl.config.files.os, "fsync", full)
     with pytest.raises(OSError, match="No space"):
         dump(config_class("serl")(steps=9), tmp_path / "config.yaml")
     assert (tmp_path / "config.yaml").read_text() == text
@@ -407,7 +409,7 @@ def test_config_is_written_atomically(tmp_path, monkeypatch):
 
 
 def test_a_config_cut_inside_its_recipe_value_is_refused(tmp_path):
-    from serl.train import resume_config
+    from serl.run.resume import resume_config
 
     (tmp_path / "config.yaml").write_text("recipe: se")
     with pytest.raises(ConfigError, match=r"option 'recipe' is missing \(it ends in the middle of line 1"):

@@ -4,9 +4,11 @@ import json
 
 import pytest
 
-from serl.checkpoint import CKPT_DIR, DONE, RUN_CONFIG
-from serl.config import ConfigError, dump, parse_args
-from serl.resume import WRITTEN, load_saved, resume_config, run_config, write_config
+from serl.config.files import dump
+from serl.config.parser import parse_args
+from serl.errors import ConfigError
+from serl.run.checkpoint import CKPT_DIR, DONE, RUN_CONFIG
+from serl.run.resume import WRITTEN, load_saved, resume_config, run_config, write_config
 
 
 def _run_with_checkpoint(tmp_path, step=2):

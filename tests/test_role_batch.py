@@ -1,4 +1,4 @@
-"""serl/role_batch.py: each role's groups become its own batch (advantages within each group, never
+"""serl/recipes/spell/role_batch.py: each role's groups become its own batch (advantages within each group, never
 across roles), then the roles' batches, without their all-zero rows, are joined in role order."""
 from types import SimpleNamespace
 
@@ -7,7 +7,7 @@ import torch
 
 from serl.engines.base import Completion, TrainBatch
 from serl.recipes.base import Recipe
-from serl.role_batch import join_roles, role_batches
+from serl.recipes.spell.role_batch import join_roles, role_batches
 
 
 def comp(first: int, n: int = 1) -> Completion:

@@ -1,4 +1,4 @@
-"""One writer per run directory (serl.run_lock)."""
+"""One writer per run directory (serl.run.lock)."""
 import os
 import signal
 import subprocess
@@ -8,7 +8,7 @@ import textwrap
 import pytest
 
 from serl.errors import ConfigError
-from serl.run_lock import LOCK_NAME, lock_run_dir
+from serl.run.lock import LOCK_NAME, lock_run_dir
 
 
 def test_a_second_writer_is_refused_naming_the_holder(tmp_path):
@@ -30,7 +30,7 @@ def test_a_killed_holder_does_not_block_resume(tmp_path):
     run = tmp_path / "run"
     child = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import sys, time
-        from serl.run_lock import lock_run_dir
+        from serl.run.lock import lock_run_dir
         lock_run_dir({str(run)!r}, new=True)
         print("locked", flush=True)
         time.sleep(60)

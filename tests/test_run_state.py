@@ -1,4 +1,4 @@
-"""serl.run_state: the run state in one place (step, RNGs, the generator's position, the
+"""serl.run.state: the run state in one place (step, RNGs, the generator's position, the
 recipe's own state), older checkpoints' flat layout read as the new one, and evaluation
 that leaves every RNG where it was."""
 import random
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from serl import run_state
+from serl.run import state as run_state
 from serl.distributed.groups import GeneratorGroup
 
 
@@ -29,7 +29,7 @@ class Rec:
     """The parts of a recipe the run state touches."""
 
     def __init__(self, seed=0, reference=None):
-        self.rng, self.generator, self.step_done, self.own = random.Random(seed), Gen(), 0, {"k": 0}
+        self.rng, self.generator, self.own = random.Random(seed), Gen(), {"k": 0}
         self.reference, self.learner, self.run_dir = reference, None, None
 
     def state_dict(self):
@@ -38,23 +38,23 @@ class Rec:
     def load_state_dict(self, state):
         self.own = dict(state)
 
-    def reference_step(self):
+    def reference_step(self, step):
         return self.reference
 
 
 def test_capture_then_restore_continues_every_draw():
     a = Rec()
-    a.step_done, a.generator.calls, a.own = 4, 9, {"k": 3}
+    a.generator.calls, a.own = 9, {"k": 3}
     a.rng.random()
     np.random.seed(1)
     torch.manual_seed(2)
-    state = run_state.capture(a)
+    state = run_state.capture(a, 4)
     want = (a.rng.random(), float(np.random.rand()), float(torch.rand(1)))
     b = Rec(seed=5)
     np.random.seed(7)
     torch.manual_seed(8)
     got = run_state.restore(b, state)
-    assert (b.step_done, b.generator.calls, b.own) == (4, 9, {"k": 3}) and got["layout"] == 2
+    assert (got["step"], b.generator.calls, b.own) == (4, 9, {"k": 3}) and got["layout"] == 2
     assert (b.rng.random(), float(np.random.rand()), float(torch.rand(1))) == want
 
 
@@ -66,7 +66,7 @@ def test_a_layout_1_checkpoint_still_loads():
            "order": [2, 0], "memory": {"x": 1}, "guard": {"g": 1}}
     b = Rec(seed=9)
     state = run_state.restore(b, old)
-    assert b.step_done == 3 and b.generator.calls == 7 and b.own == {"order": [2, 0], "memory": {"x": 1}}
+    assert state["step"] == 3 and b.generator.calls == 7 and b.own == {"order": [2, 0], "memory": {"x": 1}}
     assert b.rng.getstate() == r.rng.getstate() and state["guard"] == {"g": 1} and state["numpy_rng"] is None
     with pytest.raises(ValueError, match="layout 3"):
         run_state.upgrade({"layout": 3})
@@ -123,10 +123,10 @@ def test_a_batch_collected_ahead_is_not_dropped_silently():
     from serl.errors import ConfigError
 
     a = Rec()
-    a.frame = SimpleNamespace(state_dict=lambda: {"version": 2, "versions": {}, "lps": {}, "ahead": {"step": 3}})
-    state = run_state.capture(a)
+    frame = SimpleNamespace(state_dict=lambda: {"version": 2, "versions": {}, "lps": {}, "ahead": {"step": 3}})
+    state = run_state.capture(a, 2, frame)
     assert state["frame"]["ahead"] == {"step": 3}
     with pytest.raises(ConfigError, match="collected ahead; resume it with --async_train"):
         run_state.restore(Rec(), state)
-    a.frame = SimpleNamespace(state_dict=lambda: {"version": 2, "versions": {}, "lps": {}, "ahead": None})
-    run_state.restore(Rec(), run_state.capture(a))  # nothing ahead (the last step): no frame needed
+    frame = SimpleNamespace(state_dict=lambda: {"version": 2, "versions": {}, "lps": {}, "ahead": None})
+    run_state.restore(Rec(), run_state.capture(a, 3, frame))  # nothing ahead (the last step): no frame needed

@@ -8,10 +8,11 @@ from types import SimpleNamespace
 
 import pytest
 
-import serl.recipes
-import serl.runner as runner
-from serl.checkpoint import latest_checkpoint
-from serl.recipes import config_class
+import serl.config.registry
+import serl.run.hooks as hooks
+import serl.run.runner as runner
+from serl.run.checkpoint import latest_checkpoint
+from serl.config.registry import config_class
 from serl.recipes.base import Recipe
 
 
@@ -48,10 +49,10 @@ def fake_recipe(clock, seconds_per_step, loaded):
         def eval_set(cls, cfg):
             return []
 
-        def step(self, step):
+        def collect(self, step):  # nothing to train: the frame skips the update
             clock.t += seconds_per_step
             self.done = step
-            return {"fake/x": float(step)}
+            return None, {"fake/x": float(step)}
 
         def state_dict(self):
             return {"step": self.done}
@@ -66,9 +67,9 @@ def fake_recipe(clock, seconds_per_step, loaded):
 def setup(monkeypatch, smol_path, tmp_path):
     def make(seconds_per_step):
         clock, loaded = Clock(), []
-        monkeypatch.setattr(runner, "_now", clock)
-        monkeypatch.setattr(serl.recipes, "recipe_class", lambda name: fake_recipe(clock, seconds_per_step, loaded))
-        monkeypatch.setattr("serl.report.write_report", lambda run_dir: None)  # plots are not under test
+        monkeypatch.setattr(hooks, "_now", clock)
+        monkeypatch.setattr(serl.config.registry, "recipe_class", lambda name: fake_recipe(clock, seconds_per_step, loaded))
+        monkeypatch.setattr("serl.report.write.write_report", lambda run_dir: None)  # plots are not under test
         return loaded
 
     def cfg(**kw):
@@ -96,7 +97,7 @@ def test_stops_after_the_step_that_reaches_the_budget(setup, secs, stop):
     runner.run(cfg(max_minutes=1.0), engines=fake_engines())
     r = rows(run_dir)
     assert [x["step"] for x in r] == list(range(1, stop + 1))
-    assert [x[runner.BUDGET_KEY] for x in r] == pytest.approx([secs * s / 60 for s in range(1, stop + 1)])
+    assert [x[hooks.BUDGET_KEY] for x in r] == pytest.approx([secs * s / 60 for s in range(1, stop + 1)])
     assert ckpt_step(run_dir) == stop  # saved at the stop although save_steps is 0
 
 
@@ -105,7 +106,7 @@ def test_no_budget_runs_every_step_and_logs_no_budget(setup):
     make(1000)
     runner.run(cfg(steps=4), engines=fake_engines())
     r = rows(run_dir)
-    assert [x["step"] for x in r] == [1, 2, 3, 4] and not any(runner.BUDGET_KEY in x for x in r)
+    assert [x["step"] for x in r] == [1, 2, 3, 4] and not any(hooks.BUDGET_KEY in x for x in r)
     assert ckpt_step(run_dir) == 4
 
 
@@ -121,7 +122,7 @@ def test_resume_counts_the_minutes_used_before(setup):
     runner.run(cfg(max_minutes=2.0), resume_dir=run_dir, engines=fake_engines())
     r = rows(run_dir)
     assert [x["step"] for x in r] == [1, 2, 3, 4, 5, 6]
-    assert [x[runner.BUDGET_KEY] for x in r[3:]] == pytest.approx([4 / 3, 5 / 3, 2.0])
+    assert [x[hooks.BUDGET_KEY] for x in r[3:]] == pytest.approx([4 / 3, 5 / 3, 2.0])
     assert ckpt_step(run_dir) == 6
 
 
@@ -136,7 +137,7 @@ def test_resume_of_a_run_without_budget_counts_from_the_resume(setup, caplog):
 
 @pytest.mark.parametrize("value", [-1.0, -0.01])
 def test_negative_budget_refused(value):
-    from serl.config import ConfigError
+    from serl.errors import ConfigError
 
     with pytest.raises(ConfigError, match="max_minutes"):
         config_class("serl")(max_minutes=value).validate()
@@ -147,7 +148,7 @@ def test_rows_prepare_skipped_as_too_long_are_counted_in_each_step(setup, monkey
     (serl.data.lengths), logged with every step, and absent when none were."""
     make, cfg, run_dir = setup
     make(1)
-    steps = serl.recipes.recipe_class("serl")
+    steps = serl.config.registry.recipe_class("serl")
 
     class Fitted(list):
         skipped = [("seeds.jsonl:2", "prompt of 5000 tokens"), ("seeds.jsonl:7", "prompt of 4000 tokens")]
@@ -157,9 +158,9 @@ def test_rows_prepare_skipped_as_too_long_are_counted_in_each_step(setup, monkey
         def prepare(cls, cfg):
             return Fitted()
 
-    monkeypatch.setattr(serl.recipes, "recipe_class", lambda name: Skipping)
+    monkeypatch.setattr(serl.config.registry, "recipe_class", lambda name: Skipping)
     runner.run(cfg(steps=2), engines=fake_engines())
     assert [x["data/skipped_long"] for x in rows(run_dir)] == [2, 2]
-    monkeypatch.setattr(serl.recipes, "recipe_class", lambda name: steps)
+    monkeypatch.setattr(serl.config.registry, "recipe_class", lambda name: steps)
     runner.run(cfg(steps=1, run_dir=str(run_dir.parent / "other")), engines=fake_engines())
     assert "data/skipped_long" not in rows(run_dir.parent / "other")[0]

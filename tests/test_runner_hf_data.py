@@ -6,9 +6,9 @@ import pytest
 
 datasets = pytest.importorskip("datasets", reason="the 'datasets' dependency is not installed")
 
-from serl.config import TrainConfig  # noqa: E402
-from serl.data.seeds import DataError  # noqa: E402
-from serl.runner import eval_split, load_eval_sets  # noqa: E402
+from serl.config.options import TrainConfig  # noqa: E402
+from serl.errors import DataError
+from serl.eval.sets import eval_split, load_eval_sets  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN = {"problem": ["What is 2+3?", "What is 6*7?"], "answer": ["5", "42"]}

@@ -6,9 +6,12 @@ import dataclasses
 import pytest
 
 from serl import train
-from serl.config import ConfigError, TrainConfig, build_parser, load_yaml, parse_args
-from serl.recipes import config_class, recipe_names
-from serl.sections import SECTION_OF, SECTIONS, declared, ignored
+from serl.config.options import TrainConfig
+from serl.config.parser import build_parser, parse_args
+from serl.errors import ConfigError
+from serl.config.files import load_yaml
+from serl.config.registry import config_class, recipe_names
+from serl.config.sections import SECTION_OF, SECTIONS, declared, ignored
 
 
 def test_every_common_option_is_in_one_section():

@@ -142,7 +142,7 @@ class _OnceThenDown(BaseHTTPRequestHandler):
 
 
 def test_a_reward_server_that_goes_down_stops_the_run_with_the_last_checkpoint_intact(serl_train, tmp_path):
-    from serl.checkpoint import checkpoint_dir, complete_checkpoints, load_trainer_state
+    from serl.run.checkpoint import checkpoint_dir, complete_checkpoints, load_trainer_state
 
     srv = ThreadingHTTPServer(("127.0.0.1", 0), type("H", (_OnceThenDown,), {"served": 0}))
     threading.Thread(target=srv.serve_forever, args=(0.05,), daemon=True).start()

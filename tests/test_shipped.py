@@ -2,8 +2,10 @@
 not there means serl's own copy; nothing else changes. (The wheel itself: test_wheel.py.)"""
 import pytest
 
-from serl.config import ConfigError, _read_yaml
-from serl.data.seeds import DataError, read_seeds
+from serl.errors import ConfigError
+from serl.config.files import _read_yaml
+from serl.data.seeds import read_seeds
+from serl.errors import DataError
 from serl.instruct.template import TemplateError, load_template
 from serl.shipped import KINDS, locate, shipped_dir
 

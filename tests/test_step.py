@@ -1,4 +1,4 @@
-"""The step frame (serl.step) around every recipe: what it calls in which order, the step
+"""The synchronous step frame (serl.run.step.SyncFrame) around every recipe: what it calls in which order, the step
 with nothing to train on, and --train_batch_size, which now sets the optimizer steps of
 every recipe (the learner's mini-batches), checked on each recipe's own stand-in engines."""
 import importlib.util
@@ -11,8 +11,9 @@ import torch
 from serl.engines.base import TrainBatch
 from serl.engines.factory import learner_config
 from serl.engines.learner_core import LearnerCore
-from serl.plan import plan_run
-from serl.recipes.base import Recipe, RunContext
+from serl.config.plan import plan_run
+from serl.recipes.base import Recipe
+from serl.run.context import RunContext
 from serl.recipes.serl.config import SerlConfig
 
 TESTS = Path(__file__).resolve().parent
@@ -43,7 +44,7 @@ class Toy(Recipe):
         self.learner.log.append(("collect", step))
         return self.batch, {"toy/x": 1.0}
 
-    def after_update(self, step, metrics, updated):
+    def after_update(self, step, metrics, updated, local=None):
         self.learner.log.append(("after_update", step, updated, dict(metrics)))
 
 
@@ -58,7 +59,7 @@ def test_the_frame_collects_updates_syncs_then_calls_after_update():
     m = recipe.step(4)
     assert calls.log == [("collect", 4), ("learner.step", 2), ("named_weights",), ("load_weights",),
                          ("after_update", 4, True, {"toy/x": 1.0, "actor/updates": 1.0})]
-    assert recipe.step_done == 4 and m["toy/x"] == 1.0
+    assert m["toy/x"] == 1.0 and not hasattr(recipe, "step_done")  # the loop counts the steps
     assert {"time/step", "time/learner", "time/sync"} <= set(m)
 
 
@@ -73,7 +74,7 @@ def test_nothing_to_train_skips_the_update_and_warns(caplog):
 def test_fault_points_kill_at_generate_then_learner(monkeypatch):
     recipe, calls = _toy(TrainBatch([[1]], [[2]], [torch.ones(1)]))
     seen = []
-    monkeypatch.setattr("serl.step.fault_point", lambda name, step: seen.append((name, step, len(calls.log))))
+    monkeypatch.setattr("serl.run.step.fault_point", lambda name, step: seen.append((name, step, len(calls.log))))
     recipe.step(3)
     assert seen == [("generate", 3, 0), ("learner", 3, 1)]  # before collect; after it, before the update
 

@@ -1,4 +1,4 @@
-"""The end-of-run summary (serl.summary): which direction is better, intervals worked out by
+"""The end-of-run summary (serl.report.summary): which direction is better, intervals worked out by
 hand, and the quickstart's own numbers told honestly."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import pytest
 
 from serl.eval.stats import paired_diff_ci, wilson
-from serl.summary import (ITEMS_FILE, change_lines, direction, paired_change, print_summary, read_items,
+from serl.report.summary import (ITEMS_FILE, change_lines, direction, paired_change, print_summary, read_items,
                           save_items, verdict)
 
 
@@ -157,7 +157,7 @@ def test_items_file_later_line_wins_and_torn_lines_are_skipped(tmp_path):
 
 
 def test_report_summary_has_the_same_lines(tmp_path):
-    from serl.report import load_run, summary_markdown
+    from serl.report.write import load_run, summary_markdown
 
     run = _run(tmp_path, QUICKSTART, {0: _items([1.0] * 9 + [0.0] * 23), 3: _items([1.0] * 6 + [0.0] * 26)})
     md = summary_markdown(load_run(run), [])

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from serl.config import parse_args
+from serl.config.parser import parse_args
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = sorted((ROOT / "scripts" / "train").glob("*.sh"))  # with _fit.sh and SeRL's *_template.sh names

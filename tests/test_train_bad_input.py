@@ -56,9 +56,10 @@ def test_existing_run_dir_is_refused(tmp_path, run_train, smol_path):
 
 
 def test_eval_sets_load_and_fail_clearly(tmp_path):
-    from serl.config import ConfigError, TrainConfig
-    from serl.data.seeds import DataError
-    from serl.train import load_eval_sets
+    from serl.config.options import TrainConfig
+    from serl.errors import ConfigError
+    from serl.errors import DataError
+    from serl.eval.sets import load_eval_sets
 
     held = tmp_path / "held.jsonl"
     held.write_text('{"problem": "What is 2 + 2?", "answer": "4"}\n{"problem": "What is 3 + 3?"}\n')
@@ -80,7 +81,8 @@ def test_eval_sets_load_and_fail_clearly(tmp_path):
 def test_resume_of_a_truncated_config_exits_2_naming_what_is_missing(tmp_path, train_here, monkeypatch):
     """The issue's case: config.yaml cut to its first 300 bytes, then --resume. Refused before
     anything runs or is written, naming the file and the options gone."""
-    from serl.config import dump, parse_args
+    from serl.config.parser import parse_args
+    from serl.config.files import dump
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()

@@ -5,8 +5,10 @@ import sys
 
 import pytest
 
-from serl.config import ConfigError, dump, load_yaml, parse_args
-from serl.metrics import wandb_mode
+from serl.config.parser import parse_args
+from serl.errors import ConfigError
+from serl.config.files import dump, load_yaml
+from serl.report.metrics import wandb_mode
 
 SECRET = "0123456789abcdef0123456789abcdef01234567"  # the shape of a W&B key, not a real one
 

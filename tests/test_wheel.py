@@ -114,8 +114,8 @@ def test_defaults_and_quickstart_resolve_outside_the_checkout(venv):
     code = """
 import json
 from pathlib import Path
-from serl.config import parse_args
-from serl.runner import prepare
+from serl.config.parser import parse_args
+from serl.run.runner import prepare
 out = {}
 cfg, _ = parse_args(["--config", "configs/quickstart.yaml"])
 seeds, _, heldout, _ = prepare(cfg, Path("unused"))

@@ -184,7 +184,7 @@ def main(argv=None) -> int:
 
     files = write_task_files(TASK, out, args.seeds, args.heldout, args.transfer)
     args.seeds_path = files["seeds"]
-    from serl.config import parse_args
+    from serl.config.parser import parse_args
     from serl.data.seeds import read_seeds
 
     flags = train_flags(args)
@@ -208,7 +208,7 @@ def main(argv=None) -> int:
     args.items.mkdir(parents=True, exist_ok=True)
 
     from heldout import Evaluator
-    from serl.models import resolve_model
+    from serl.models.resolve import resolve_model
 
     base = resolve_model(args.model)
     ev = Evaluator(out / "eval", read_seeds(files["heldout"], "problem", "answer", limit=args.heldout), cfg,

@@ -18,7 +18,7 @@ from pathlib import Path
 
 class Evaluator:
     def __init__(self, out: Path, problems, cfg, generator: str, base_model: str):
-        from serl.models import load_tokenizer
+        from serl.models.resolve import load_tokenizer
         from serl.rewards import EquivalenceChecker
 
         self.out, self.problems, self.cfg, self.kind = Path(out), problems, cfg, generator

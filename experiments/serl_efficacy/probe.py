@@ -34,12 +34,12 @@ def main(argv=None) -> int:
 
     from run import SEEDS, length_flags
 
-    from serl.config import parse_args
+    from serl.config.parser import parse_args
     from serl.data.seeds import read_seeds
     from serl.engines.base import Sampling
     from serl.engines.factory import make_generator
     from serl.eval.metrics import generate_in_chunks
-    from serl.models import load_tokenizer, resolve_model
+    from serl.models.resolve import load_tokenizer, resolve_model
     from serl.rewards import EquivalenceChecker
     from serl.rewards.extract import extract_answer, last_boxed
     from serl.rewards.vote import score_groups

@@ -50,7 +50,7 @@ def main(argv=None) -> int:
     from serl.engines.factory import make_generator
     from serl.eval.math_bench import BOXED_INSTRUCTION, build_prompt_ids
     from serl.eval.metrics import generate_in_chunks
-    from serl.models import load_tokenizer, resolve_model
+    from serl.models.resolve import load_tokenizer, resolve_model
     from serl.rewards import EquivalenceChecker
     from serl.rewards.extract import extract_answer
     from serl.rewards.vote import score_groups

@@ -166,7 +166,7 @@ def projection(timings: Timings, arms: list[str], minutes: float, points: int) -
 # ---- training ---------------------------------------------------------------------------
 def budget_used(run_dir: Path) -> tuple[int, float]:
     """(last step, minutes of training steps used) of a run, from its metrics.jsonl."""
-    from serl.runner import BUDGET_KEY
+    from serl.run.hooks import BUDGET_KEY
 
     rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
     rows = [r for r in rows if BUDGET_KEY in r]
@@ -201,7 +201,7 @@ EVAL_FIELDS = ("system_prompt", "generate_max_len", "temperature", "top_p")
 
 def check_eval_settings(run_dir: Path, cfg) -> None:
     """The evaluation must use the prompt, token limit and sampling the arm trained with."""
-    from serl.config import parse_args
+    from serl.config.parser import parse_args
 
     saved = parse_args(["--config", str(run_dir / "config.yaml")])[0]
     bad = {f: (getattr(saved, f), getattr(cfg, f)) for f in EVAL_FIELDS if getattr(saved, f) != getattr(cfg, f)}
@@ -212,7 +212,7 @@ def check_eval_settings(run_dir: Path, cfg) -> None:
 def same_evaluation(args, old_train_flags: str, cfg) -> bool:
     """Whether extra flags changed before any arm trained leave the evaluation (prompt, token
     limit, sampling) as it was, so arm d's cached result still holds."""
-    from serl.config import parse_args
+    from serl.config.parser import parse_args
 
     old = parse_args(train_flags(argparse.Namespace(**{**vars(args), "train_flags": old_train_flags}))
                      + ARMS["a"][1])[0]
@@ -222,7 +222,7 @@ def same_evaluation(args, old_train_flags: str, cfg) -> bool:
 def snapshot(run_dir: Path, dest: Path) -> int:
     """Copy the newest checkpoint's policy (weights and tokenizer, no optimizer) to ``dest``;
     under LoRA the merged model the segment ended with (the same step)."""
-    from serl.checkpoint import latest_checkpoint
+    from serl.run.checkpoint import latest_checkpoint
 
     ckpt = latest_checkpoint(run_dir)
     tmp = dest.with_name(dest.name + ".tmp")
@@ -236,7 +236,7 @@ def snapshot(run_dir: Path, dest: Path) -> int:
     return step
 
 
-ANCHOR = "guard_anchor.jsonl"  # serl.guard's file: the untrained model's vote on the probe
+ANCHOR = "guard_anchor.jsonl"  # serl.run.guard's file: the untrained model's vote on the probe
 
 
 def arm_flags(args, arm: str, out: Path) -> list[str]:
@@ -265,7 +265,7 @@ def guard_pick(run_dir: Path, dest: Path, base: str):
     """(policy, step) the collapse guard kept when it fired in watch mode: what ``stop`` mode
     would have ended the run with; None when it never fired (``stop`` = the arm's own end).
     Under LoRA the kept adapter is folded into the base here, for the engine to serve."""
-    from serl.guard import BEST_DIR, BEST_META
+    from serl.run.guard import BEST_DIR, BEST_META
 
     if guard_fired(run_dir) is None:
         return None
@@ -279,7 +279,7 @@ def guard_pick(run_dir: Path, dest: Path, base: str):
             from peft import PeftModel
             from transformers import AutoModelForCausalLM
 
-            from serl.models import load_tokenizer
+            from serl.models.resolve import load_tokenizer
 
             lm = AutoModelForCausalLM.from_pretrained(base, torch_dtype=torch.bfloat16)
             PeftModel.from_pretrained(lm, str(src)).merge_and_unload().save_pretrained(tmp)
@@ -295,7 +295,7 @@ def guard_pick(run_dir: Path, dest: Path, base: str):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="smollm2", help="the model every arm starts from: 'smollm2' (embedded) or "
-                    "an opt-in one such as 'qwen2.5-coder-0.5b' (serl/model_parts.py)")
+                    "an opt-in one such as 'qwen2.5-coder-0.5b' (serl/models/parts.py)")
     ap.add_argument("--out", help="output directory (default runs/serl_efficacy; runs/serl_efficacy_<model> "
                     "for another --model)")
     ap.add_argument("--task", default="arith", choices=("arith", *sorted(TASKS)),
@@ -334,7 +334,7 @@ def main(argv=None) -> int:
         files = write_task_files(args.task, out, args.seeds, args.heldout, args.transfer)
     args.seeds_path = files["seeds"]
 
-    from serl.config import parse_args
+    from serl.config.parser import parse_args
     from serl.data.seeds import read_seeds
 
     flags = train_flags(args)
@@ -366,7 +366,7 @@ def main(argv=None) -> int:
     from heldout import Evaluator
 
     heldout = read_seeds(files["heldout"], "problem", "answer", limit=args.heldout)
-    from serl.models import resolve_model
+    from serl.models.resolve import resolve_model
 
     base = resolve_model(args.model)
     ev = Evaluator(out / "eval", heldout, cfg, args.generator, base)

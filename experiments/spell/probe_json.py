@@ -50,7 +50,7 @@ def run(args) -> dict:
     from serl.data.corpus import read_corpus, sample_evidence
     from serl.engines.base import Sampling
     from serl.engines.factory import make_generator
-    from serl.models import load_tokenizer, resolve_model
+    from serl.models.resolve import load_tokenizer, resolve_model
     from serl.recipes.spell.episode import parse_questioner
     from serl.recipes.spell.prompts import QUESTIONER_PREFILL, questioner_prompt
 

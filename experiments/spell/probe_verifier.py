@@ -74,7 +74,7 @@ def probe(args) -> list[dict]:
     from serl.data.docs import make_corpus
     from serl.engines.base import Sampling
     from serl.engines.factory import make_generator
-    from serl.models import load_tokenizer, resolve_model
+    from serl.models.resolve import load_tokenizer, resolve_model
     from serl.recipes.spell.prompts import verifier_prompt
     from serl.rewards.judge import parse_judgment
     from serl.rewards.qa import cover_em_many

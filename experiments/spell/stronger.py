@@ -137,7 +137,7 @@ def train(out: Path, name: str, fresh: list[str]) -> Path:
     import resource
     import subprocess
 
-    from run import ROOT
+    from analysis import ROOT
 
     run = out / name
     if (run / "report" / "summary.md").is_file():
@@ -176,7 +176,7 @@ ITEM = {"responder_strict": ("responder", lambda r: float(r["strict"])),
 
 
 def values(run: Path, step: int) -> dict[str, list[float]]:
-    from run import read_records
+    from analysis import read_records
 
     recs = read_records(run / "spell_eval" / f"step_{step}.jsonl")
     return {k: [fn(r) for r in recs[role]] for k, (role, fn) in ITEM.items()}
@@ -193,7 +193,7 @@ def questioner(run: Path, step: int) -> dict:
 
 def compare(run_a: Path, run_b: Path, step_a: int, step_b: int) -> dict:
     """Per-item paired changes between two evaluations (run_b@step_b minus run_a@step_a)."""
-    from run import paired
+    from analysis import paired
 
     va, vb = values(run_a, step_a), values(run_b, step_b)
     return {k: paired(va[k], vb[k]) for k in ITEM}
@@ -206,7 +206,7 @@ def last_step(run: Path) -> int:
 def report(a, out: Path, arms: list[str], decision: dict) -> str:
     """The table: no training (the untrained model's step-0 evaluation: the warm-up run's when there
     was one), warm-up only, and each trained arm after training, each change paired by item."""
-    from run import analyse, rate
+    from analysis import analyse, rate
 
     trained = [x for x in arms if ARMS.get(x) is not None]
     res = {arm: analyse(out / arm, out / arm) for arm in trained}

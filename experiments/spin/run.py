@@ -49,7 +49,7 @@ def log(msg: str) -> None:
 # ---- training ---------------------------------------------------------------------------
 def serl_train(run_dir: Path, steps: int, flags: list[str]) -> None:
     """Train to ``steps`` in ``run_dir``: a new run, or ``--resume`` of an existing one."""
-    from serl.checkpoint import latest_checkpoint
+    from serl.run.checkpoint import latest_checkpoint
 
     ckpt = latest_checkpoint(run_dir) if run_dir.exists() else None
     if ckpt is not None and int(ckpt.name.split("_")[1]) >= steps:
@@ -69,8 +69,8 @@ def policy_at(run_dir: Path, step: int) -> str:
 # ---- evaluation -------------------------------------------------------------------------
 class Evaluator:
     def __init__(self, out: Path, problems, args):
-        from serl.config import TrainConfig
-        from serl.models import load_tokenizer, resolve_model
+        from serl.config.options import TrainConfig
+        from serl.models.resolve import load_tokenizer, resolve_model
         from serl.rewards import EquivalenceChecker
 
         self.out, self.problems, self.args = out, problems, args
@@ -250,7 +250,7 @@ def main(argv=None) -> int:
     t_start = time.perf_counter()
 
     from serl.data.seeds import read_seeds
-    from serl.recipes import config_class
+    from serl.config.registry import config_class
     from serl.recipes.spin.config import iteration_steps
 
     heldout = read_seeds(HELDOUT, "problem", "answer", limit=args.heldout, output_key="solution")

@@ -2,7 +2,7 @@
 one generator per model, and the recipe's way of turning a game prompt into model input.
 
 The prompt is the recipe's (``render_prompt`` with the legal actions and the format example, as
-``serl/recipes/spiral/recipe.py`` builds it), in the chat template through ``serl.chat.user_ids``
+``serl/recipes/spiral/recipe.py`` builds it), in the chat template through ``serl.models.chat.user_ids``
 with the run's instruction appended, so a probe or an evaluation sees what training sees.
 """
 from __future__ import annotations
@@ -25,10 +25,10 @@ def game_prompt(show_legal_actions: bool = True, example: bool = True):
 
 def open_generator(model: str, kind: str = "auto", seed: int = 0, kv_cache_gib: float = 2.0,
                    max_model_len: int = 2048):
-    """(tokenizer, generator) for ``model`` (a name serl.models knows, or a directory). The stages that
+    """(tokenizer, generator) for ``model`` (a name serl.models.resolve knows, or a directory). The stages that
     use it run alone (no learner beside them), so vLLM gets serl's default 2 GiB KV cache."""
     from serl.engines.factory import make_generator
-    from serl.models import load_tokenizer, resolve_model
+    from serl.models.resolve import load_tokenizer, resolve_model
 
     path = resolve_model(model)
     tok = load_tokenizer(path)
@@ -37,7 +37,7 @@ def open_generator(model: str, kind: str = "auto", seed: int = 0, kv_cache_gib: 
 
 def chat_completions(gen, tok, sampling, system_prompt: str = ""):
     """prompts -> one completion each (``.text``, ``.token_ids``, ``.finish_reason``)."""
-    from serl.chat import user_ids
+    from serl.models.chat import user_ids
 
     def generate(prompts: list[str]) -> list:
         return [g[0] for g in gen.generate([user_ids(tok, p, system_prompt) for p in prompts], 1, sampling)]

@@ -60,7 +60,7 @@ def evaluate_model(model: str, base: str, out: Path, *, games: list[str], n_game
     from serl.engines.snapshots import CURRENT, WeightSwitcher, load_snapshot
     from serl.games.actions import parser_options
     from serl.games.lockstep import RandomPolicy, text_policy
-    from serl.models import resolve_model
+    from serl.models.resolve import resolve_model
 
     t0 = time.perf_counter()
     tok, gen = open_generator(model, generator, seed=cfg["seed"], max_model_len=1024 + cfg["generate_max_len"])

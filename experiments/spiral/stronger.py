@@ -120,7 +120,7 @@ def post_stages(a, out: Path, arms: list[str]) -> dict:
     """Paired games, exploitability with intervals, math transfer; returns the report's data."""
     from paired_eval import evaluate_model
 
-    from serl.models import resolve_model
+    from serl.models.resolve import resolve_model
 
     trained = [x for x in arms if x in TRAINED]
     if not trained:

@@ -19,9 +19,9 @@ import logging
 import weakref
 from pathlib import Path
 
-from serl.chat import text_ids, user_ids
-from serl.config import ConfigError
-from serl.data.seeds import DataError
+from serl.models.chat import text_ids, user_ids
+from serl.errors import ConfigError
+from serl.errors import DataError
 
 log = logging.getLogger(__name__)
 CHAR_SLACK = 2  # a normaliser may merge characters; twice the bound stays sound
@@ -91,7 +91,7 @@ class PromptBudget:
 @functools.lru_cache(maxsize=4)
 def run_tokenizer(model_path: str):
     """The run's tokenizer, loaded once: the length checks of prepare() and the runner share it."""
-    from serl.models import load_tokenizer
+    from serl.models.resolve import load_tokenizer
 
     return load_tokenizer(model_path)
 
@@ -117,7 +117,7 @@ def context_limit(max_prompt: int, max_new: int, model_path: str, new_option: st
 def budget_for(cfg) -> PromptBudget:
     """The run's prompt budget (tokenizer only: no model is loaded). Refuses a
     ``--system_prompt`` that alone leaves no room for a problem."""
-    from serl.models import resolve_model
+    from serl.models.resolve import resolve_model
 
     path = resolve_model(cfg.model)
     limit = prompt_limit(cfg, path)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from serl.data.jsonl import jsonl_objects
-from serl.errors import DataError  # noqa: F401  (its old home)
+from serl.errors import DataError
 from serl.shipped import locate
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from serl.config import ConfigError
+from serl.errors import ConfigError
 
 
 @dataclass
@@ -50,10 +50,10 @@ class ResourcePlan:
 
 def plan_resources(cfg, cluster: dict, run_plan=None) -> ResourcePlan:
     """A plan from the run's flags and ``ray.cluster_resources()``; ConfigError if it cannot fit.
-    Reference workers: as many as the run's plan (``serl.plan``) puts there (none under LoRA,
+    Reference workers: as many as the run's plan (``serl.config.plan``) puts there (none under LoRA,
     where the learner's base with the adapter off is the reference)."""
     if run_plan is None:
-        from serl.plan import plan_run
+        from serl.config.plan import plan_run
 
         run_plan = plan_run(cfg)
     use_gpu = cluster.get("GPU", 0) > 0

@@ -4,7 +4,7 @@ The driver (this process, or the entrypoint of a ``ray job submit``) holds the r
 the recipe's state and the metrics; the generator engines, the learner ranks, the
 reference model and the math-verify workers are actors placed by
 ``serl.distributed.placement``, behind the one-process protocols (``groups``), and are
-handed to ``serl.runner.run`` as its engines.
+handed to ``serl.run.runner.run`` as its engines.
 
     python -m serl.distributed.run [serl train flags]     # what `serl train --ray` calls
 """
@@ -16,7 +16,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from serl.config import TrainConfig, parse_args
+from serl.config.options import TrainConfig
+from serl.config.parser import parse_args
 from serl.distributed.groups import GeneratorGroup, LearnerGroup, RewardGroup
 from serl.distributed.placement import ResourcePlan, actor_options, place, plan_resources
 
@@ -69,7 +70,7 @@ def _env(plan: ResourcePlan) -> dict:
 
 def launch(cfg: TrainConfig, model_path: str, run_plan) -> Parts:
     """Reserve the resources, start every actor and build the engines in them, as the run's
-    plan (``serl.plan.RunPlan``) says."""
+    plan (``serl.config.plan.RunPlan``) says."""
     import ray
 
     from serl.distributed import workers as W
@@ -120,8 +121,8 @@ def run_with_ray(cfg: TrainConfig, resume_dir: Path | None = None) -> Path:
     """``serl train``'s run (same runner, checkpoints, resume) with the engines as Ray actors."""
     import ray
 
-    from serl import runner
-    from serl.plan import plan_run
+    from serl.run import runner
+    from serl.config.plan import plan_run
 
     prepared = runner.prepare(cfg, resume_dir)  # bad input fails before Ray starts; read once
     run_plan = plan_run(cfg)
@@ -141,7 +142,7 @@ def run_with_ray(cfg: TrainConfig, resume_dir: Path | None = None) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: ``serl train`` flags; ``--ray`` is implied."""
-    from serl.runner import USER_ERRORS
+    from serl.run.runner import USER_ERRORS
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")

@@ -11,7 +11,7 @@ import socket
 
 
 def _config(cfg_dict: dict):
-    from serl.config import config_from_dict
+    from serl.config.options import config_from_dict
 
     return config_from_dict(cfg_dict)
 
@@ -41,7 +41,7 @@ class LearnerWorker:
 
     def setup(self, cfg_dict: dict, plan_dict: dict, model_path: str, master: tuple[str, int]) -> int:
         from serl.engines.factory import make_learner
-        from serl.plan import RunPlan
+        from serl.config.plan import RunPlan
 
         _quiet_threads()
         cfg = _config(cfg_dict)
@@ -108,7 +108,7 @@ class GeneratorWorker:
 
     def setup(self, cfg_dict: dict, model_path: str, index: int) -> str:
         from serl.engines.factory import generator_from_config
-        from serl.models import load_tokenizer
+        from serl.models.resolve import load_tokenizer
 
         _quiet_threads()
         # the seed depends on the index (engines must not draw the same samples); sleep and

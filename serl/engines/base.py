@@ -47,7 +47,7 @@ class Completion:
 class Generator(Protocol):
     def generate(self, prompts: list[str] | list[list[int]], n: int, sampling: Sampling) -> list[list[Completion]]:
         """Return, for each prompt, ``n`` completions. A prompt is token ids (from
-        ``serl.chat``, which keeps untrusted text out of the control tokens) or final
+        ``serl.models.chat``, which keeps untrusted text out of the control tokens) or final
         model input as text; ``Completion.prompt_ids`` are the ids fed."""
 
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:

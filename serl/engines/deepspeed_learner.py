@@ -47,8 +47,9 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from serl.engines.learner_core import (LearnerConfig, LearnerCore, Micro, Scorer, announce_attention,
-                                       learner_attention, lr_multiplier)
+from serl.engines.learner_core import (LearnerConfig, LearnerCore, Scorer, announce_attention, learner_attention,
+    lr_multiplier)
+from serl.engines.micro import Micro
 from serl.engines.torch_learner import tokenizer_for_save
 
 log = logging.getLogger(__name__)
@@ -150,7 +151,7 @@ class DeepSpeedLearner(LearnerCore):
         import deepspeed
         from transformers.integrations import HfDeepSpeedConfig
 
-        from serl.models import load_causal_lm
+        from serl.models.resolve import load_causal_lm
 
         self.cfg, self.opts = cfg, opts or DeepSpeedOptions()
         self.model_path, self.tokenizer = model_path, tokenizer

@@ -3,7 +3,7 @@ reference scorer and the reward checker. ``serl train``, ``serl eval``, the Ray 
 and the benchmarks all come here, so an option means the same everywhere.
 
 The cross-cutting rules (the KL term, whether and where a reference model lives, the
-objective, epochs, the LR schedule's length) come in a ``serl.plan.RunPlan``, decided
+objective, epochs, the LR schedule's length) come in a ``serl.config.plan.RunPlan``, decided
 once above the engines; nothing here asks the recipe.
 """
 from __future__ import annotations
@@ -105,7 +105,7 @@ def generator_from_config(cfg, model_path: str, tokenizer=None, index: int = 0, 
 
 
 def learner_config(cfg, plan):
-    """The learner's settings: the run's options, and what the run's plan (``serl.plan``)
+    """The learner's settings: the run's options, and what the run's plan (``serl.config.plan``)
     decided: the objective, the KL term, epochs and the optimizer steps the LR schedule
     spans, plus any other ``LearnerConfig`` field the recipe set."""
     from serl.engines.learner_core import LearnerConfig
@@ -179,7 +179,7 @@ class Engines:
 
 
 def build_engines(cfg, plan, model_path: str, tokenizer) -> Engines:
-    """The single-process engines of a run, as its plan (``serl.plan.RunPlan``) says."""
+    """The single-process engines of a run, as its plan (``serl.config.plan.RunPlan``) says."""
     generator = generator_from_config(cfg, model_path, tokenizer)
     try:
         learner = make_learner(cfg, plan, model_path, tokenizer)

@@ -5,21 +5,21 @@ from typing import Iterable
 
 import torch
 
-from serl import chat
+from serl.models import chat
 from serl.engines.base import Completion, Sampling
 
 
 class HFGenerator:
     """Implements ``Generator`` with a model of its own (or one shared with a learner).
 
-    Prompts are token ids (``serl.chat``: untrusted text stays plain text) or final text
+    Prompts are token ids (``serl.models.chat``: untrusted text stays plain text) or final text
     (chat template already applied), fed as they are.
     Sampling is seeded from ``seed`` and a call counter, so a run is reproducible.
     """
 
     def __init__(self, model_path: str, tokenizer=None, seed: int = 0, model=None,
                  batch_size: int = 32, dtype: torch.dtype = torch.float32, device: str | None = None):
-        from serl.models import load_causal_lm, load_tokenizer
+        from serl.models.resolve import load_causal_lm, load_tokenizer
 
         self.tokenizer = tokenizer or load_tokenizer(model_path)
         if model is None:  # a model of its own goes to the GPU when there is one; a shared one stays put

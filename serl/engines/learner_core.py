@@ -33,7 +33,7 @@ from serl.algos.objectives import ObjectiveInput, get_objective
 from serl.algos.tis import IS_METRICS
 from serl.engines.attention import IMPLEMENTATIONS, AttentionChoice, choose_attention
 from serl.engines.base import TrainBatch
-from serl.engines.micro import Micro, micro_batches, pad_values, rank_units  # noqa: F401  (re-exported)
+from serl.engines.micro import Micro, micro_batches, pad_values, rank_units
 from serl.engines.token_logprobs import reference_token_logprobs, token_logprobs
 
 log = logging.getLogger(__name__)

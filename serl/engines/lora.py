@@ -34,9 +34,10 @@ from typing import Callable, Iterator
 import torch
 from torch import Tensor
 
+from serl.config.options import parse_targets
+
 ADAPTER = "default"          # peft's name for the one adapter a learner trains
 STATE_FILE = "lora_state.pt"
-ALL_LINEAR = "all-linear"    # peft: every linear layer except the output (LM) head
 _SAMPLE = 1 << 16            # bytes read at the start, middle and end of each weights file
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
 
@@ -45,16 +46,6 @@ Gather = Callable[[list], object]  # params -> context manager making them whole
 
 def _no_gather(params: list, modify: bool = False):
     return nullcontext()
-
-
-def parse_targets(spec: str) -> str | list[str]:
-    """``all-linear`` (the default) or comma-separated module names, e.g. ``q_proj,v_proj``."""
-    names = [s.strip() for s in str(spec).split(",") if s.strip()]
-    if not names or names == [ALL_LINEAR]:
-        return ALL_LINEAR
-    if ALL_LINEAR in names:
-        raise ValueError(f"target_modules: '{ALL_LINEAR}' cannot be combined with names ({spec!r})")
-    return names
 
 
 def lora_settings(cfg) -> dict:

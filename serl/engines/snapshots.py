@@ -1,6 +1,6 @@
 """Policy snapshots: bf16 weight files, and a switcher that serves either the learner's current weights
 or a saved snapshot from one generator (any ``Generator`` with ``load_weights``). The population of
-past selves (``serl.engines.population``) and ``serl eval --games`` against a snapshot use it.
+past selves (``serl.recipes.spiral.population``) and ``serl eval --games`` against a snapshot use it.
 
 A snapshot is one ``.safetensors`` file of the policy's weights (Hugging Face parameter names, as
 ``Learner.named_weights`` yields them) in bf16, written through a temporary name and a rename. A fixed

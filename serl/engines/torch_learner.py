@@ -61,7 +61,7 @@ class TorchLearner(LearnerCore):
 
     def __init__(self, model_path: str, cfg: LearnerConfig, need_ref: bool, tokenizer=None,
                  trainable: bool = True):
-        from serl.models import load_causal_lm
+        from serl.models.resolve import load_causal_lm
 
         self.cfg = cfg
         self.model_path = model_path

@@ -34,7 +34,7 @@ def vllm_available() -> bool:
 
 
 class VLLMGenerator:
-    raw_logprobs_only = True  # its log-probs are the raw logits' (temperature 1), checked by serl.async_frame
+    raw_logprobs_only = True  # its log-probs are the raw logits' (temperature 1), checked by serl.run.async_frame
 
     def __init__(self, model_path: str, seed: int = 0, max_model_len: int = 2048,
                  dtype: str = "bfloat16", tensor_parallel_size: int = 1,
@@ -115,7 +115,7 @@ class VLLMGenerator:
         )
         from vllm.inputs import TokensPrompt
 
-        from serl.chat import prompt_ids  # ids from serl.chat pass as they are
+        from serl.models.chat import prompt_ids  # ids from serl.models.chat pass as they are
 
         enc = [prompt_ids(self.tokenizer, p) for p in prompts]
         with self._engine_call():

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from serl.eval.data import DataError, load_math_benchmark, load_mmlu_pro
 from serl.eval.math_bench import PROMPT_STYLES
-from serl.eval.shared import GeneratorUnavailable, make_generator, write_atomic  # noqa: F401 (API)
-from serl.models import ModelError
+from serl.eval.shared import GeneratorUnavailable, make_generator, write_atomic
+from serl.errors import ModelError
 
 MMLU = "mmlu_pro"
 
@@ -175,7 +175,7 @@ def run(args, generator=None, tokenizer=None) -> dict:
     kind = "given" if generator is not None else "auto"
     model_path = args.model
     if generator is None:
-        from serl.models import load_tokenizer, resolve_model
+        from serl.models.resolve import load_tokenizer, resolve_model
 
         model_path = resolve_model(args.model)
         tokenizer = load_tokenizer(model_path)

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
-from serl.chat import user_ids
+from serl.models.chat import user_ids
 from serl.eval import stats
 from serl.games import check_game_names, make_game
 from serl.games.actions import PARSERS, parse_action, parser_options
@@ -114,7 +114,7 @@ def chat_generate(generator, tokenizer, sampling, system_prompt: str = "") -> Ca
     """prompts -> one completion each, through the chat template (the completions have ``.text``)."""
 
     def generate(prompts: list[str]) -> list:
-        chats = [user_ids(tokenizer, p, system_prompt) for p in prompts]  # text stays text (serl.chat)
+        chats = [user_ids(tokenizer, p, system_prompt) for p in prompts]  # text stays text (serl.models.chat)
         return [g[0] for g in generator.generate(chats, 1, sampling)]
 
     return generate
@@ -159,7 +159,7 @@ def cli_run(args) -> int:
         return 2
     from serl.engines.snapshots import CURRENT, WeightSwitcher, load_snapshot
     from serl.eval.shared import make_generator, write_atomic
-    from serl.models import load_tokenizer, resolve_model
+    from serl.models.resolve import load_tokenizer, resolve_model
 
     model_path = resolve_model(args.model)
     tok = load_tokenizer(model_path)

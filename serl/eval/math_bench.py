@@ -39,8 +39,8 @@ def build_prompt(question: str, tokenizer, style: str = "chat_boxed", instructio
 def build_prompt_ids(question: str, tokenizer, style: str = "chat_boxed",
                      instruction: str = BOXED_INSTRUCTION) -> list[int]:
     """``build_prompt``'s prompt as the token ids fed to the model: the question is plain
-    text (``serl.chat``), so special-token strings in it cannot forge a turn."""
-    from serl.chat import text_ids, user_ids
+    text (``serl.models.chat``), so special-token strings in it cannot forge a turn."""
+    from serl.models.chat import text_ids, user_ids
 
     if style == "raw":
         return text_ids(tokenizer, question)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
-from serl.chat import text_ids, user_ids
+from serl.models.chat import text_ids, user_ids
 from serl.data.lengths import PromptBudget
 from serl.engines.base import Sampling
 from serl.eval.data import MMLUQuestion
@@ -95,7 +95,7 @@ def build_prompt(q: MMLUQuestion, shots: list[MMLUQuestion], tokenizer, style: s
     put it in the user turn of the chat template (the answer-format instruction is in
     the header already, so the two are the same here).
     """
-    # the questions are plain text (serl.chat): special-token strings in them stay text
+    # the questions are plain text (serl.models.chat): special-token strings in them stay text
     def encode(body: str) -> list[int]:
         return text_ids(tokenizer, body) if style == "raw" else user_ids(tokenizer, body)
 

@@ -29,7 +29,7 @@ from typing import Callable, Sequence
 
 from serl.data.corpus import Cluster, CorpusError, read_corpus, sample_evidence
 from serl.data.jsonl import keyed_rows
-from serl.data.seeds import DataError
+from serl.errors import DataError
 from serl.engines.base import Sampling
 from serl.rewards.judge import parse_judgment
 from serl.rewards.qa import cover_em_many, extract_final_answer, lenient_score

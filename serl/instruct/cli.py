@@ -88,8 +88,10 @@ def write_jsonl_atomic(path: Path, rows: list[dict]) -> None:
 
 def cli_main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from serl.data.seeds import DataError, read_seeds
-    from serl.models import ModelError, load_tokenizer, resolve_model
+    from serl.data.seeds import read_seeds
+    from serl.errors import DataError
+    from serl.models.resolve import load_tokenizer, resolve_model
+    from serl.errors import ModelError
 
     if args.num < 1:
         return _fail(f"--num must be >= 1, got {args.num}")

@@ -63,9 +63,9 @@ def build_prompt(template: str, examples: list[str], chat_format: bool = False,
 
 def build_prompt_ids(template: str, examples: list[str], tokenizer, chat_format: bool = False) -> list[int]:
     """``build_prompt``'s prompt as the token ids fed to the model. The examples are seeds
-    and generated problems, untrusted text: they stay plain text (``serl.chat``), so an
+    and generated problems, untrusted text: they stay plain text (``serl.models.chat``), so an
     example holding ``<|im_end|>`` cannot end the turn."""
-    from serl.chat import chat_ids, text_ids
+    from serl.models.chat import chat_ids, text_ids
 
     user, prefill = _fill(template, examples, chat_format)
     if not chat_format:

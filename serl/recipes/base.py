@@ -1,23 +1,23 @@
 """The recipe interface: what a self-play recipe provides to the runner.
 
-The runner (``serl.runner``) owns everything that is not the recipe: the run directory,
-config and resume, checkpoints, the step frame (``serl.step``: timing, fault points, the
-update and weight sync), the run state (``serl.run_state``: step, RNGs, the generator's
-position), evaluation during training, metrics sinks, progress, the report, and the
-engines' lifetime. A recipe owns its data, what it collects each step and its own state:
+The run loop (``serl.run.loop.Loop``) owns everything that is not the recipe: the step frame
+(``serl.run.step``, ``serl.run.async_frame``: timing, fault points, the update and weight sync), the
+run state (``serl.run.state``: step, RNGs, the generator's position), checkpoints, and the
+hooks it calls (evaluation, the time budget, the collapse guard, the report). A recipe owns
+its data, what it collects each step and its own state:
 
     class MyRecipe(Recipe):
         @classmethod
         def prepare(cls, cfg): ...                 # read and check inputs; nothing written yet
         def __init__(self, ctx, data): ...         # ctx: engines, tokenizer, run dir, logger
-        def collect(self, step): ...               # -> (TrainBatch or None, metrics)
-        def after_update(self, step, metrics, updated): ...  # optional
+        def collect(self, step): ...               # -> (TrainBatch or None, metrics[, local])
+        def after_update(self, step, metrics, updated, local): ...  # optional; local: collect's
         def state_dict(self) -> dict: ...          # its own state besides RNGs and the policy
         def load_state_dict(self, state): ...
         def close(self): ...
 
 The cross-cutting rules a recipe decides are class methods here, read once into the run's
-plan (``serl.plan.RunPlan``) that the engine factory, the Ray placement and the recipe
+plan (``serl.config.plan.RunPlan``) that the engine factory, the Ray placement and the recipe
 itself (``self.plan``) receive: whether a reference model is needed beyond the KL term's,
 how many optimizer steps a training step makes (for the LR schedule), which objective the
 learner runs. Which options a resume must refuse to change is ``run_defining``.
@@ -26,12 +26,9 @@ from __future__ import annotations
 
 import random
 import time
-from contextlib import contextmanager
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from serl.config import TrainConfig
+from serl.run.context import RunContext
 
 # Options of every recipe that make a resume a different run if changed.
 RUN_DEFINING_COMMON = ("recipe", "model", "prompt_data", "input_key", "label_key", "output_key", "prompt_split",
@@ -42,32 +39,11 @@ RUN_DEFINING_COMMON = ("recipe", "model", "prompt_data", "input_key", "label_key
                        "target_modules")
 
 
-@dataclass
-class RunContext:
-    """What the runner hands a recipe."""
-
-    cfg: TrainConfig
-    run_dir: Path
-    model_path: str
-    tokenizer: Any
-    generator: Any        # engines.base.Generator
-    learner: Any          # engines.base.Learner
-    checker: Any          # engines.base.Checker
-    logger: Any           # metrics.MetricsLogger
-    progress: str = "plain"
-    resume_step: int = 0    # the newest checkpoint's step when resuming (0: none yet)
-    resuming: bool = False  # the run directory holds an earlier run of this config
-    plan: Any = None        # the run's serl.plan.RunPlan (None: decided from cfg)
-
-
 class Recipe:
     """Base class of recipes; subclasses override ``step`` and whatever else they need."""
 
     # options (beyond RUN_DEFINING_COMMON) that a resume must refuse to change
     resume_fixed: tuple[str, ...] = ()
-    # attributes ``collect`` sets that ``after_update`` reads: under --async_train the next collect runs
-    # before this step's after_update, which sees them as this step's collect left them (serl.async_frame)
-    step_state: tuple[str, ...] = ()
 
     # ---- rules read by the engine factory and the runner -------------------------------
     @classmethod
@@ -84,7 +60,7 @@ class Recipe:
 
         problems = load_eval_sets(cfg)
         if problems:  # asked as in training: the same budget refuses one that is too long
-            from serl.chat import user_ids
+            from serl.models.chat import user_ids
             from serl.data.lengths import budget_for, check_eval_prompts
 
             budget = budget_for(cfg)
@@ -123,7 +99,7 @@ class Recipe:
     @classmethod
     def guard_prompts(cls, data) -> list[tuple[str, str | None]] | None:
         """The training prompts (text, label or None) the collapse guard may probe
-        (``serl.guard``); None: this recipe does not support the guard."""
+        (``serl.run.guard``); None: this recipe does not support the guard."""
         return None
 
     @classmethod
@@ -136,39 +112,38 @@ class Recipe:
         self.generator, self.learner, self.checker = ctx.generator, ctx.learner, ctx.checker
         self.tok, self.run_dir, self.logger, self.progress = ctx.tokenizer, ctx.run_dir, ctx.logger, ctx.progress
         if ctx.plan is None:
-            from serl.plan import plan_run
+            from serl.config.plan import plan_run
 
             ctx.plan = plan_run(ctx.cfg)
-        self.plan = ctx.plan  # the run's rules (serl.plan): the KL setting, the reference, ...
-        self.times: dict[str, float] = {}
-        self.rng = random.Random(self.cfg.seed)  # the recipe's draws; saved by serl.run_state
-        self.step_done = 0                      # the last finished step (serl.step sets it)
-        self.frame = None                       # serl.async_frame.Frame, set by the runner when in use
+        self.plan = ctx.plan  # the run's rules (serl.config.plan): the KL setting, the reference, ...
+        self.rng = random.Random(self.cfg.seed)  # the recipe's draws; saved by serl.run.state
         # Per-problem results of the last ``evaluate`` (metric key -> {"ids", "values"}), when
         # it has them: the run summary pairs the first and last evaluations on them.
         self.eval_items: dict[str, dict] = {}
 
     def step(self, step: int) -> dict[str, float]:
-        """One training step in the shared frame (``serl.step``) around ``collect``."""
-        from serl.step import run_step
+        """One synchronous training step outside a run (tests, notebooks): ``serl.run.step.SyncFrame``."""
+        from serl.run.step import SyncFrame
 
-        return run_step(self, step)
+        return SyncFrame(self).step(step)
 
-    def collect(self, step: int) -> tuple[Any, dict[str, float]]:
-        """This step's ``TrainBatch`` (None: nothing to train on) and its metrics."""
+    def collect(self, step: int) -> tuple:
+        """This step's ``TrainBatch`` (None: nothing to train on) and its metrics, and optionally
+        a third value, ``local``: what this step's ``after_update`` needs from this collect (under
+        --async_train the next collect runs first, so it cannot live on the recipe)."""
         raise NotImplementedError
 
-    def after_update(self, step: int, metrics: dict[str, float], updated: bool) -> None:
+    def after_update(self, step: int, metrics: dict[str, float], updated: bool, local: Any = None) -> None:
         """After the update and weight sync (or the step without one): bookkeeping that
-        belongs to the step; may add to ``metrics``."""
+        belongs to the step; may add to ``metrics``. ``local``: collect's third value (or None)."""
 
-    def reference_step(self) -> int | None:
-        """After a resume: the step whose checkpointed policy the learner's reference must
-        be (None or the resumed step: the reference as the learner loaded it)."""
+    def reference_step(self, step: int) -> int | None:
+        """After a resume at ``step``: the step whose checkpointed policy the learner's reference
+        must be (None or ``step``: the reference as the learner loaded it)."""
         return None
 
     def state_dict(self) -> dict:
-        """The recipe's own state; step, RNGs and the generator are ``serl.run_state``'s."""
+        """The recipe's own state; step, RNGs and the generator are ``serl.run.state``'s."""
         return {}
 
     def load_state_dict(self, state: dict) -> None:
@@ -177,7 +152,7 @@ class Recipe:
     def close(self) -> None:
         pass
 
-    def evaluate(self, problems) -> dict[str, float]:
+    def evaluate(self, problems, step: int = 0) -> dict[str, float]:
         """Greedy pass@1 (and maj@K / pass@K with --eval_k) on held-out math problems, asked
         as in training (``--system_prompt`` after each question)."""
         from serl.eval import evaluate_math
@@ -196,18 +171,11 @@ class Recipe:
         return metrics
 
     # ---- small helpers recipes share ---------------------------------------------------------
-    @contextmanager
     def timed(self, name: str):
-        """Add the block's wall time to ``self.times[name]`` (logged as ``time/NAME``); a long block says
-        it is still running (``serl.progress.heartbeat``, plain mode)."""
-        from serl.progress import heartbeat
+        """Add the block's wall time to the step's ``time/NAME`` (``serl.run.step.timed``)."""
+        from serl.run.step import timed
 
-        t0 = time.perf_counter()
-        try:
-            with heartbeat(name, getattr(self, "progress", "quiet")):
-                yield
-        finally:
-            self.times[name] = self.times.get(name, 0.0) + time.perf_counter() - t0
+        return timed(name, getattr(self, "progress", "quiet"))
 
     def sampling(self, max_new_tokens: int | None = None, temperature: float | None = None,
                  top_p: float | None = None, seed: int | None = None):
@@ -230,8 +198,8 @@ class Recipe:
     def chat_prompt(self, text: str, system_prompt: str | None = None, prefill: str = "") -> list[int]:
         """``text`` as a user turn in the model's chat template, with the run's instruction,
         and ``prefill`` as the reply's start: token ids in which the text stays text
-        (``serl.chat``), so a problem or document cannot forge a turn."""
-        from serl.chat import user_ids
+        (``serl.models.chat``), so a problem or document cannot forge a turn."""
+        from serl.models.chat import user_ids
 
         sp = self.cfg.system_prompt if system_prompt is None else system_prompt
         return user_ids(self.tok, text, sp or "", prefill)
@@ -250,9 +218,7 @@ class Recipe:
         if not rows:
             return None
         lens = [len(c.token_ids) for _, c, _ in rows]
-        mask = torch.zeros(len(rows), max(lens))
-        for i, n in enumerate(lens):
-            mask[i, :n] = 1
+        mask = response_mask(lens)
         adv = compute_advantages(estimator or self.cfg.advantage_estimator,
                                  torch.tensor([r for _, _, r in rows]), torch.tensor([g for g, _, _ in rows]),
                                  mask, gamma=self.cfg.gamma)
@@ -267,6 +233,16 @@ class Recipe:
         """Serve the learner's current weights from the generator."""
         with self.timed("sync"):
             self.generator.load_weights(self.learner.named_weights())
+
+
+def response_mask(lens: list[int]):
+    """The [rows, longest] mask of right-padded responses of these lengths."""
+    import torch
+
+    mask = torch.zeros(len(lens), max(lens))
+    for i, n in enumerate(lens):
+        mask[i, :n] = 1
+    return mask
 
 
 # ---- the overlong rule: one place for every recipe ---------------------------------------------

@@ -83,112 +83,119 @@ class DeadlineReader(io.RawIOBase):
 _DRAIN_CAP = 64 << 20  # bytes of an oversized body read and dropped before the 413
 
 
+class RewardHandler(BaseHTTPRequestHandler):
+    """The reward server's HTTP side; ``make_handler`` sets what it serves (class attributes)."""
+
+    server_version = "serl-reward/1"
+    protocol_version = "HTTP/1.1"  # keep-alive
+    answer = health = None   # staticmethods: body -> reply dict, () -> the GET reply
+    max_bytes = 0
+    timeout = 0.0            # idle seconds between requests (socketserver's name)
+    request_timeout = 0.0    # seconds for a whole request from its first byte
+    wbufsize = 1 << 16  # headers and body go out in one write (flushed per request)
+
+    def setup(self):
+        self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        super().setup()
+        self.rfile.close()  # the standard reader: replaced by one that keeps the deadline
+        self.reader = DeadlineReader(self.connection, self.timeout, self.request_timeout)
+        self.rfile = io.BufferedReader(self.reader, 1 << 16)
+
+    def handle_one_request(self):
+        self.reader.start_request()
+        # what a reply needs if the deadline passes before the request line is in
+        self.command, self.requestline, self.request_version = "", "", "HTTP/1.1"
+        try:
+            super().handle_one_request()
+        except RequestTimeout:
+            self.close_connection = True
+            self.reader.end_request()
+            self._send(408, {"error": f"request not complete within {self.request_timeout:g} s of its "
+                                      f"first byte (--request_timeout); connection closed"})
+            self.wfile.flush()
+
+    def log_message(self, fmt, *args):  # quiet by default
+        pass
+
+    def send_error(self, code, message=None, explain=None):
+        """The standard library's own refusals, as JSON like every other error."""
+        self.close_connection = True
+        if self.request_version == "HTTP/0.9":  # a garbled request line: still answer in HTTP/1.1
+            self.request_version = "HTTP/1.1"
+        phrase = self.responses.get(code, ("error",))[0]
+        self._send(code, {"error": (message or phrase)[:300]})
+
+    def handle_expect_100(self):
+        ok = super().handle_expect_100()
+        self.wfile.flush()  # the client waits for this line before it sends the body
+        return ok
+
+    def _send(self, status: int, payload: dict) -> None:
+        body = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        if self.close_connection:
+            self.send_header("Connection", "close")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _discard(self, n: int) -> None:
+        # Read (and drop) a rejected body so the client sees the 413 instead
+        # of a broken pipe; past the cap we just close, bounding the work.
+        n = min(n, _DRAIN_CAP)
+        while n > 0:
+            chunk = self.rfile.read(min(n, 1 << 16))
+            if not chunk:
+                return
+            n -= len(chunk)
+
+    def do_GET(self):
+        self.reader.end_request()
+        if self.path.rstrip("/") in ("/health", ""):
+            state = self.health()
+            self._send(200 if state.get("ok", True) else 503, state)  # 503: a load balancer sees it
+        else:
+            self._send(404, {"error": f"no such path {self.path[:200]!r}; POST /get_reward"})
+
+    def do_POST(self):
+        if self.path.rstrip("/") not in ("", "/get_reward"):
+            self.close_connection = True  # the body is not read
+            self._send(404, {"error": f"no such path {self.path[:200]!r}; POST /get_reward"})
+            return
+        length = self.headers.get("Content-Length")
+        if length is None or not (length.isascii() and length.isdigit()):
+            self.close_connection = True
+            self._send(411, {"error": "Content-Length header required (a decimal number of bytes)"})
+            return
+        if int(length) > self.max_bytes:
+            self.close_connection = True
+            self._discard(int(length))
+            self._send(413, {"error": f"body of {length} bytes exceeds the limit of {self.max_bytes}"})
+            return
+        body = self.rfile.read(int(length))
+        self.reader.end_request()
+        if len(body) < int(length):
+            self.close_connection = True  # the client closed its side early: no one to answer
+            return
+        try:
+            payload = self.answer(body)
+        except BadRequest as e:
+            self._send(e.status, {"error": str(e)})
+            return
+        except Exception as e:  # never let one request kill the server
+            self._send(500, {"error": f"{type(e).__name__}: {e}"[:500]})
+            return
+        self._send(200, payload)
+
+
 def make_handler(answer, health, max_bytes: int, idle_timeout: float, request_timeout: float):
     """A handler class. ``answer(body: bytes) -> dict`` scores a POST body and raises
     :class:`BadRequest` to refuse it; ``health() -> dict`` is the GET reply."""
-
-    class Handler(BaseHTTPRequestHandler):
-        server_version = "serl-reward/1"
-        protocol_version = "HTTP/1.1"  # keep-alive
-        timeout = idle_timeout
-        wbufsize = 1 << 16  # headers and body go out in one write (flushed per request)
-
-        def setup(self):
-            self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            super().setup()
-            self.rfile.close()  # the standard reader: replaced by one that keeps the deadline
-            self.reader = DeadlineReader(self.connection, idle_timeout, request_timeout)
-            self.rfile = io.BufferedReader(self.reader, 1 << 16)
-
-        def handle_one_request(self):
-            self.reader.start_request()
-            # what a reply needs if the deadline passes before the request line is in
-            self.command, self.requestline, self.request_version = "", "", "HTTP/1.1"
-            try:
-                super().handle_one_request()
-            except RequestTimeout:
-                self.close_connection = True
-                self.reader.end_request()
-                self._send(408, {"error": f"request not complete within {request_timeout:g} s of its "
-                                          f"first byte (--request_timeout); connection closed"})
-                self.wfile.flush()
-
-        def log_message(self, fmt, *args):  # quiet by default
-            pass
-
-        def send_error(self, code, message=None, explain=None):
-            """The standard library's own refusals, as JSON like every other error."""
-            self.close_connection = True
-            if self.request_version == "HTTP/0.9":  # a garbled request line: still answer in HTTP/1.1
-                self.request_version = "HTTP/1.1"
-            phrase = self.responses.get(code, ("error",))[0]
-            self._send(code, {"error": (message or phrase)[:300]})
-
-        def handle_expect_100(self):
-            ok = super().handle_expect_100()
-            self.wfile.flush()  # the client waits for this line before it sends the body
-            return ok
-
-        def _send(self, status: int, payload: dict) -> None:
-            body = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            if self.close_connection:
-                self.send_header("Connection", "close")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(body)
-
-        def _discard(self, n: int) -> None:
-            # Read (and drop) a rejected body so the client sees the 413 instead
-            # of a broken pipe; past the cap we just close, bounding the work.
-            n = min(n, _DRAIN_CAP)
-            while n > 0:
-                chunk = self.rfile.read(min(n, 1 << 16))
-                if not chunk:
-                    return
-                n -= len(chunk)
-
-        def do_GET(self):
-            self.reader.end_request()
-            if self.path.rstrip("/") in ("/health", ""):
-                state = health()
-                self._send(200 if state.get("ok", True) else 503, state)  # 503: a load balancer sees it
-            else:
-                self._send(404, {"error": f"no such path {self.path[:200]!r}; POST /get_reward"})
-
-        def do_POST(self):
-            if self.path.rstrip("/") not in ("", "/get_reward"):
-                self.close_connection = True  # the body is not read
-                self._send(404, {"error": f"no such path {self.path[:200]!r}; POST /get_reward"})
-                return
-            length = self.headers.get("Content-Length")
-            if length is None or not (length.isascii() and length.isdigit()):
-                self.close_connection = True
-                self._send(411, {"error": "Content-Length header required (a decimal number of bytes)"})
-                return
-            if int(length) > max_bytes:
-                self.close_connection = True
-                self._discard(int(length))
-                self._send(413, {"error": f"body of {length} bytes exceeds the limit of {max_bytes}"})
-                return
-            body = self.rfile.read(int(length))
-            self.reader.end_request()
-            if len(body) < int(length):
-                self.close_connection = True  # the client closed its side early: no one to answer
-                return
-            try:
-                payload = answer(body)
-            except BadRequest as e:
-                self._send(e.status, {"error": str(e)})
-                return
-            except Exception as e:  # never let one request kill the server
-                self._send(500, {"error": f"{type(e).__name__}: {e}"[:500]})
-                return
-            self._send(200, payload)
-
-    return Handler
+    return type("Handler", (RewardHandler,), {
+        "answer": staticmethod(answer), "health": staticmethod(health), "max_bytes": max_bytes,
+        "timeout": idle_timeout, "request_timeout": request_timeout})
 
 
 _BUSY_BODY = b'{"error": "too many open connections; retry in a moment"}'

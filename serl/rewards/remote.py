@@ -194,7 +194,7 @@ def load_source(cfg) -> None:
     """Load ``--remote_rm_url``'s reward file now (a recipe's ``prepare``): a broken file is a
     ConfigError (exit 2) before anything is written. A URL is not contacted here."""
     if getattr(cfg, "remote_rm_url", "") and not is_url(cfg.remote_rm_url):
-        from serl.config import ConfigError
+        from serl.errors import ConfigError
 
         try:
             source_for(cfg)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from serl.config import ConfigError, option
+from serl.config.options import option
+from serl.errors import ConfigError
 
 
 @dataclass

@@ -15,7 +15,7 @@ class RemoteRewardError(RuntimeError):
     def at_run(self, run_dir) -> "RemoteRewardError":
         """This error with what the run keeps: its newest checkpoint, which the failed step did
         not touch (a checkpoint is written after its step, atomically), and how to go on."""
-        from serl.checkpoint import checkpoint_step, latest_checkpoint
+        from serl.run.checkpoint import checkpoint_step, latest_checkpoint
 
         ckpt = latest_checkpoint(Path(run_dir))
         if ckpt is None:

@@ -5,7 +5,9 @@ import torch
 
 from serl.algos import KL_CLIP, kl_estimate
 from serl.algos.objectives import ObjectiveInput, get_objective
-from serl.config import ConfigError, TrainConfig, parse_args
+from serl.config.options import TrainConfig
+from serl.config.parser import parse_args
+from serl.errors import ConfigError
 from serl.engines.learner_core import LearnerConfig
 
 LOGP = torch.tensor([0.0, -1.0, -2.0])
@@ -103,7 +105,7 @@ def test_one_default_cap_everywhere():
 
 def test_kl_clip_option_reaches_the_learner():
     from serl.engines.factory import learner_config
-    from serl.plan import plan_run
+    from serl.config.plan import plan_run
 
     cfg, _ = parse_args(["--use_kl_loss", "--init_kl_coef", "0.1", "--kl_clip", "3"])
     assert learner_config(cfg, plan_run(cfg)).kl_clip == 3.0

@@ -7,7 +7,8 @@ import pytest
 datasets = pytest.importorskip("datasets", reason="the 'datasets' dependency is not installed")
 
 from serl.data import hf  # noqa: E402
-from serl.data.seeds import DataError, read_seeds  # noqa: E402
+from serl.data.seeds import read_seeds
+from serl.errors import DataError
 
 TRAIN = {"question": ["What is 2+3?", "What is 6*7?", "What is 9-4?"],
          "answer": ["2+3 = <<2+3=5>>5\n#### 5", "6*7 = 42\n#### 42", "9-4 = 5\n#### 5"]}

@@ -3,7 +3,8 @@ import json
 import pytest
 
 from serl.data.arith import make_problems
-from serl.data.seeds import DataError, read_seeds
+from serl.data.seeds import read_seeds
+from serl.errors import DataError
 
 SHARED_SEED = "../shared/data/serl_seed/0_2_0_8_train_with_idx_sample_500.jsonl"
 

@@ -58,7 +58,7 @@ def test_balanced_draws_alternate_classes_and_resume():
     first = b.take(4)
     assert [p.label for p in first] == [1.0, 0.0, 1.0, 0.0]
     assert {p.question for p in first[1::2]} == {"w0", "w1"}  # one whole pass over the wrong ones
-    # a resume: the passes' state (the checkpoint's recipe state) and the RNG's (serl.run_state)
+    # a resume: the passes' state (the checkpoint's recipe state) and the RNG's (serl.run.state)
     state, rng_state = json.loads(json.dumps(b.state_dict())), rng.getstate()
     twin_rng = random.Random(5)
     twin = Balanced(pairs, twin_rng)

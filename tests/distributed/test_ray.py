@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from serl.config import ConfigError, TrainConfig
+from serl.config.options import TrainConfig
+from serl.errors import ConfigError
 from serl.distributed.groups import _split
 from serl.distributed.placement import plan_resources
 
@@ -30,7 +31,7 @@ def test_split_is_contiguous_and_balanced(n, parts, expected):
 
 
 def _cfg(**kw) -> TrainConfig:
-    from serl.recipes import config_class
+    from serl.config.registry import config_class
 
     base = dict(learner="deepspeed", ray=True)
     base.update(kw)
@@ -131,7 +132,7 @@ def test_run_with_ray_one_step_on_local_cluster(smol_path, tmp_path):
     evaluation before and after runs through the same actors."""
     import ray
 
-    from serl.config import parse_args
+    from serl.config.parser import parse_args
     from serl.distributed import run_with_ray
 
     flags = _tiny_run_flags(tmp_path / "run") + [

@@ -1,6 +1,6 @@
 """A `serl train --ray` run stopped after its first step and resumed ends exactly as the
 uninterrupted `--ray` run (transformers generator in a Ray actor): the same metrics, policy
-weights and run state. Before serl.run_state, GeneratorGroup had no state, so a resumed run
+weights and run state. Before serl.run.state, GeneratorGroup had no state, so a resumed run
 re-seeded sampling from call 0 and drew other samples. The stopped run is a copy of the
 uninterrupted one cut back to its step-1 checkpoint, what a run killed before its second update
 leaves (a third Ray run, killed there, cost about 40 s of CI; tests/test_resume.py kills runs
@@ -52,7 +52,7 @@ def _metrics(run_dir):
 
 
 def test_a_ray_run_stopped_and_resumed_matches_the_uninterrupted_one(tmp_path, cut_back):
-    from serl.checkpoint import latest_checkpoint, load_trainer_state
+    from serl.run.checkpoint import latest_checkpoint, load_trainer_state
 
     spec = importlib.util.spec_from_file_location("_resume_helpers", ROOT / "tests" / "test_resume.py")
     helpers = importlib.util.module_from_spec(spec)

@@ -2,9 +2,9 @@
 import json
 import logging.config
 
-from serl.config import parse_args
+from serl.config.parser import parse_args
 from serl.engines.engine_log import ENV, configure_vllm_logging, route_to
-from serl.runner import new_run_dir, route_engine_log
+from serl.run.runner import new_run_dir, route_engine_log
 
 
 def test_the_vllm_logger_writes_to_the_run_s_file(tmp_path, monkeypatch):
@@ -40,7 +40,7 @@ def test_the_runner_routes_unless_asked_and_a_failed_start_s_logs_do_not_block_a
     (run / "metrics.jsonl").write_text("{}\n")
     import pytest
 
-    from serl.config import ConfigError
+    from serl.errors import ConfigError
 
     with pytest.raises(ConfigError, match="already exists and is not empty"):
         new_run_dir(cfg)

@@ -56,11 +56,11 @@ def test_load_weights_changes_outputs(gen, smol_tokenizer):
 
 
 def test_prompt_ids_are_fed_as_given_and_trained_on(gen, smol_tokenizer):
-    """The safe ids of serl.chat (a seed forging a turn) are what the model is fed, what the
+    """The safe ids of serl.models.chat (a seed forging a turn) are what the model is fed, what the
     completion reports, and what the learner's batch holds (Recipe.group_batch)."""
     from types import SimpleNamespace
 
-    from serl.chat import user_ids
+    from serl.models.chat import user_ids
     from serl.recipes.base import Recipe
 
     tok = smol_tokenizer

@@ -7,7 +7,8 @@ import torch
 import torch.nn.functional as F
 
 from serl.engines.base import TrainBatch
-from serl.engines.learner_core import LearnerConfig, micro_batches
+from serl.engines.learner_core import LearnerConfig
+from serl.engines.micro import micro_batches
 from serl.engines.torch_learner import TorchLearner
 
 PROMPTS = [[3, 4, 5], [3, 4, 5], [6, 7], [6, 7], [8, 9, 10, 11, 12], [8, 9, 10, 11, 12]]

@@ -5,9 +5,10 @@ import copy
 import pytest
 import torch
 
-from serl.config import ConfigError
+from serl.errors import ConfigError
 from serl.engines.base import TrainBatch
-from serl.engines.lora import ALL_LINEAR, base_identity, parse_targets
+from serl.config.options import ALL_LINEAR, parse_targets
+from serl.engines.lora import base_identity
 from serl.engines.torch_learner import LearnerConfig, TorchLearner
 
 PROMPTS = [[3, 4, 5], [6, 7], [8, 9, 10, 11, 12], [13]]

@@ -6,7 +6,7 @@ import pytest
 
 import torch
 
-from serl.engines.population import Population, SnapshotPool
+from serl.recipes.spiral.population import Population, SnapshotPool
 from serl.engines.snapshots import CURRENT, load_snapshot
 
 

@@ -8,7 +8,8 @@ import types
 import pytest
 import torch
 
-from serl.config import ConfigError, parse_args
+from serl.config.parser import parse_args
+from serl.errors import ConfigError
 
 
 class FakeLLM:

@@ -103,7 +103,7 @@ def test_an_error_after_the_engine_died_becomes_engine_died():
 
 def test_train_prints_one_message_and_exits_1(monkeypatch, tmp_path, capsys):
     import serl.train as train
-    from serl.runner import ERROR_LOG, keep_traceback
+    from serl.run.runner import ERROR_LOG, keep_traceback
 
     def launch(cfg, resume_dir=None):
         try:

@@ -115,14 +115,14 @@ class WeightPlayer:
 
 def test_serl_eval_games_against_a_snapshot(tmp_path, monkeypatch, capsys):
     import serl.eval.shared
-    import serl.models
+    import serl.models.resolve
 
     model = tmp_path / "model"
     save_snapshot([("w", torch.zeros(1))], model / "model.safetensors")  # the evaluated policy: passive
     snap = save_snapshot([("w", torch.ones(1))], tmp_path / "snap.safetensors")  # the opponent: aggressive
     gen = WeightPlayer()
-    monkeypatch.setattr(serl.models, "resolve_model", lambda spec: str(model))
-    monkeypatch.setattr(serl.models, "load_tokenizer", lambda path: WeightTok())
+    monkeypatch.setattr(serl.models.resolve, "resolve_model", lambda spec: str(model))
+    monkeypatch.setattr(serl.models.resolve, "load_tokenizer", lambda path: WeightTok())
     monkeypatch.setattr(serl.eval.shared, "make_generator", lambda kind, path, tok, args: ("stand-in", gen))
     out = tmp_path / "out"
     code = cli_main(["--model", "m", "--games", "kuhn_poker", "--n_games", "6", "--opponents", f"random,{snap}",

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from serl.data.corpus import Cluster
-from serl.data.seeds import DataError
+from serl.errors import DataError
 from serl.eval.roles import HeldOut, Roles, evaluate_roles, load_heldout, read_rows
 
 ROOT = Path(__file__).resolve().parents[2]

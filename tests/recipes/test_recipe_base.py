@@ -5,9 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from serl.config import parse_args
+from serl.config.parser import parse_args
 from serl.engines.base import Sampling
-from serl.recipes.base import Recipe, RunContext
+from serl.recipes.base import Recipe
+from serl.run.context import RunContext
 
 
 class Recorder:

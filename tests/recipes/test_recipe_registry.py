@@ -6,8 +6,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from serl.config import ConfigError, parse_args
-from serl.recipes import config_class, recipe_names
+from serl.config.parser import parse_args
+from serl.errors import ConfigError
+from serl.config.registry import config_class, recipe_names
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -67,12 +68,12 @@ def test_option_of_another_recipe_names_its_owner(tmp_path, monkeypatch):
     (pkg / "__init__.py").write_text("")
     (pkg / "config.py").write_text(
         "from dataclasses import dataclass\nfrom typing import ClassVar\n"
-        "from serl.config import TrainConfig, option\n\n\n@dataclass\nclass Config(TrainConfig):\n"
+        "from serl.config.options import TrainConfig, option\n\n\n@dataclass\nclass Config(TrainConfig):\n"
         "    RECIPE: ClassVar[str] = 'other'\n    other_knob: int = option(1, 'a knob')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    from serl import recipes
+    from serl.config import registry
 
-    recipes.register("other", "other_recipe")
+    registry.register("other", "other_recipe")
     try:
         with pytest.raises(SystemExit) as e:
             parse_args(["--recipe", "other", "--enable_self_evolution", "false"])
@@ -86,21 +87,21 @@ def test_option_of_another_recipe_names_its_owner(tmp_path, monkeypatch):
         cfg, _ = parse_args(["--recipe", "other", "--other_knob", "3"])
         assert cfg.other_knob == 3 and not hasattr(cfg, "overlong_filter")
     finally:
-        recipes.RECIPES.pop("other")
-        recipes.config_class.cache_clear()
+        registry.RECIPES.pop("other")
+        registry.config_class.cache_clear()
 
 
 def test_foreign_flag_message_on_the_command_line(tmp_path, capsys):
-    from serl import recipes
+    from serl.config import registry
 
     pkg = tmp_path / "other2"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
     (pkg / "config.py").write_text(
-        "from dataclasses import dataclass\nfrom typing import ClassVar\nfrom serl.config import TrainConfig\n\n\n"
+        "from dataclasses import dataclass\nfrom typing import ClassVar\nfrom serl.config.options import TrainConfig\n\n\n"
         "@dataclass\nclass Config(TrainConfig):\n    RECIPE: ClassVar[str] = 'other2'\n")
     sys.path.insert(0, str(tmp_path))
-    recipes.register("other2", "other2")
+    registry.register("other2", "other2")
     try:
         with pytest.raises(SystemExit):
             parse_args(["--recipe", "other2", "--few_shot_generation", "4"])
@@ -108,8 +109,8 @@ def test_foreign_flag_message_on_the_command_line(tmp_path, capsys):
         assert "--few_shot_generation belongs to recipe 'serl'" in err
     finally:
         sys.path.remove(str(tmp_path))
-        recipes.RECIPES.pop("other2")
-        recipes.config_class.cache_clear()
+        registry.RECIPES.pop("other2")
+        registry.config_class.cache_clear()
 
 
 def test_help_lists_common_then_recipe_options():

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from serl.config import ConfigError
+from serl.errors import ConfigError
 from serl.rewards import score_groups
 from serl.rewards.remote import (FileReward, HttpReward, RemoteRewardError, batches, check_spec, load_source,
                                  score_remote, shown_url)
@@ -208,7 +208,7 @@ def test_check_spec(tmp_path):
 
 
 def test_the_error_at_the_run_names_the_last_complete_checkpoint(tmp_path):
-    from serl.checkpoint import DONE, checkpoint_dir
+    from serl.run.checkpoint import DONE, checkpoint_dir
 
     err = RemoteRewardError("remote reward http://h/r: no rewards after 2 tries")
     assert "no checkpoint had been saved yet" in str(err.at_run(tmp_path))

@@ -51,7 +51,7 @@ def _metrics(run_dir):
 
 def test_a_reward_server_killed_mid_run_stops_it_in_one_line_and_resume_is_exact(tmp_path, tiny_train_args,
                                                                                    serl_start, smol_path):
-    from serl.checkpoint import checkpoint_dir, complete_checkpoints
+    from serl.run.checkpoint import checkpoint_dir, complete_checkpoints
 
     port, port_a = _free_port(), _free_port()
     url = f"http://127.0.0.1:{port}/get_reward"

@@ -161,7 +161,7 @@ class _Scripted:
     def __init__(self, samples, tok):
         self.samples, self.tok = samples, tok
 
-    def generate(self, prompts, n, sampling):  # prompts arrive as ids (serl.chat)
+    def generate(self, prompts, n, sampling):  # prompts arrive as ids (serl.models.chat)
         return [[Completion(text=t, token_ids=[1], prompt_ids=list(p)) for t in self.samples[self.tok.decode(p)][:n]]
                 for p in prompts]
 

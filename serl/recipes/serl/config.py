@@ -4,9 +4,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from serl.config import ConfigError, TrainConfig, _f
-from serl.guard import GuardOptions
-from serl.panels import Report
+from serl.config.options import TrainConfig, _f
+from serl.errors import ConfigError
+from serl.run.guard import GuardOptions
+from serl.report.panels import Report
 from serl.rewards.remote_options import RemoteRewardOptions
 
 

@@ -1,15 +1,14 @@
 """The SeRL recipe (Fang et al., 2025, "SeRL: Self-Play Reinforcement Learning for Large
 Language Models with Limited Data"). ``SerlRecipe.collect`` reads as the algorithm: fill
-the batch (rounds of: grow the pool, roll out, reward, filter), advantages; the update and
-the weight sync are the step frame's (``serl.step``), the run around it ``serl.runner``'s.
+the batch (rounds of: grow the pool, roll out, reward, filter), advantages; the update, the
+weight sync and the run around them are the run loop's (``serl.run.loop``).
 
-A round rolls out ``gen_batch_size`` prompts (by default ``rollout_batch_size``): the pool's
-pending problems, topped up by self-instruction (or the next seeds, without it). Rounds repeat until ``rollout_batch_size``
-groups passed the difficulty filter or ``max_refill_rounds`` are spent; kept groups beyond
-the batch are trained first in the next step (``serl.instruct.rollouts``), so no kept
-rollout is wasted. Prompts longer than ``prompt_max_len`` tokens are skipped and counted:
-seeds before any work (``data/skipped_long``, named by file and line), generated problems
-by the prompt-length filter; few-shot prompts leave out their longest examples to fit.
+A round rolls out ``gen_batch_size`` prompts (by default ``rollout_batch_size``): the pool's pending
+problems, topped up by self-instruction (or the next seeds). Rounds repeat until ``rollout_batch_size``
+groups passed the difficulty filter or ``max_refill_rounds`` are spent; kept groups beyond the batch
+are trained first in the next step (``serl.instruct.rollouts``), so no kept rollout is wasted. Prompts over
+``prompt_max_len`` tokens are skipped and counted: seeds before any work (``data/skipped_long``, by file and
+line), generated ones by the prompt-length filter; few-shot prompts leave out their longest examples.
 """
 from __future__ import annotations
 
@@ -22,15 +21,17 @@ from serl.algos import compute_advantages
 from serl.algos.kl import padded_kl
 from serl.data.lengths import fit_problems, prompt_limit
 from serl.data.passes import Passes
-from serl.data.seeds import DataError, read_seeds
-from serl.guard import GUARD_OPTIONS
+from serl.data.seeds import read_seeds
+from serl.errors import DataError
+from serl.run.guard import GUARD_OPTIONS
 from serl.engines.base import Completion, TrainBatch
 from serl.instruct import DifficultyFilter, PoolItem, PromptPool, Rollout, SelfInstruct, TextFilters, fill_batch
 from serl.instruct.filters import PromptLengthFilter
 from serl.instruct.pool import POOL_FILE
 from serl.instruct.rollouts import STEP_COUNTS, accumulate, batch_metrics, finalize, round_sums
-from serl.progress import stage
-from serl.recipes.base import Recipe, RunContext, masked_overlong
+from serl.report.progress import stage
+from serl.recipes.base import Recipe, masked_overlong, response_mask
+from serl.run.context import RunContext
 from serl.rewards import GroupScore, checker_counts
 from serl.rewards.remote import load_source, score_for
 
@@ -38,7 +39,6 @@ from serl.rewards.remote import load_source, score_for
 class SerlRecipe(Recipe):
     resume_fixed = ("enable_self_evolution", "reward_difficulty_bounds", "instructions_num_per_iteration",
                     "overlong_filter") + GUARD_OPTIONS
-    step_state = ("tally", "pool_stats")  # this collect's counters and pool, for after_update (serl.async_frame)
 
     @classmethod
     def prepare(cls, cfg):
@@ -93,19 +93,18 @@ class SerlRecipe(Recipe):
             self.prompt_lens[text] = len(self.chat_prompt(text))
         return self.prompt_lens[text]
 
-    # ---- the step (serl.step runs the update and the weight sync) ---------------------
+    # ---- the step (serl.run.step runs the update and the weight sync) ---------------------
     def collect(self, step: int):
         self.counts, metrics = dict.fromkeys(STEP_COUNTS, 0), {}
         verify_before, carried = checker_counts(self.checker), len(self.carry)
         rollouts, self.carry, rounds = fill_batch(                          # 1-4. rounds of: grow the
             self.cfg.rollout_batch_size, self.carry,                        # pool, roll out, reward,
             lambda: self.round(step, metrics), self.cfg.max_refill_rounds)  # difficulty-filter
-        self.tally = (self.counts, min(carried, len(rollouts)), len(self.carry), verify_before,
-                      checker_counts(self.checker))
+        tally = (self.counts, min(carried, len(rollouts)), len(self.carry), verify_before, checker_counts(self.checker))
         metrics["filter/rounds"], metrics["train/batch_prompts"] = rounds, len(rollouts)
         batch = self.make_batch(rollouts, metrics) if rollouts else None               # 5. advantages
-        self.pool_stats = self.pool.stats()  # as after_update would read it: the update leaves the pool alone
-        return batch, metrics
+        # this collect's counters and pool, for its after_update (the update leaves the pool alone)
+        return batch, metrics, {"tally": tally, "pool_stats": self.pool.stats()}
 
     def round(self, step: int, metrics: dict) -> list[Rollout]:
         """One round: a batch's worth of prompts, rolled out, rewarded and filtered."""
@@ -114,13 +113,13 @@ class SerlRecipe(Recipe):
         scores = self.reward(items, groups, metrics)                        # 3. self-reward
         return self.filter(step, items, groups, scores)                     # 4. difficulty filter
 
-    def after_update(self, step: int, metrics: dict, updated: bool) -> None:
+    def after_update(self, step: int, metrics: dict, updated: bool, local: dict) -> None:
         self.pool.flush(step)
         finalize(metrics)
-        metrics.update(batch_metrics(*self.tally))
-        metrics.update(self.pool_stats)
+        metrics.update(batch_metrics(*local["tally"]))
+        metrics.update(local["pool_stats"])
 
-    # ---- its own checkpointed state (step, RNGs and the generator: serl.run_state) -------
+    # ---- its own checkpointed state (step, RNGs and the generator: serl.run.state) -------
     def state_dict(self) -> dict:
         return {"seeds": self.seeds.state_dict(), "difficulty": dict(vars(self.difficulty)),
                 "carry": [r.state() for r in self.carry], "instruct": self.instruct.state_dict()}
@@ -220,17 +219,11 @@ class SerlRecipe(Recipe):
             return None
         # The learner takes the old log-probs from its own forward pass (and before its first
         # mini-batch); they are computed here only for the KL penalty in the reward.
-        kl_in_reward = self.plan.kl == "reward"
-        old = ref = None
         with self.timed("logprobs"):
-            if kl_in_reward:
-                old = self.learner.logprobs(prompt_ids, response_ids, model="policy")
-            if self.plan.kl != "none":
-                ref = self.learner.logprobs(prompt_ids, response_ids, model="ref")
+            old = self.learner.logprobs(prompt_ids, response_ids, model="policy") if self.plan.kl == "reward" else None
+            ref = self.learner.logprobs(prompt_ids, response_ids, model="ref") if self.plan.kl != "none" else None
         lens = [len(r) for r in response_ids]
-        mask = torch.zeros(len(lens), max(lens))
-        for i, n in enumerate(lens):
-            mask[i, :n] = 1
+        mask = response_mask(lens)
         kl = None if old is None or ref is None else padded_kl(old, ref, mask, self.cfg.kl_clip)
         if kl is not None:
             metrics["kl/mean"] = float((kl.sum(1) / mask.sum(1)).mean())

@@ -12,8 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from serl.config import ConfigError, TrainConfig, option
-from serl.panels import Report
+from serl.config.options import TrainConfig, option
+from serl.errors import ConfigError
+from serl.report.panels import Report
 
 
 @dataclass
@@ -83,15 +84,17 @@ class Config(SpellOptions, TrainConfig):
               "verifier/agreement", "verifier/bad_format"),
         line=(("responder/accuracy", "acc"), ("questioner/valid_json", "valid"), ("verifier/agreement", "verify"),
               ("loss/policy", "loss")))
-    # common options with SPELL's defaults
-    rollout_batch_size: int = option(8, "questions (one per sampled cluster) trained per step")
-    n_samples_per_prompt: int = option(8, "responder samples per question (SPELL: 8)")
-    generate_max_len: int = option(128, "max new tokens of a responder reply")
-    temperature: float = option(1.0, "sampling temperature of the responder and the verifier")
-    system_prompt: str = option("", "instruction appended to every prompt (SPELL's prompts need none)")
-    advantage_estimator: str = option("group_norm", "GRPO: group-normalised advantages per role")
-    init_kl_coef: float = option(0.0, "KL coefficient (0: no reference model)")
-    actor_learning_rate: float = option(1e-6, "AdamW learning rate", aliases=("lr",))
+    # common options with SPELL's defaults (each keeps its type and place: TrainConfig.DEFAULTS)
+    DEFAULTS: ClassVar[dict] = dict(
+        rollout_batch_size=option(8, "questions (one per sampled cluster) trained per step"),
+        n_samples_per_prompt=option(8, "responder samples per question (SPELL: 8)"),
+        generate_max_len=option(128, "max new tokens of a responder reply"),
+        temperature=option(1.0, "sampling temperature of the responder and the verifier"),
+        system_prompt=option("", "instruction appended to every prompt (SPELL's prompts need none)"),
+        advantage_estimator=option("group_norm", "GRPO: group-normalised advantages per role"),
+        init_kl_coef=option(0.0, "KL coefficient (0: no reference model)"),
+        actor_learning_rate=option(1e-6, "AdamW learning rate", aliases=("lr",)),
+    )
 
     def validate_recipe(self) -> None:
         lo_hi = self.verifier_band

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from serl import role_batch
+from serl.recipes.spell import role_batch
 from serl.data.corpus import Cluster
 from serl.engines.base import Completion, TrainBatch
 from serl.rewards.difficulty import QUESTIONER_SIGMA, difficulty_reward
@@ -142,7 +142,7 @@ class RoleGroups:
 
 
 def role_batches(groups: RoleGroups, group_batch) -> dict[str, TrainBatch | None]:
-    """The three roles' batches (:func:`serl.role_batch.role_batches`), advantages from
+    """The three roles' batches (:func:`serl.recipes.spell.role_batch.role_batches`), advantages from
     ``group_batch(groups, rewards)`` (the run's estimator): responder within each question's
     samples, verifier within each response's judgments, questioner over the whole step's batch."""
     return role_batch.role_batches(groups.by_role(), group_batch)

@@ -8,7 +8,7 @@ dropped (ROUGE-L); the responder answers without the documents (grounding check)
 n times with them; each answer gets a rule score (cover-EM) and k verifier judgments;
 then the three roles' rewards. Groups with no reward spread are dropped and more
 clusters are asked (dynamic sampling, bounded rounds); ``episode.py`` holds the data,
-``serl.role_batch`` joins the roles' batches into one, the step frame (``serl.step``) runs the
+``serl.recipes.spell.role_batch`` joins the roles' batches into one, the step frame (``serl.run.step``) runs the
 update. ``--verifier_warmup_steps N``: ``warmup.py``.
 """
 from __future__ import annotations
@@ -16,21 +16,24 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+import time
 
 from serl.data.corpus import CorpusError, fit_clusters, read_corpus, sample_evidence
-from serl.data.seeds import DataError
+from serl.errors import DataError
 from serl.eval.roles import HeldOut, Roles, evaluate_roles, greedy_texts, load_heldout
 from serl.instruct.novelty import RougeIndex
 from serl.data.lengths import PromptBudget, budget_for, prompt_limit
 from serl.data.passes import Passes
-from serl.recipes.base import Recipe, RunContext
+from serl.report.progress import heartbeat
+from serl.recipes.base import Recipe
+from serl.run.context import RunContext
 from serl.recipes.spell import episode
 from serl.recipes.spell.warmup import warmup_pairs, warmup_step
 from serl.recipes.spell.memory import HistoryMemory
 from serl.recipes.spell.prompts import (QUESTIONER_PREFILL, VERIFIER_PREFILL, prefill, questioner_prompt,
                                         responder_prompt, verifier_prompt)
 from serl.rewards.qa import cover_em_many, extract_final_answer
-from serl.role_batch import join_roles
+from serl.recipes.spell.role_batch import join_roles
 from serl.shipped import locate
 
 PROMPT_RESERVE = 256    # prompt tokens kept free of documents: chat template, instructions, question
@@ -195,16 +198,18 @@ class SpellRecipe(Recipe):
             q.judges[i] = [dataclasses.replace(c, text=self.verdict_prefill + c.text) for c in g]
 
     # ---- metrics, evaluation, state ----------------------------------------------------
-    def evaluate(self, held) -> dict[str, float]:
-        """Greedy held-out scores of the three roles (``evaluate.py``)."""
-        with self.timed("eval"):
+    def evaluate(self, held, step: int = 0) -> dict[str, float]:
+        """Greedy held-out scores of the three roles (``evaluate.py``) after ``step``."""
+        t0 = time.perf_counter()
+        with heartbeat("eval", self.progress):
             metrics, records = evaluate_roles(lambda ps, m: greedy_texts(self.generator, ps, m), self.roles(),
                                               self.checker.equal_many, held)
+        secs = time.perf_counter() - t0
         out = self.run_dir / "spell_eval"
         out.mkdir(exist_ok=True)
-        with open(out / f"step_{self.step_done}.jsonl", "w") as f:
+        with open(out / f"step_{step}.jsonl", "w") as f:
             f.writelines(json.dumps(r) + "\n" for r in records)
-        return metrics | {"time/eval": self.times.pop("eval")}
+        return metrics | {"time/eval": secs}
 
     def roles(self) -> Roles:
         """The three roles as the held-out evaluation drives them: the training prompts."""
@@ -225,7 +230,7 @@ class SpellRecipe(Recipe):
             {"warmup": self.warm.state_dict()} if self.warm is not None else {})
 
     def load_state_dict(self, state: dict) -> None:
-        # before serl.run_state, "order" was the pass served from its end
+        # before serl.run.state, "order" was the pass served from its end
         self.passes.load_state_dict(state["clusters"] if "clusters" in state else state["order"][::-1])
         self.memory.load_state_dict(state["memory"])
         self.known, self.indexes = {k: list(v) for k, v in state["known"].items()}, {}

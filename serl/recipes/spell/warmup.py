@@ -5,7 +5,7 @@ from __future__ import annotations
 from serl.data.verify_pairs import Balanced, read_pairs
 from serl.recipes.spell.prompts import verifier_prompt
 from serl.rewards.judge import label_rewards, parse_judgment, verdict_metrics
-from serl.role_batch import join_roles, role_batches
+from serl.recipes.spell.role_batch import join_roles, role_batches
 
 
 def warmup_pairs(cfg, score, rng) -> Balanced | None:

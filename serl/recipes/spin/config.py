@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from serl.algos.losses import DPO_LOSS_TYPES
-from serl.config import ConfigError, TrainConfig, option
-from serl.panels import Report
+from serl.config.options import TrainConfig, option
+from serl.errors import ConfigError
+from serl.report.panels import Report
 from serl.rewards.remote_options import RemoteRewardOptions
 
 SPIN_MODES = ("spin", "online")
@@ -56,17 +57,19 @@ class Config(SpinOptions, RemoteRewardOptions, TrainConfig):
     REPORT: ClassVar[Report] = Report(
         plots=("reward", "dpo"), main=("dpo/accuracy", "dpo/margin", "spin/real_logp", "pairs/tied", "reward/mean"),
         line=(("dpo/accuracy", "acc"), ("dpo/margin", "margin"), ("loss/policy", "loss")))
-    # common options whose default differs for this recipe
-    prompt_data: str = option("dataset/arith_spin_train.jsonl", "problems with human answers: a JSONL or Parquet "
-                              "file, or a Hugging Face dataset (save_to_disk folder, data files, or hub id)",
-                              aliases=("seed_data",))
-    output_key: str = option("solution", "JSON key of the human answer (worked solution); spin mode needs it")
-    n_samples_per_prompt: int = option(0, "own answers per prompt: spin mode pairs each with the human answer, "
-                                          "online mode pairs best with worst; 0 = 1 in spin mode, 2 online")
-    steps: int = option(3, "optimizer steps; in spin mode an iteration takes epochs_per_iteration x "
-                           "ceil(pairs / rollout_batch_size) of them")
-    rollout_batch_size: int = option(8, "spin: pairs per optimizer step; online: prompts sampled per step")
-    init_kl_coef: float = option(0.0, "unused by this recipe (beta sets the pull to the reference)")
+    # common options with SPIN's defaults (each keeps its type and place: TrainConfig.DEFAULTS)
+    DEFAULTS: ClassVar[dict] = dict(
+        prompt_data=option("dataset/arith_spin_train.jsonl", "problems with human answers: a JSONL or Parquet "
+            "file, or a Hugging Face dataset (save_to_disk folder, data files, or hub id)",
+            aliases=("seed_data",)),
+        output_key=option("solution", "JSON key of the human answer (worked solution); spin mode needs it"),
+        n_samples_per_prompt=option(0, "own answers per prompt: spin mode pairs each with the human answer, "
+            "online mode pairs best with worst; 0 = 1 in spin mode, 2 online"),
+        steps=option(3, "optimizer steps; in spin mode an iteration takes epochs_per_iteration x "
+            "ceil(pairs / rollout_batch_size) of them"),
+        rollout_batch_size=option(8, "spin: pairs per optimizer step; online: prompts sampled per step"),
+        init_kl_coef=option(0.0, "unused by this recipe (beta sets the pull to the reference)"),
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import torch
 
-from serl.chat import text_ids
+from serl.models.chat import text_ids
 from serl.data.lengths import fit_problems
 from serl.data.passes import Passes
-from serl.data.seeds import DataError, Problem, read_seeds
+from serl.data.seeds import Problem, read_seeds
+from serl.errors import DataError
 from serl.engines.base import Completion, TrainBatch
-from serl.progress import stage
+from serl.report.progress import stage
 from serl.recipes.base import Recipe
 from serl.recipes.spin.config import mixed_count
 from serl.algos.pairs import best_worst_pairs
@@ -42,7 +43,7 @@ def end_of_turn_id(tok) -> int:
 
 def answer_ids(tok, text: str) -> list[int]:
     """A human answer as response tokens, ended like a sampled answer; its text stays text
-    (``serl.chat``): an ``<|im_end|>`` written in it is not the end of the turn."""
+    (``serl.models.chat``): an ``<|im_end|>`` written in it is not the end of the turn."""
     return text_ids(tok, text) + [end_of_turn_id(tok)]
 
 
@@ -81,7 +82,7 @@ class SpinRecipe(Recipe):
 
     @classmethod
     def needs_reference(cls, cfg) -> bool:
-        # asked once by serl.plan; the run reads the answer as self.plan.needs_reference
+        # asked once by serl.config.plan; the run reads the answer as self.plan.needs_reference
         return cfg.spin_mode == "online" and cfg.ref_every() > 1
 
     @classmethod
@@ -196,7 +197,7 @@ class SpinRecipe(Recipe):
         metrics["response/truncated_frac"] = sum(c.finish_reason == "length" for c in comps) / len(comps)
         return groups
 
-    # ---- its own checkpointed state (step, RNGs and the generator: serl.run_state) ----------
+    # ---- its own checkpointed state (step, RNGs and the generator: serl.run.state) ----------
     def state_dict(self) -> dict:
         pool = None if self.pool is None else {k: getattr(self.pool, k) for k in
                                                ("prompt_ids", "response_ids", "ref_logprobs", "pairs")}
@@ -209,11 +210,11 @@ class SpinRecipe(Recipe):
         self.pool = None if state["pool"] is None else TrainBatch(**state["pool"])
         self.batches, self.previous = state["batches"], state["previous"]
 
-    def reference_step(self) -> int | None:
+    def reference_step(self, step: int) -> int | None:
         """Online ``steps:N``: the reference of the window that began after step S is the
-        policy of S's checkpoint (``serl.run_state`` restores it on a resume)."""
+        policy of S's checkpoint (``serl.run.state`` restores it on a resume after ``step``)."""
         every = self.cfg.ref_every()
-        return every * (self.step_done // every) if self.plan.needs_reference else None
+        return every * (step // every) if self.plan.needs_reference else None
 
 
 Recipe = SpinRecipe

@@ -9,10 +9,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from serl.config import ConfigError, TrainConfig, option
+from serl.config.options import TrainConfig, option
+from serl.errors import ConfigError
 from serl.games import check_game_names
 from serl.games.actions import PARSERS
-from serl.panels import Report
+from serl.report.panels import Report
 
 OPPONENT_MODES = ("self", "random", "population")  # plus "fixed:PATH"
 
@@ -79,14 +80,16 @@ class Config(SpiralOptions, TrainConfig):
     REPORT: ClassVar[Report] = Report(
         plots=("games", "reward"), main=("spiral/invalid_rate",),
         line=(("spiral/invalid_rate", "invalid"), ("response/truncated_frac", "trunc"), ("loss/policy", "loss")))
-    # common options whose default differs for SPIRAL
-    init_kl_coef: float = option(0.0, "KL coefficient (SPIRAL uses none; > 0 needs --use_kl_loss)")
-    actor_learning_rate: float = option(1e-6, "AdamW learning rate", aliases=("lr",))
-    lr_warmup_ratio: float = option(0.0, "share of steps spent warming up the learning rate (SPIRAL: none)")
-    min_lr_ratio: float = option(1.0, "cosine schedule floor, as a share of the learning rate (SPIRAL: 1, "
-                                      "a constant learning rate)")
-    system_prompt: str = option("", "instruction appended to each prompt (the game prompt has its own)")
-    prompt_data: str = option("", "unused by SPIRAL (games need no data)", aliases=("seed_data",))
+    # common options with SPIRAL's defaults (each keeps its type and place: TrainConfig.DEFAULTS)
+    DEFAULTS: ClassVar[dict] = dict(
+        init_kl_coef=option(0.0, "KL coefficient (SPIRAL uses none; > 0 needs --use_kl_loss)"),
+        actor_learning_rate=option(1e-6, "AdamW learning rate", aliases=("lr",)),
+        lr_warmup_ratio=option(0.0, "share of steps spent warming up the learning rate (SPIRAL: none)"),
+        min_lr_ratio=option(1.0, "cosine schedule floor, as a share of the learning rate (SPIRAL: 1, "
+            "a constant learning rate)"),
+        system_prompt=option("", "instruction appended to each prompt (the game prompt has its own)"),
+        prompt_data=option("", "unused by SPIRAL (games need no data)", aliases=("seed_data",)),
+    )
 
     def game_list(self) -> list[str]:
         try:

@@ -7,7 +7,7 @@ snapshot to the population when one is due.
 - Lockstep play (``serl.games.lockstep.play_lockstep``): each round, all moves of the learner go into one
   ``generate`` call through the chat template; each opponent snapshot gets one call for its moves.
 - Opponents: ``self`` (both seats the current policy, both trained), ``random``, ``fixed:PATH`` or
-  ``population`` (``serl.engines.population``: a FIFO pool of bf16 snapshots in RUN_DIR/snapshots plus
+  ``population`` (``serl.recipes.spiral.population``: a FIFO pool of bf16 snapshots in RUN_DIR/snapshots plus
   the current policy, drawn uniformly per game). Snapshots are served from the same generator through ``load_weights``
   (``serl.engines.snapshots.WeightSwitcher``: loads only on a change, caches the files read in a step).
 - Seats: the k-th game of each type seats the learner at k mod 2 (``--alternate_seats``).
@@ -19,7 +19,7 @@ snapshot to the population when one is due.
 - A response cut off by the length limit is left out of the loss (``--mask_truncated``), as is a
   sample whose advantage is exactly 0 (``--filter_zero_adv``).
 - Resume: the checkpoint holds the RAE baselines and the population (snapshot paths and its RNG); RNGs and
-  the generator's call count are ``serl.run_state``'s. A snapshot pushed out of the pool is deleted only
+  the generator's call count are ``serl.run.state``'s. A snapshot pushed out of the pool is deleted only
   once a complete checkpoint newer than its eviction exists, so every kept checkpoint finds its snapshots.
 """
 from __future__ import annotations
@@ -32,14 +32,15 @@ import torch
 
 from serl.algos.rae import RoleBaselines, turn_advantages
 from serl.engines.base import TrainBatch
-from serl.engines.population import Population
+from serl.recipes.spiral.population import Population
 from serl.engines.snapshots import CURRENT, WeightSwitcher
 from serl.eval.games import evaluate_games
 from serl.games import make_game
 from serl.games.actions import parser_options
 from serl.games.lockstep import RandomPolicy, RewardRule, play_lockstep, replay_draws
 from serl.games.prompts import render_prompt
-from serl.recipes.base import Recipe, RunContext, masked_overlong
+from serl.recipes.base import Recipe, masked_overlong
+from serl.run.context import RunContext
 
 from .stats import episode_metrics
 
@@ -50,15 +51,14 @@ class SpiralRecipe(Recipe):
                     "mask_truncated", "opponent", "population_size", "population_every", "alternate_seats",
                     "ppo_epochs", "show_legal_actions", "prompt_example", "action_parser", "generate_max_len",
                     "temperature", "top_p", "filter_draw", "max_draw_retries", "turn_discount", "fsp_start_from")
-    step_state = ("switch_counts", "baseline_metrics")  # this collect's snapshot loads/reads and RAE baselines
 
     # ---- rules read by the engine factory and the runner ----------------------------------------------
     @classmethod
     def prepare(cls, cfg):
         """The games (they need no data; the names were checked by the config). Each game's
         first prompt, with ``--system_prompt``, must fit the run's prompt budget."""
-        from serl.chat import user_ids
-        from serl.config import ConfigError
+        from serl.models.chat import user_ids
+        from serl.errors import ConfigError
         from serl.data.lengths import budget_for
 
         budget = budget_for(cfg)
@@ -119,17 +119,17 @@ class SpiralRecipe(Recipe):
         turns, episodes, replays = replay_draws(turns, episodes, lambda i: self.new_game(games[i].name), retries,
                                                 seats, policies, **play)
         self.switch.clear()
-        self.switch_counts = self.switch.loads - loads, self.switch.reads - reads  # this collect's
+        local = {"switch_counts": (self.switch.loads - loads, self.switch.reads - reads)}  # this collect's
         with self.timed("advantages"):                                              # 3. RAE
             scored = turn_advantages(turns, episodes, CURRENT, self.baselines if cfg.rae else None, cfg.turn_discount)
-        self.baseline_metrics = {f"spiral/baseline/{g}/role{r}": v
-                                 for (g, r), v in sorted(self.baselines.values.items())}
+        local["baseline_metrics"] = {f"spiral/baseline/{g}/role{r}": v
+                                     for (g, r), v in sorted(self.baselines.values.items())}
         metrics = episode_metrics(turns, episodes, kinds, CURRENT)
         if cfg.filter_draw:
             metrics["spiral/draw_replays"] = replays
-        return self.make_batch(scored, metrics), metrics                            # 4. update, sync: serl.step
+        return self.make_batch(scored, metrics), metrics, local                     # 4. update, sync: serl.run.step
 
-    def after_update(self, step: int, metrics: dict, updated: bool) -> None:
+    def after_update(self, step: int, metrics: dict, updated: bool, local: dict) -> None:
         loads, reads = self.switch.loads, self.switch.reads  # this call's own loads count too
         if updated:  # the generator serves the weights just synced
             self.switch.serving_current()
@@ -138,11 +138,11 @@ class SpiralRecipe(Recipe):
         if self.population is not None and self.population.due(step) and step >= self.cfg.fsp_start_from:
             with self.timed("snapshot"):                                            # 5. population
                 self.population.add(step, self.learner.named_weights())
-        metrics["spiral/snapshot_loads"] = self.switch_counts[0] + self.switch.loads - loads
-        metrics["spiral/snapshot_reads"] = self.switch_counts[1] + self.switch.reads - reads
+        metrics["spiral/snapshot_loads"] = local["switch_counts"][0] + self.switch.loads - loads
+        metrics["spiral/snapshot_reads"] = local["switch_counts"][1] + self.switch.reads - reads
         if self.population is not None:
             metrics["spiral/population/size"] = self.population.size()
-        metrics.update(self.baseline_metrics)  # as collect left them (under --async_train the next has run)
+        metrics.update(local["baseline_metrics"])  # as collect left them (under --async_train the next has run)
 
     # ---- stages ----------------------------------------------------------------------------------------
     def deal(self, step: int):
@@ -211,7 +211,7 @@ class SpiralRecipe(Recipe):
                           response_ids=[list(c.token_ids) for c, _ in rows],
                           advantages=[torch.full((len(c.token_ids),), a) for c, a in rows])
 
-    def evaluate(self, games) -> dict[str, float]:
+    def evaluate(self, games, step: int = 0) -> dict[str, float]:
         """Games against uniform random (seats alternated, fixed deals) and Kuhn exploitability, sampled
         with the evaluation's settings (--eval_temperature, --eval_top_p, --eval_generate_max_len; each
         defaults to the training value)."""

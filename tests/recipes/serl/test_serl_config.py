@@ -5,8 +5,9 @@ import sys
 
 import pytest
 
-from serl.config import ConfigError, parse_args
-from serl.data.seeds import DataError
+from serl.config.parser import parse_args
+from serl.errors import ConfigError
+from serl.errors import DataError
 from serl.recipes.serl.recipe import SerlRecipe
 
 

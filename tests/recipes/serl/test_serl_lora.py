@@ -70,8 +70,10 @@ def test_serl_lora_run_resumes_exactly_and_saves_adapter_and_merged(tmp_path, ti
 
 
 def test_resume_refuses_other_lora_settings(tmp_path):
-    from serl.config import ConfigError, dump, parse_args
-    from serl.train import resume_config
+    from serl.config.parser import parse_args
+    from serl.errors import ConfigError
+    from serl.config.files import dump
+    from serl.run.resume import resume_config
 
     cfg, _ = parse_args(["--lora_rank", "8", "--run_dir", str(tmp_path)])
     dump(cfg, tmp_path / "config.yaml")

@@ -8,7 +8,7 @@ import torch
 from serl.recipes.serl.config import SerlConfig as TrainConfig
 from serl.engines.base import Completion
 from serl.instruct.pool import PoolItem
-from serl.plan import plan_run
+from serl.config.plan import plan_run
 from serl.rewards.vote import GroupScore
 from serl.recipes.serl.recipe import Rollout, SerlRecipe as Trainer
 
@@ -63,8 +63,8 @@ def test_old_logprobs_only_when_the_reward_needs_them(kl_coef, kl_loss, estimato
         assert "kl/mean" not in metrics
 
 
-def _fake(cfg, learner, step_done=0):
-    return SimpleNamespace(cfg=cfg, plan=plan_run(cfg), learner=learner, step_done=step_done,
+def _fake(cfg, learner):
+    return SimpleNamespace(cfg=cfg, plan=plan_run(cfg), learner=learner,
                            timed=lambda name: nullcontext())
 
 
@@ -79,7 +79,7 @@ def test_train_batch_size_leaves_the_old_logprobs_to_the_learner():
 
 def test_schedule_spans_every_update():
     from serl.engines.factory import learner_config
-    from serl.plan import plan_run
+    from serl.config.plan import plan_run
 
     updates_per_step = Trainer.updates_per_step
     cfg = TrainConfig(steps=10, rollout_batch_size=16, n_samples_per_prompt=16, train_batch_size=16)

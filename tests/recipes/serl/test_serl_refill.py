@@ -15,11 +15,11 @@ import re
 import pytest
 import torch
 
-from serl.config import parse_args
+from serl.config.parser import parse_args
 from serl.data.seeds import read_seeds
 from serl.engines.base import Completion
-from serl.recipes.base import RunContext
-from serl import run_state
+from serl.run.context import RunContext
+from serl.run import state as run_state
 from serl.recipes.serl.recipe import SerlRecipe
 
 PROBLEM = re.compile(r"(?:problem number|Seed problem) (\d+)")
@@ -197,7 +197,7 @@ def test_the_carry_survives_a_resume_exactly(tmp_path):
     want = [straight.step(1), straight.step(2)]
     first, _, _ = make(tmp_path, run="b")
     first.step(1)
-    state = run_state.capture(first)  # what the checkpoint keeps
+    state = run_state.capture(first, 1)  # what the checkpoint keeps
     first.close()
     resumed, gen, learner_b = make(tmp_path, run="b", resume_step=1)  # fresh engines, pool from disk
     run_state.restore(resumed, state)
@@ -252,7 +252,7 @@ def test_prompt_max_len_skips_long_seeds_without_self_evolution(tmp_path):
     assert len(gen.rolled_out) == 4 and all(k % 2 == 1 for k in gen.rolled_out)  # the short seeds
     recipe_all_long, _, _ = make(tmp_path, "--enable_self_evolution", "false", "--prompt_max_len", "5",
                                  run="b", seeds=seeds)
-    from serl.data.seeds import DataError
+    from serl.errors import DataError
 
     with pytest.raises(DataError, match="no seed problem fits in --prompt_max_len 5"):
         recipe_all_long.step(1)
@@ -273,7 +273,7 @@ def test_verify_timeouts_reach_the_metrics(tmp_path):
 ])
 def test_instructions_num_per_iteration_sizes_the_lr_schedule(per_iteration, rollout, n, train_batch, steps, want):
     from serl.engines.factory import learner_config
-    from serl.plan import plan_run
+    from serl.config.plan import plan_run
 
     cfg, _ = parse_args(["--instructions_num_per_iteration", str(per_iteration), "--rollout_batch_size", str(rollout),
                          "--n_samples_per_prompt", str(n), "--train_batch_size", str(train_batch),

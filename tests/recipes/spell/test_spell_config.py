@@ -1,7 +1,8 @@
 """The spell recipe's options: SPELL's defaults, and bad values refused naming the option."""
 import pytest
 
-from serl.config import ConfigError, parse_args
+from serl.config.parser import parse_args
+from serl.errors import ConfigError
 
 
 def test_defaults_follow_spell():

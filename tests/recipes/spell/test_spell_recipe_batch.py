@@ -7,10 +7,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from serl import run_state
+from serl.run import state as run_state
 from serl.data.corpus import Cluster, Corpus, CorpusStats
 from serl.engines.base import Completion
-from serl.recipes.base import RunContext
+from serl.run.context import RunContext
 from serl.recipes.spell.config import Config
 from serl.recipes.spell.prompts import QUESTIONER_PREFILL, VERIFIER_PREFILL
 from serl.recipes.spell.recipe import SpellRecipe
@@ -151,7 +151,7 @@ def test_one_step_by_hand(tmp_path, prefill):
 def test_memory_novelty_and_resume_state(tmp_path):
     recipe = make_recipe(tmp_path)
     recipe.step(1)
-    state = run_state.capture(recipe)
+    state = run_state.capture(recipe, 1)
     assert state["recipe"]["memory"]["clusters"] == {"A": [{"evidence": [0, 1], "question": "Who founded Acme Works?",
                                                   "answer": "Ann"}]}
     twin = make_recipe(tmp_path)
@@ -215,7 +215,7 @@ def test_warmup_step_by_hand(tmp_path):
 def test_resume_in_the_middle_of_the_warmup(tmp_path):
     recipe = warm_recipe(tmp_path)
     recipe.step(1)
-    state = run_state.capture(recipe)
+    state = run_state.capture(recipe, 1)
     assert set(state["recipe"]["warmup"]) == {"right", "wrong"}
     twin = warm_recipe(tmp_path)
     run_state.restore(twin, state)

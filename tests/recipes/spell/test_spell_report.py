@@ -1,7 +1,7 @@
 """serl report draws SPELL's role metrics in one figure and lists the main ones in the summary."""
 import json
 
-from serl.report import write_report
+from serl.report.write import write_report
 
 
 def test_roles_plot_and_summary(tmp_path):

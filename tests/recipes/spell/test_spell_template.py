@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from serl.config import parse_args
+from serl.config.parser import parse_args
 
 ROOT = Path(__file__).resolve().parents[3]
 TEMPLATE = ROOT / "scripts" / "train" / "train_spell.sh"

@@ -1,9 +1,11 @@
 """The SPIN recipe's options: mode defaults, --ref_update, the iteration plan, --help."""
 import pytest
 
-from serl.config import ConfigError, TrainConfig, build_parser, parse_args
-from serl.plan import plan_run
-from serl.recipes import config_class
+from serl.config.options import TrainConfig
+from serl.config.parser import build_parser, parse_args
+from serl.errors import ConfigError
+from serl.config.plan import plan_run
+from serl.config.registry import config_class
 from serl.recipes.spin.config import iteration_steps, mixed_count, parse_ref_update
 from serl.recipes.spin.recipe import SpinRecipe
 

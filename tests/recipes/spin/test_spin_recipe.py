@@ -9,11 +9,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from serl import run_state
-from serl.config import parse_args
+from serl.run import state as run_state
+from serl.config.parser import parse_args
 from serl.data.seeds import Problem
 from serl.engines.base import Completion
-from serl.recipes.base import RunContext
+from serl.run.context import RunContext
 from serl.recipes.spin.config import iteration_steps
 from serl.recipes.spin.recipe import SpinRecipe, answer_ids
 
@@ -182,7 +182,7 @@ def test_state_round_trip_continues_the_same_steps(tmp_path, at):
     a, la, _ = make(tmp_path, "--epochs_per_iteration", "1")
     for s in range(1, at + 1):
         a.step(s)
-    state = run_state.capture(a)
+    state = run_state.capture(a, at)
     b, lb, _ = make(tmp_path, "--epochs_per_iteration", "1")
     lb.version = la.version
     run_state.restore(b, state)
@@ -196,7 +196,7 @@ def test_state_round_trip_continues_the_same_steps(tmp_path, at):
 
 def test_online_resume_inside_a_window_restores_the_reference(tmp_path):
     r, learner, _ = make(tmp_path, "--spin_mode", "online", "--ref_update", "steps:3", "--save_steps", "3")
-    state = run_state.capture(r) | {"step": 5}
+    state = run_state.capture(r, 5)
     with pytest.raises(RuntimeError, match="step_000003"):
         run_state.restore(r, state)  # the checkpoint of step 3 (the window's reference) is missing
     for s in (3, 5):

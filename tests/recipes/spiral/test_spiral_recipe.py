@@ -5,11 +5,11 @@ import re
 import pytest
 import torch
 
-from serl import run_state
-from serl.config import parse_args
+from serl.run import state as run_state
+from serl.config.parser import parse_args
 from serl.engines.base import Completion, TrainBatch
 from serl.engines.snapshots import CURRENT, load_snapshot
-from serl.recipes.base import RunContext
+from serl.run.context import RunContext
 from serl.recipes.spiral.recipe import SpiralRecipe
 
 LEGAL = re.compile(r"Legal actions: (.*)")
@@ -156,7 +156,7 @@ def test_population_snapshots_switching_and_eviction(tmp_path):
 
 def test_learner_settings_reach_the_learner_config():
     from serl.engines.factory import learner_config
-    from serl.plan import plan_run
+    from serl.config.plan import plan_run
 
     cfg, _ = parse_args(["--recipe", "spiral", "--steps", "6", "--generate_max_len", "96", "--device", "cpu"])
     lc = learner_config(cfg, plan_run(cfg))
@@ -183,7 +183,7 @@ def test_a_resumed_step_equals_the_uninterrupted_one(tmp_path, extra):
     got = [first.step(1)]
     resumed, _, other = make(tmp_path / "b", *flags, gen=CallSeededGenerator())
     other.w = learner.w.clone()  # what the learner's checkpoint restores
-    run_state.restore(resumed, run_state.capture(first))
+    run_state.restore(resumed, run_state.capture(first, 1))
     got += [resumed.step(2), resumed.step(3)]
     untimed = lambda ms: [{k: v for k, v in m.items() if not k.startswith("time/")} for m in ms]  # noqa: E731
     assert untimed(got) == untimed(expected)
@@ -211,7 +211,7 @@ def test_invalid_move_shaping_rae_and_turn_discount_by_hand(tmp_path):
     recipe, gen, learner = make(tmp_path, "--games", "tictactoe", "--games_per_step", "1", "--turn_discount", "0.5",
                                 gen=LegalTwice())
     m = recipe.step(1)
-    assert isinstance(learner.batches[0], TrainBatch)  # the runner's batch type (serl/step.py)
+    assert isinstance(learner.batches[0], TrainBatch)  # the runner's batch type (serl/run/step.py)
     # R = (-1.5, 0.5); fresh baselines: A0 = -1.5, A1 = 0.5; seat 0's first turn has one more after it
     assert [a.tolist() for a in learner.batches[0].advantages] == [[-0.75] * 3, [0.5] * 3, [-1.5] * 3]
     assert m["spiral/baseline/tictactoe/role0"] == pytest.approx(0.05 * -1.5)  # -0.075
@@ -255,9 +255,9 @@ def test_nim_trains_beside_a_spiral_game(tmp_path):
 def test_async_train_logs_what_the_synchronous_run_logs(tmp_path):
     """--async_train on stand-in engines whose moves do not depend on the weights: every step trains
     the same batch and logs the same metrics as the synchronous run, though collect(t+1) runs before
-    after_update(t) (which reads collect(t)'s snapshot counts and RAE baselines: ``step_state``)."""
-    from serl.async_frame import attach_frame, wrap_engines
-    from serl.plan import plan_run
+    after_update(t) (which reads collect(t)'s snapshot counts and RAE baselines: its step-local state)."""
+    from serl.run.async_frame import AsyncFrame, wrap_engines
+    from serl.config.plan import plan_run
 
     flags = ["--games", "kuhn_poker,tictactoe", "--games_per_step", "6", "--rae_alpha", "0.5", "--steps", "3"]
     sync, _, sync_learner = make(tmp_path / "a", *flags, gen=CallSeededGenerator())
@@ -266,8 +266,8 @@ def test_async_train_logs_what_the_synchronous_run_logs(tmp_path):
     plan, learner = plan_run(cfg), FakeLearner()
     gen, gated = wrap_engines(cfg, plan, CallSeededGenerator(), learner)
     recipe = SpiralRecipe(RunContext(cfg, tmp_path / "b", "m", FakeTok(), gen, gated, None, None), cfg.game_list())
-    attach_frame(recipe, plan, learner)
-    got = [recipe.step(s) for s in (1, 2, 3)]
+    frame = AsyncFrame(recipe, gen, learner, plan, cfg.steps)
+    got = [frame.step(s) for s in (1, 2, 3)]
     assert [m["async/lag_max"] for m in got] == [0.0, 1.0, 1.0]
     plain = lambda ms: [{k: v for k, v in m.items() if not k.startswith(("time/", "async/"))} for m in ms]  # noqa: E731
     assert plain(got) == plain(want)
@@ -321,7 +321,7 @@ def test_evaluate_plays_its_own_games_with_its_own_sampling(tmp_path):
     (["--generate_max_len", "64", "--eval_generate_max_len", "128"], "eval_generate_max_len: must be in"),
 ])
 def test_eval_options_refused_values(flags, message):
-    from serl.config import ConfigError
+    from serl.errors import ConfigError
 
     with pytest.raises(ConfigError, match=message):
         parse_args(["--recipe", "spiral", *flags])

@@ -31,9 +31,9 @@ def train(*args, fault="", code=0):
 
 @pytest.mark.slow
 def test_two_steps_of_tictactoe_with_a_population_of_two_resumed_after_one(tmp_path, smol_path):
-    from serl.checkpoint import latest_checkpoint, load_trainer_state
+    from serl.run.checkpoint import latest_checkpoint, load_trainer_state
     from serl.engines.snapshots import load_snapshot
-    from serl.engines.population import SnapshotPool
+    from serl.recipes.spiral.population import SnapshotPool
     from serl.engines.snapshots import CURRENT
 
     run = tmp_path / "run"
@@ -63,7 +63,7 @@ def test_two_steps_of_tictactoe_with_a_population_of_two_resumed_after_one(tmp_p
     assert second.get("spiral/opponent/self", 0.0) == drawn.count(CURRENT) / 2
     assert second.get("spiral/opponent/snapshot", 0.0) == drawn.count(SNAP1) / 2
     state2 = load_trainer_state(latest_checkpoint(run))
-    own = state2["recipe"]  # the recipe's own part of the run state (serl.run_state)
+    own = state2["recipe"]  # the recipe's own part of the run state (serl.run.state)
     assert own["pool"]["snapshots"] == [SNAP2] and [tuple(t) for t in own["trash"]] == [(2, SNAP1)]
     w = load_snapshot(run / SNAP2)
     assert all(t.dtype == torch.bfloat16 for t in w.values()) and "model.embed_tokens.weight" in w

@@ -1,5 +1,5 @@
 """What a run's report shows, by recipe: each recipe's config declares ``REPORT``, its
-figures (stems of ``serl.report_plots.PLOTS``), the metrics of summary.md's main table
+figures (stems of ``serl.report.plots.PLOTS``), the metrics of summary.md's main table
 and those of the line printed after each step. The shared ones come with every recipe.
 A run whose recipe is unknown (no config, an old or foreign run) gets every recipe's."""
 from __future__ import annotations
@@ -29,7 +29,7 @@ def _union(a: tuple, b: tuple) -> tuple:
 
 def of_recipe(name: str | None) -> Report | None:
     """The recipe's report (its ``REPORT`` plus the shared one); None for an unknown recipe."""
-    from serl.recipes import config_class, recipe_names
+    from serl.config.registry import config_class, recipe_names
 
     if name not in recipe_names():
         return None
@@ -38,7 +38,7 @@ def of_recipe(name: str | None) -> Report | None:
 
 def of_all() -> Report:
     """Every recipe's report together (a run whose recipe is not known)."""
-    from serl.recipes import recipe_names
+    from serl.config.registry import recipe_names
 
     out = Report()
     for name in recipe_names():

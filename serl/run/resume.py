@@ -21,8 +21,10 @@ import os
 from datetime import datetime
 from pathlib import Path
 
-from serl.config import ConfigError, TrainConfig, _flag_value, _read_yaml_text, _recipe_of, dump, load_yaml, \
-    parse_args
+from serl.config.options import TrainConfig
+from serl.config.parser import _flag_value, parse_args
+from serl.errors import ConfigError
+from serl.config.files import _read_yaml_text, _recipe_of, dump, load_yaml
 
 log = logging.getLogger("serl")
 WRITTEN = ".config.yaml.written"  # what serl last wrote to config.yaml: a later difference is a hand edit
@@ -73,7 +75,7 @@ def _hand_edits(run_dir: Path, saved_file: Path) -> dict | None:
 
 def run_defining(recipe: str) -> tuple[str, ...]:
     """Options a resume of a ``recipe`` run refuses to change, and requires in config.yaml."""
-    from serl.recipes import recipe_class
+    from serl.config.registry import recipe_class
 
     return recipe_class(recipe).run_defining()
 
@@ -92,7 +94,7 @@ def _whole_lines(raw: bytes) -> dict | None:
 def load_saved(path: Path) -> TrainConfig:
     """A run's saved config.yaml, refused (naming the file, and what is missing or the bad
     line) when it cannot be read or lacks a run-defining option."""
-    from serl.recipes import config_class
+    from serl.config.registry import config_class
 
     raw = Path(path).read_bytes() if Path(path).is_file() else b""
     last_line = raw.count(b"\n") + 1
@@ -132,14 +134,14 @@ def load_saved(path: Path) -> TrainConfig:
 
 def run_config(cfg: TrainConfig) -> dict:
     """The run-defining options of ``cfg`` as JSON values: what a checkpoint records
-    (``serl.checkpoint.RUN_CONFIG``) and a resume compares with config.yaml."""
+    (``serl.run.checkpoint.RUN_CONFIG``) and a resume compares with config.yaml."""
     return {k: json.loads(json.dumps(getattr(cfg, k), default=str)) for k in run_defining(cfg.recipe)}
 
 
 def _check_unedited(run_dir: Path, saved_file: Path, saved: TrainConfig) -> None:
     """config.yaml edited by hand after the run started (``model:`` changed) went unseen:
     only flags were compared. Compare it with what the newest checkpoint was made with."""
-    from serl.checkpoint import RUN_CONFIG, latest_checkpoint
+    from serl.run.checkpoint import RUN_CONFIG, latest_checkpoint
 
     ckpt = latest_checkpoint(run_dir)
     made_file = ckpt / RUN_CONFIG if ckpt is not None else None

@@ -3,7 +3,7 @@
 OpenRLHF keeps a best checkpoint by an evaluation key (``--ckpt.best_metric_key``); serl keeps the
 policy (Hugging Face layout, as ``RUN_DIR/model``) in ``RUN_DIR/best`` with ``best.json`` saying the
 metric, its value and the step. Better means higher unless the metric's name says lower is better
-(``serl.summary.direction``). Only trained steps compete (not the evaluation before training); a
+(``serl.report.summary.direction``). Only trained steps compete (not the evaluation before training); a
 resumed run reads ``best.json`` and goes on comparing with it. The summary names the step.
 """
 from __future__ import annotations
@@ -27,7 +27,7 @@ def read_best(run_dir: str | Path) -> dict | None:
 
 class BestKeeper:
     def __init__(self, metric: str, run_dir: Path, sign: int = 1):
-        """``sign``: +1 when higher is better, -1 when lower is (``serl.summary.direction``)."""
+        """``sign``: +1 when higher is better, -1 when lower is (``serl.report.summary.direction``)."""
         self.metric, self.run_dir = metric, Path(run_dir)
         self.sign = sign or 1
         self.best = read_best(run_dir)

@@ -4,7 +4,7 @@ The recipe says what each role's groups are (one prompt's samples and the reward
 here each role's groups become that role's batch, with advantages from the run's estimator
 taken within each group, so one role's rewards never set another's baseline; then the roles'
 batches, each without its sequences whose advantage is zero throughout, are joined in role
-order into the one ``TrainBatch`` the step frame (``serl.step``) hands the learner:
+order into the one ``TrainBatch`` the step frame (``serl.run.step``) hands the learner:
 
     groups = {"questioner": [...], "responder": [...], "verifier": [...]}  # (completions, rewards) each
     batch = join_roles(role_batches(groups, self.group_batch), metrics)   # and train/<role>_seqs

@@ -11,9 +11,9 @@ how is in ``docs/compat.md`` (one table per seed). The rules:
   overrides) become ``--key value``; a dotted key is looked up in ``VERL_KEYS``, and one
   with no serl meaning is refused by name, never dropped.
 * OpenRLHF 0.11's dotted flags (``--reward.remote_url``), SeRL's flags serl has no option for
-  (``--packing_samples``, ``--num_episodes``, ...) and SPIRAL-on-Tinker's keys: ``serl.compat_flags``.
+  (``--packing_samples``, ``--num_episodes``, ...) and SPIRAL-on-Tinker's keys: ``serl.config.compat_flags``.
 * with ``--recipe spiral``, the rest of spiral-rl's ``run.sh`` (its ``SelfPlayArgs`` and OAT's flags):
-  ``serl.compat_spiral``, which maps, accepts one value, notes on stderr what has no effect, or refuses.
+  ``serl.config.compat_spiral``, which maps, accepts one value, notes on stderr what has no effect, or refuses.
 * ``--config FILE`` whose YAML has nested sections (verl's ``algorithm:``, ``trainer:``,
   ...) is read here and handed on as flags, each nested key mapped as above; a flat YAML
   file is left to the parser, unchanged.
@@ -26,9 +26,11 @@ import re
 import sys
 import time
 
-from serl.compat_flags import FLAGS, VERL_KEYS, translate  # noqa: F401 (the tables' old home)
-from serl.compat_spiral import NAMES as OAT_NAMES, OatFlags, oat_bool
-from serl.config import ConfigError, _flag_value, _read_yaml
+from serl.config.compat_flags import FLAGS, VERL_KEYS, translate
+from serl.config.compat_spiral import NAMES as OAT_NAMES, OatFlags, oat_bool
+from serl.config.parser import _flag_value
+from serl.errors import ConfigError
+from serl.config.files import _read_yaml
 
 _OVERRIDE = re.compile(r"^([A-Za-z_][\w\-]*(?:\.[A-Za-z_][\w\-]*)*)=(.*)$", re.S)
 
@@ -93,6 +95,46 @@ def _oat_gpus(vals: list[str], collocate: bool) -> list[str]:
             *(["--colocate_all_models", "true"] if collocate else [])]
 
 
+_OAT_RUN = ("gpus", "total_gpus", "collocate", "rnd_seed", "no_rnd_seed", "wb_org", "wb_group")  # spiral-rl's run.sh
+
+
+def _oat_run_flag(name: str, vals: list[str], collocate: bool, ray_without_gpus: bool):
+    """One of spiral-rl's run flags (``_OAT_RUN``): (serl's words, the clock seed's words or None)."""
+    if name in ("gpus", "total_gpus"):
+        return _oat_gpus(vals, collocate), None
+    if name == "collocate":  # read by rewrite; with --ray and no --gpus it still shares the GPUs
+        return (["--colocate_all_models", "true"] if collocate and ray_without_gpus else []), None
+    if name in ("rnd_seed", "no_rnd_seed"):  # OAT: a seed from the clock, overriding --seed
+        on = oat_bool(name, vals) if name == "rnd_seed" else False
+        return [], (["--seed", str(time.time_ns() % 2 ** 31)] if on else [])  # kept in config.yaml
+    raise ConfigError(f"--{name}: serl has no flag for the W&B {name[3:]}; set "
+                      f"{'WANDB_ENTITY' if name == 'wb_org' else 'WANDB_RUN_GROUP'} in the environment")
+
+
+_VALUED = ("max_epochs", "vllm_is_truncated_threshold", "vllm_is_correction_type", "fsp_enabled", "fsp_pool_size")
+
+
+def _valued(name: str, vals: list[str]) -> list[str]:
+    """One of the flags in ``_VALUED`` with its values, in serl's words (or refused)."""
+    if name == "max_epochs":
+        if vals != ["1"]:
+            raise ConfigError(f"--max_epochs: serl trains each rollout once per step, as SeRL's scripts do "
+                              f"(--max_epochs 1); got {' '.join(vals) or 'no value'}. For more passes over "
+                              f"a rollout use --train_batch_size (mini-batches) or more --steps")
+        return []
+    if name in ("vllm_is_truncated_threshold", "vllm_is_correction_type"):  # OpenRLHF's TIS settings
+        return _openrlhf_is(name, vals)
+    if name == "fsp_enabled":  # spiral-rl: fictitious self-play against past checkpoints
+        on = (vals or ["true"])[0].lower() in ("1", "true", "yes", "on")
+        if vals and vals[0].lower() not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+            raise ConfigError(f"--fsp_enabled: expected true or false, got {vals[0]!r}")
+        return ["--opponent", "population"] if on else []
+    # fsp_pool_size (SPIRAL): spiral-rl counts snapshots; serl the current too
+    if len(vals) != 1 or not vals[0].strip().isdigit() or int(vals[0]) < 1:
+        raise ConfigError(f"--fsp_pool_size: expected a whole number >= 1, got {' '.join(vals) or 'no value'}")
+    return ["--population_size", str(int(vals[0]) + 1)]
+
+
 def rewrite(argv: list[str]) -> list[str]:
     """``argv`` in serl's names (see the module doc)."""
     argv = _expand_yaml(list(argv))
@@ -115,20 +157,11 @@ def rewrite(argv: list[str]) -> list[str]:
             out += oat.translate(name, vals)
             i = j
             continue
-        if recipe == "spiral" and name in ("gpus", "total_gpus", "collocate", "rnd_seed", "no_rnd_seed",
-                                           "wb_org", "wb_group"):
+        if recipe == "spiral" and name in _OAT_RUN:
             vals, j = ([inline], i + 1) if eq else _values(argv, i)
-            if name in ("gpus", "total_gpus"):
-                out += _oat_gpus(vals, collocate)
-            elif name == "collocate":  # read above; with --ray and no --gpus it still shares the GPUs
-                if collocate and "--ray" in argv and not gpus:
-                    out += ["--colocate_all_models", "true"]
-            elif name in ("rnd_seed", "no_rnd_seed"):  # OAT: a seed from the clock, overriding --seed
-                on = oat_bool(name, vals) if name == "rnd_seed" else False
-                rnd_seed = ["--seed", str(time.time_ns() % 2 ** 31)] if on else []  # kept in config.yaml
-            else:
-                raise ConfigError(f"--{name}: serl has no flag for the W&B {name[3:]}; set "
-                                  f"{'WANDB_ENTITY' if name == 'wb_org' else 'WANDB_RUN_GROUP'} in the environment")
+            words, seed = _oat_run_flag(name, vals, collocate, "--ray" in argv and not gpus)
+            out += words
+            rnd_seed = seed if seed is not None else rnd_seed
             i = j
             continue
         m = _OVERRIDE.match(a) if not a.startswith("-") else None
@@ -151,32 +184,9 @@ def rewrite(argv: list[str]) -> list[str]:
                 out += words
                 i = j
                 continue
-        if name == "max_epochs":
+        if name in _VALUED and (name != "fsp_pool_size" or recipe == "spiral"):
             vals, j = ([inline], i + 1) if eq else _values(argv, i)
-            if vals != ["1"]:
-                raise ConfigError(f"--max_epochs: serl trains each rollout once per step, as SeRL's scripts do "
-                                  f"(--max_epochs 1); got {' '.join(vals) or 'no value'}. For more passes over "
-                                  f"a rollout use --train_batch_size (mini-batches) or more --steps")
-            i = j
-            continue
-        if name in ("vllm_is_truncated_threshold", "vllm_is_correction_type"):  # OpenRLHF's TIS settings
-            vals, j = ([inline], i + 1) if eq else _values(argv, i)
-            out += _openrlhf_is(name, vals)
-            i = j
-            continue
-        if name == "fsp_enabled":  # spiral-rl: fictitious self-play against past checkpoints
-            vals, j = ([inline], i + 1) if eq else _values(argv, i)
-            on = (vals or ["true"])[0].lower() in ("1", "true", "yes", "on")
-            if vals and vals[0].lower() not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
-                raise ConfigError(f"--fsp_enabled: expected true or false, got {vals[0]!r}")
-            out += ["--opponent", "population"] if on else []
-            i = j
-            continue
-        if name == "fsp_pool_size" and recipe == "spiral":  # spiral-rl counts snapshots; serl the current too
-            vals, j = ([inline], i + 1) if eq else _values(argv, i)
-            if len(vals) != 1 or not vals[0].strip().isdigit() or int(vals[0]) < 1:
-                raise ConfigError(f"--fsp_pool_size: expected a whole number >= 1, got {' '.join(vals) or 'no value'}")
-            out += ["--population_size", str(int(vals[0]) + 1)]
+            out += _valued(name, vals)
             i = j
             continue
         if name == "beta" and recipe == "spiral":  # spiral-rl's --beta is the KL coefficient

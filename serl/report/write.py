@@ -1,6 +1,6 @@
 """`serl report RUN_DIR`: plots and a summary of a run directory.
 
-Reads RUN_DIR/metrics.jsonl (written by serl.metrics), the run's config
+Reads RUN_DIR/metrics.jsonl (written by serl.report.metrics), the run's config
 (config.yaml or config.json) and evaluation results (eval/*.json, results.json)
 when present, and writes RUN_DIR/report/: one PNG per group of metrics that the
 run logged, and summary.md. The report is built in a temporary folder and
@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from serl.metrics import METRICS_FILE
-from serl.panels import of_all, of_recipe
-from serl.report_plots import PLOTS, plot_leftovers  # noqa: F401 (PLOTS: tests replace it here)
-from serl.run_metrics import ReportError, Series, read_metrics  # noqa: F401 (re-exported)
-from serl.summary import change_lines, direction
+from serl.report.metrics import METRICS_FILE
+from serl.report.panels import of_all, of_recipe
+from serl.report.plots import PLOTS, plot_leftovers  # PLOTS: tests replace it here
+from serl.report.run_metrics import ReportError, Series, read_metrics
+from serl.report.summary import change_lines, direction
 
 REPORT_DIR = "report"
 # Upper bound on rows in summary tables: a summary should stay readable.
@@ -103,8 +103,8 @@ def load_run(run_dir: str | Path) -> Run:
 
 # -- summary ----------------------------------------------------------------
 
-# The metrics of the summary table are the run's recipe's (serl.panels); which direction
-# is better is serl.summary's rule.
+# The metrics of the summary table are the run's recipe's (serl.report.panels); which direction
+# is better is serl.report.summary's rule.
 def _report_of(run: Run):
     """The run's recipe's report, or every recipe's when the run does not name a known one."""
     name = (run.config or {}).get("recipe") if isinstance(run.config, dict) else None

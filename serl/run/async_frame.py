@@ -1,13 +1,13 @@
 """The step frame with behaviour log-probs, and the asynchronous actor-learner (docs/async.md).
 
 ``--importance_sampling_correction`` or ``--async_train`` put this frame in place of
-``serl.step.run_step``. It records what the generator samples while the recipe collects
+``serl.run.step.SyncFrame``. It records what the generator samples while the recipe collects
 (``RecordingGenerator``: the policy version and, for the correction, each token's log-prob),
 and attaches it to the batch: ``TrainBatch.behaviour_logprobs`` for the learner's truncated
 importance sampling (``serl.algos.tis``), and the version of each sequence for the lag.
 
 With ``--async_train`` the collect of step t+1 runs in a background thread while step t
-updates. The order, per step t (``Frame.step``):
+updates. The order, per step t (``AsyncFrame.step``):
 
 1. take the batch collected ahead for t (the first step, or a resume without one, collects now);
    drop sequences more than ``--max_staleness`` versions old (``async/dropped_stale``);
@@ -17,8 +17,7 @@ updates. The order, per step t (``Frame.step``):
    always sees v+1, never a half-updated policy;
 4. wait for collect(t+1) to finish, then sync the weights: one collect at a time runs, and the
    generator's weights never change under a collect;
-5. ``after_update(t)``, with the attributes the recipe names in ``step_state`` as collect(t) left them
-   (collect(t+1) has already run).
+5. ``after_update(t)``, with the step-local state that collect(t) returned (collect(t+1) has already run).
 
 Collect alone touches the recipe's RNG, its data and the generator; the learner runs only in the
 main thread. A checkpoint after step t keeps the batch collected for t+1 and the run state after
@@ -34,9 +33,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from serl.checkpoint import fault_point
+from serl.run.checkpoint import fault_point
 from serl.engines.base import TrainBatch
-from serl.step import finish, nothing_to_train, update
+from serl.run.step import collect, finish, nothing_to_train, start_times, update, use_times
 
 log = logging.getLogger("serl")
 
@@ -114,7 +113,7 @@ class Collected:
     metrics: dict
     times: dict
     versions: list[int | None] = field(default_factory=list)  # per sequence; None: not sampled
-    state: dict = field(default_factory=dict)                 # the recipe's step_state after this collect
+    state: object = None                                      # what collect hands its after_update (its local)
 
 
 def stale_filter(batch: TrainBatch | None, versions: list, now: int, max_staleness: int | None):
@@ -138,10 +137,10 @@ def stale_filter(batch: TrainBatch | None, versions: list, now: int, max_stalene
     return batch.subset(keep), m
 
 
-class Frame:
+class AsyncFrame:
     """One training step (``step``) for ``recipe``, with behaviour log-probs and, with ``plan.async_train``,
-    the next collect overlapped with this update. The parts shared with the synchronous step (the update,
-    the empty step, the step's metrics) are ``serl.step``'s."""
+    the next collect overlapped with this update. The parts shared with the synchronous frame (the update,
+    the empty step, the step's metrics, the clock) are ``serl.run.step``'s."""
 
     def __init__(self, recipe, generator: RecordingGenerator, learner, plan, steps: int):
         self.recipe, self.gen, self.learner = recipe, generator, learner  # learner: the real one
@@ -152,11 +151,11 @@ class Frame:
         self.ahead: Collected | None = None
 
     def _collect(self, step: int, version: int) -> Collected:
-        """collect(step) with the generator serving policy ``version``; ``self.recipe.times`` must be a fresh dict."""
-        r = self.recipe
+        """collect(step) with the generator serving policy ``version``, timed on a fresh clock."""
+        times = start_times()
         self.gen.recording, self.gen.version = True, version
         try:
-            batch, metrics = r.collect(step)
+            batch, metrics, local = collect(self.recipe, step)
         finally:
             self.gen.recording = False
         versions = []
@@ -169,8 +168,22 @@ class Frame:
                 nan = float("nan")
                 batch.behaviour_logprobs = [torch.tensor(self.gen.lps.get(k, [nan] * len(t)), dtype=torch.float32)
                                             for k, t in zip(keys, batch.response_ids)]
-        state = {a: getattr(r, a) for a in getattr(r, "step_state", ())}
-        return Collected(step, batch, metrics, r.times, versions, state)
+        return Collected(step, batch, metrics, times, versions, local)
+
+    def _start_ahead(self, step: int):
+        """collect(step + 1) in a thread, with the weights served now; (thread, its result box)."""
+        if self.gate is not None:
+            self.gate.clear()
+        version, box = self.version, {}
+
+        def ahead():
+            try:
+                box["got"] = self._collect(step + 1, version)
+            except BaseException as e:  # handed to the main thread below
+                box["error"] = e
+        worker = threading.Thread(target=ahead, name=f"serl-collect-{step + 1}", daemon=True)
+        worker.start()
+        return worker, box
 
     def step(self, step: int) -> dict[str, float]:
         r = self.recipe
@@ -179,25 +192,12 @@ class Frame:
         if self.ahead is not None and self.ahead.step == step:
             got, self.ahead = self.ahead, None
         else:
-            r.times = {}
             got = self._collect(step, self.version)
         batch, metrics = got.batch, got.metrics
         if batch is not None:
             batch, lag = stale_filter(batch, got.versions, self.version, self.max_staleness)
             metrics.update(lag)
-        worker, box = None, {}
-        if self.asynchronous and step < self.steps:
-            if self.gate is not None:
-                self.gate.clear()
-            r.times, version = {}, self.version  # collect(t+1) samples with the weights served now
-
-            def ahead():
-                try:
-                    box["got"] = self._collect(step + 1, version)
-                except BaseException as e:  # handed to the main thread below
-                    box["error"] = e
-            worker = threading.Thread(target=ahead, name=f"serl-collect-{step + 1}", daemon=True)
-            worker.start()
+        worker, box = self._start_ahead(step) if self.asynchronous and step < self.steps else (None, {})
         try:
             if batch is not None:
                 update(r, self.learner, batch, metrics, step, got.times)
@@ -212,28 +212,16 @@ class Frame:
         if "error" in box:
             raise box["error"]
         self.ahead = box.get("got")
-        r.times = got.times
+        use_times(got.times)  # the sync and after_update(step) count toward this step
         if batch is not None:
             r.sync_weights()
         else:
             nothing_to_train(step, "every sample was filtered out, masked or stale")
-        self._after_update(step, metrics, got, batch is not None)
+        r.after_update(step, metrics, batch is not None, _local(got.state))
         if self.gen.logprobs:  # older samples are dropped as stale; a synchronous run keeps KEEP_VERSIONS
             self.gen.prune(self.version - (self.max_staleness or KEEP_VERSIONS) - 1)
-        r.times["step"] = time.perf_counter() - t0
-        return finish(r, step, metrics)
-
-    def _after_update(self, step: int, metrics: dict, got: Collected, updated: bool) -> None:
-        """``after_update(step)`` seeing the recipe's ``step_state`` as collect(step) left it."""
-        r = self.recipe
-        later = {a: getattr(r, a) for a in got.state if hasattr(r, a)}  # none yet: a resume's first step
-        for a, v in got.state.items():
-            setattr(r, a, v)
-        try:
-            r.after_update(step, metrics, updated)
-        finally:
-            for a, v in later.items():
-                setattr(r, a, v)
+        got.times["step"] = time.perf_counter() - t0
+        return finish(metrics, got.times)
 
     # ---- checkpointed: the version count, what was sampled, the collect done ahead ----------
     def state_dict(self) -> dict:
@@ -271,6 +259,7 @@ def wrap_engines(cfg, plan, generator, learner):
     return gen, (GatedLearner(learner) if plan.async_train else learner)
 
 
-def attach_frame(recipe, plan, learner) -> None:
-    """Put the frame in place for ``recipe`` (built on ``wrap_engines``' engines); ``learner``: the real one."""
-    recipe.frame = Frame(recipe, recipe.generator, learner, plan, recipe.cfg.steps)
+def _local(state):
+    """A checkpoint before step-local state came back from collect kept a dict of the recipe's
+    attributes (``step_state``); the recipes that had one read the same dict as their local."""
+    return state if state != {} else None

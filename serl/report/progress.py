@@ -172,7 +172,7 @@ DEFAULT_LINE = (("reward/mean", "reward"), ("reward/agreement", "agree"), ("resp
 
 def step_summary(step: int, metrics: Mapping[str, float | int | None],
                  line: tuple[tuple[str, str], ...] | None = None) -> str:
-    """One line: the recipe's metrics (``serl.panels``; those present), then the step's seconds."""
+    """One line: the recipe's metrics (``serl.report.panels``; those present), then the step's seconds."""
     parts = [f"step {step}"]
     for key, label in line or DEFAULT_LINE:
         if key == "pool/kept":  # kept of generated (SeRL's pool, or its difficulty filter)

@@ -2,7 +2,7 @@
 
 A checkpoint is ``RUN_DIR/checkpoints/step_NNNNNN/`` with the policy in Hugging Face
 layout plus optimizer/scheduler state (``policy/``, written by the learner) and
-``trainer_state.pt`` (``serl.run_state``: step, RNG states, the generator's and the
+``trainer_state.pt`` (``serl.run.state``: step, RNG states, the generator's and the
 recipe's state). Only this module knows the layout of the checkpoint directory. It is written into a
 hidden temporary directory and renamed into place, so a crash at any moment leaves
 the previous checkpoint intact; ``COMPLETE`` marks a finished one.
@@ -127,7 +127,7 @@ def checkpoint_step(ckpt: Path) -> int:
     return int(Path(ckpt).name.split("_")[1])
 
 
-RUN_CONFIG = "run_config.json"  # the run-defining options the checkpoint was made with (serl.resume)
+RUN_CONFIG = "run_config.json"  # the run-defining options the checkpoint was made with (serl.run.resume)
 
 
 def save_checkpoint(run_dir: Path, step: int, learner, trainer_state: dict, keep: int = 2,

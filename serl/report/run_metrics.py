@@ -1,6 +1,6 @@
 """Reading a run's metrics.jsonl back: one series per metric key, by step.
 
-Shared by the report (plots, summary.md) and the end-of-run summary (serl.summary), so
+Shared by the report (plots, summary.md) and the end-of-run summary (serl.report.summary), so
 neither imports the other.
 """
 from __future__ import annotations
@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from serl.metrics import META_KEYS
+from serl.report.metrics import META_KEYS
 
 
 class ReportError(Exception):

@@ -96,7 +96,7 @@ class SnapshotTrash:
         self.items += [(int(step), str(p)) for p in paths]
 
     def empty(self) -> None:
-        from serl.checkpoint import newest_step
+        from serl.run.checkpoint import newest_step
 
         newest = newest_step(self.run_dir) if self.items else 0
         for _, p in [t for t in self.items if t[0] <= newest]:

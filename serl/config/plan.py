@@ -5,7 +5,7 @@ the options, and returns a ``RunPlan``: the KL setting (none, in the reward, or 
 loss, with one coefficient), whether a reference model is needed and where it lives,
 the learner's objective and its arguments, mini-batch size, epochs, the optimizer
 steps the LR schedule spans, and the step frame (synchronous, or the asynchronous
-actor-learner of ``serl.async_frame``, with or without importance sampling). The engine
+actor-learner of ``serl.run.async_frame``, with or without importance sampling). The engine
 factory, the Ray placement, the Ray driver and the runner read the plan; none of them asks
 the recipe again, so the engines never import it.
 """
@@ -34,7 +34,7 @@ class RunPlan:
     updates_per_step: int = 1   # optimizer steps per training step
     total_steps: int = 1        # optimizer steps the LR schedule spans
     learner: dict = field(default_factory=dict)  # other LearnerConfig fields the recipe sets
-    async_train: bool = False   # collect step t+1 while step t updates (serl.async_frame)
+    async_train: bool = False   # collect step t+1 while step t updates (serl.run.async_frame)
     max_staleness: int = 1      # async: drop samples more than this many policy versions old
     is_cap: float = 0.0         # > 0: truncated importance sampling, weights capped here (serl.algos.tis)
 
@@ -44,7 +44,7 @@ class RunPlan:
 
     @property
     def framed(self) -> bool:
-        """The step runs in serl.async_frame (it records the generator's samples) instead of serl.step."""
+        """The step runs in serl.run.async_frame (it records the generator's samples) instead of serl.run.step."""
         return self.async_train or self.is_cap > 0
 
     @property
@@ -66,8 +66,8 @@ def kl_mode(cfg) -> str:
     A recipe that does not honour the KL options (``SECTIONS`` without ``kl``) has none. A
     KL in the reward that the recipe cannot compute is refused, naming the recipe, unless the
     coefficient is the recipe's own default (then nobody asked for it: no KL)."""
-    from serl.recipes import config_class
-    from serl.sections import honours
+    from serl.config.registry import config_class
+    from serl.config.sections import honours
 
     cls = config_class(cfg.recipe)  # the recipe's declarations (a plain TrainConfig is SeRL's)
     if not honours(cls, "kl") or cfg.init_kl_coef == 0:
@@ -85,7 +85,7 @@ def kl_mode(cfg) -> str:
 
 def plan_run(cfg) -> RunPlan:
     """The plan of ``cfg``'s run (``cfg`` validated)."""
-    from serl.recipes import recipe_class
+    from serl.config.registry import recipe_class
 
     recipe = recipe_class(cfg.recipe)
     kl = kl_mode(cfg)

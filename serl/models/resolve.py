@@ -1,5 +1,5 @@
 """Where models come from: the embedded SmolLM2 GGUF, an opt-in packaged GGUF
-(``serl.model_parts``), a .gguf path, an HF directory or hub id.
+(``serl.models.parts``), a .gguf path, an HF directory or hub id.
 
 Everything is resolved to a Hugging Face directory first (``resolve_model``), so the
 generators and learners only ever load one kind of thing.
@@ -14,7 +14,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from serl.errors import ModelError  # noqa: F401  (its old home)
+from serl.errors import ModelError
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +100,7 @@ def resolve_model(spec: str | None) -> str:
     """
     if not spec or spec == DEFAULT_MODEL:
         return str(_gguf_to_hf(embedded_gguf()))
-    from serl.model_parts import PACKAGED, assemble
+    from serl.models.parts import PACKAGED, assemble
 
     if spec in PACKAGED:
         return str(_gguf_to_hf(assemble(PACKAGED[spec], cache_root())))

@@ -100,7 +100,7 @@ def _read_yaml_text(path: str) -> tuple[Path, dict, str]:
 
 def _owner_of(name: str, cls) -> str | None:
     """The recipe whose own section has option ``name`` (None if no other recipe has it)."""
-    from serl.recipes import config_class, recipe_names
+    from serl.config.registry import config_class, recipe_names
 
     own = {f.name for f in dataclasses.fields(cls)}
     for r in recipe_names():
@@ -115,15 +115,15 @@ def _owner_of(name: str, cls) -> str | None:
 def load_yaml(path: str, cls=None, saved: bool = False) -> dict:
     """Options from a YAML file, for ``cls`` (default: the class of the file's ``recipe``).
 
-    An option of a section the recipe does not honour (``serl.sections``) is refused when
+    An option of a section the recipe does not honour (``serl.config.sections``) is refused when
     its value differs from the recipe's default; a shared preset that only restates the
     default is no request. ``saved``: the run's own config.yaml (a resume), which holds
     every option, so nothing in it is refused."""
-    from serl.sections import ignored, refusal
+    from serl.config.sections import ignored, refusal
 
     p, data = _read_yaml(path)
     if cls is None:
-        from serl.recipes import config_class
+        from serl.config.registry import config_class
 
         cls = config_class(_recipe_of(data.get("recipe"), f"{p}: option 'recipe'"))
     names = {f.name: f for f in dataclasses.fields(cls)}
@@ -156,7 +156,7 @@ def _default(f: dataclasses.Field):
 
 
 def _recipe_of(value, where: str) -> str:
-    from serl.recipes import recipe_names
+    from serl.config.registry import recipe_names
 
     name = "serl" if value in (None, "") else str(value)
     if name not in recipe_names():

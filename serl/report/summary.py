@@ -164,8 +164,8 @@ def _eval_keys(series: dict) -> list[str]:
 
 def change_lines(run_dir: str | Path) -> list[str]:
     """The summary of what changed over the run in ``run_dir``, as lines of text."""
-    from serl.metrics import METRICS_FILE
-    from serl.run_metrics import read_metrics
+    from serl.report.metrics import METRICS_FILE
+    from serl.report.run_metrics import read_metrics
 
     series, _, _ = read_metrics(Path(run_dir) / METRICS_FILE)
     lines = []
@@ -180,8 +180,6 @@ def change_lines(run_dir: str | Path) -> list[str]:
         lines.append("evaluation, first -> last (95% intervals):")
         for key, ((s0, a), (s1, b)) in evals:
             lines += _eval_lines(key, s0, a, s1, b, items.get(s0, {}).get(key), items.get(s1, {}).get(key))
-    from serl.guard import describe
-
     return lines + describe(series)
 
 
@@ -206,16 +204,42 @@ def _eval_lines(key: str, s0: int, a: float, s1: int, b: float, first: dict | No
             f"  {'':24s} {significance(key, change)}"]
 
 
-def print_summary(run_dir: str | Path, secs: float, print_=print) -> None:
-    """The runner's last words: what changed, and where the details are."""
+def print_summary(run_dir: str | Path, secs: float, print_=print, notes: tuple[str, ...] = ()) -> None:
+    """The runner's last words: what changed (and ``notes``: the kept best policy), and where the details are."""
     run_dir = Path(run_dir)
     print_(f"\nrun finished in {secs:.0f} s: {run_dir}")
     try:
         lines = change_lines(run_dir)
     except Exception as e:  # a summary problem must not hide a finished run
         lines = [f"(no summary: {e})"]
-    from serl.best import best_line
-
-    for line in lines + [x for x in (best_line(run_dir),) if x]:
+    for line in lines + [x for x in notes if x]:
         print_(f"  {line}")
     print_(f"  metrics: {run_dir / 'metrics.jsonl'}   report: {run_dir / 'report'}")
+
+
+def describe(series: dict) -> list[str]:
+    """Lines on the guard's decisions from a run's metrics (``serl.report.run_metrics.read_metrics``
+    series); none when the guard was off."""
+    if "guard/best" not in series:
+        return []
+    rows: dict[int, dict] = {}
+    for key in [k for k in series if k.startswith("guard/")]:
+        for step, v in zip(series[key].steps, series[key].values):
+            rows.setdefault(step, {})[key] = v
+    checks = [(s, r) for s, r in sorted(rows.items()) if "guard/best" in r]
+    labelled = bool(checks[-1][1].get("guard/labelled"))
+    key, what = ("guard/label_acc", "labelled probe accuracy") if labelled else ("guard/agreement", "agreement")
+    names = {1: "would stop here (watch mode)", 2: "stopped the run", 3: "rolled back"}
+    lines = []
+    for step, r in checks:
+        if r.get("guard/action"):
+            kept = int(r["guard/best_step"])
+            lines.append(f"collapse guard: fired at step {step} ({what} {r[key]:.2f}, best {r['guard/best']:.2f} "
+                         f"at step {kept}); {names[int(r['guard/action'])]}; kept step {kept}")
+    if not lines:
+        step, r = checks[-1]
+        lines.append(f"collapse guard: did not fire in {len(checks)} checks ({what} {r[key]:.2f} at step {step}, "
+                     f"best {r['guard/best']:.2f} at step {int(r['guard/best_step'])})")
+    spent = sum(r.get("guard/probe_s", 0.0) for _, r in checks)
+    lines.append(f"collapse guard: {spent:.0f} s on probe checks (outside --max_minutes)")
+    return lines

@@ -1,6 +1,6 @@
 """spiral-rl's ``run.sh`` flags (its ``SelfPlayArgs`` and OAT's ``oat/args.py``) in serl's terms.
 
-``serl.compat.rewrite`` hands every flag named in ``NAMES`` here when the recipe is SPIRAL. Each one
+``serl.config.compat.rewrite`` hands every flag named in ``NAMES`` here when the recipe is SPIRAL. Each one
 is, with upstream's source as the evidence (table in docs/compat.md, "SPIRAL"):
 
 * mapped to serl's option: ``--eval_env_ids`` -> ``--eval_game_names``, ``--max_train`` -> ``--steps``
@@ -22,7 +22,9 @@ import math
 import sys
 from typing import Callable
 
-from serl.config import ConfigError, _flag_value, _read_yaml
+from serl.config.parser import _flag_value
+from serl.errors import ConfigError
+from serl.config.files import _read_yaml
 
 # OAT's defaults (oat-llm 0.1.3.post1, the version spiral-rl's README installs), where a flag is absent
 OAT = {"gpus": 8, "rollout_batch_size": 128, "rollout_batch_size_per_device": 16}
@@ -81,7 +83,7 @@ def _shows(game: str) -> str:
 
 class OatFlags:
     """The spiral-rl/OAT flags of one command line (``argv`` in OAT's names, hyphens already ``_``);
-    ``given(argv, name)`` reads a flag's values (``serl.compat._given``: None if absent)."""
+    ``given(argv, name)`` reads a flag's values (``serl.config.compat._given``: None if absent)."""
 
     def __init__(self, argv: list[str], collocate: bool, given: Callable[[list[str], str], list[str] | None]):
         self.argv, self.collocate, self.tail = argv, collocate, []  # tail: flags that go last (they win)
@@ -235,7 +237,7 @@ class OatFlags:
         return []
 
     def _training_games(self) -> list[str]:
-        from serl.recipes.spiral.config import SpiralOptions
+        from serl.config.registry import config_class
 
         for name in ("env_id", "env_ids", "games"):
             games = _games(self.given(name))
@@ -243,7 +245,7 @@ class OatFlags:
                 return games
         conf = _flag_value(self.argv, "--config")  # a flat YAML file (nested ones are flags by now)
         games = _games([str(_read_yaml(conf)[1].get("games") or "")]) if conf else None
-        return games or _games([SpiralOptions.games])  # SPIRAL's default --games
+        return games or _games([config_class("spiral").games])  # SPIRAL's default --games
 
     def _check_obs(self, name: str, on: bool, games: list[str]) -> None:
         for g in games:

@@ -1,4 +1,4 @@
-"""The collapse guard's probe and anchor file (``serl.guard``): which training prompts it
+"""The collapse guard's probe and anchor file (``serl.run.guard``): which training prompts it
 probes, and the untrained model's vote on them, written once and reusable by other runs
 that share the probe, model and answer limit (``--guard_anchor``)."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import os
 import random
 from pathlib import Path
 
-from serl.config import ConfigError
+from serl.errors import ConfigError
 
 ANCHOR_FILE = "guard_anchor.jsonl"
 # What makes two anchors comparable: a run refuses another run's anchor unless these match.

@@ -36,13 +36,14 @@ def load_generator_state(generator, state: dict) -> None:
         generator.calls = state["calls"]
 
 
-def capture(recipe) -> dict:
-    """The run state after ``recipe.step_done`` (what a checkpoint keeps)."""
-    state = {"layout": LAYOUT, "step": recipe.step_done, "rng": recipe.rng.getstate(),
+def capture(recipe, step: int, frame=None) -> dict:
+    """The run state after ``step`` (what a checkpoint keeps); ``frame``: the loop's step frame."""
+    state = {"layout": LAYOUT, "step": step, "rng": recipe.rng.getstate(),
              "numpy_rng": np.random.get_state(), "torch_rng": torch.get_rng_state(),
              "generator": generator_state(recipe.generator), "recipe": recipe.state_dict()}
-    if getattr(recipe, "frame", None) is not None:  # --async_train: the batch collected ahead, ...
-        state["frame"] = recipe.frame.state_dict()
+    kept = frame.state_dict() if frame is not None else None
+    if kept is not None:  # --async_train: the batch collected ahead, ...
+        state["frame"] = kept
     return state
 
 
@@ -61,18 +62,17 @@ def upgrade(state: dict) -> dict:
             "recipe": {k: v for k, v in state.items() if k not in _COMMON}}
 
 
-def restore(recipe, state: dict, run_dir=None) -> dict:
-    """Put ``recipe`` (and its generator, and the global RNGs) back where ``state`` was
-    taken; the policy is the learner's own load. Returns ``state`` in layout 2."""
+def restore(recipe, state: dict, run_dir=None, frame=None) -> dict:
+    """Put ``recipe`` (and its generator, the global RNGs and ``frame``) back where ``state`` was
+    taken; the policy is the learner's own load. Returns ``state`` in layout 2 (its step: ``state["step"]``)."""
     state = upgrade(state)
-    recipe.step_done = state["step"]
+    step = state["step"]
     recipe.rng.setstate(state["rng"])
     if state.get("numpy_rng") is not None:
         np.random.set_state(state["numpy_rng"])
     torch.set_rng_state(state["torch_rng"])
     load_generator_state(recipe.generator, state["generator"])
     recipe.load_state_dict(state["recipe"])
-    frame = getattr(recipe, "frame", None)
     if frame is not None and state.get("frame"):
         frame.load_state_dict(state["frame"])
     elif state.get("frame", {}).get("ahead"):
@@ -80,11 +80,11 @@ def restore(recipe, state: dict, run_dir=None) -> dict:
 
         raise ConfigError("this checkpoint holds a batch that an --async_train run collected ahead; resume it "
                           "with --async_train (or --importance_sampling_correction) so that batch is trained")
-    ref = recipe.reference_step()
-    if ref not in (None, 0, recipe.step_done):  # the reference lags the policy: a checkpoint's policy
-        from serl.checkpoint import restore_reference
+    ref = recipe.reference_step(step)
+    if ref not in (None, 0, step):  # the reference lags the policy: a checkpoint's policy
+        from serl.run.checkpoint import restore_reference
 
-        restore_reference(run_dir if run_dir is not None else recipe.run_dir, recipe.learner, ref, recipe.step_done)
+        restore_reference(run_dir if run_dir is not None else recipe.run_dir, recipe.learner, ref, step)
     return state
 
 

@@ -1,12 +1,12 @@
 """The figures of ``serl report``: one builder per group of metrics (``PLOTS``), each
 claiming the keys it drew, and a generic figure per namespace for the keys no builder
-drew. Which builders a run gets is its recipe's ``REPORT`` (``serl.panels``)."""
+drew. Which builders a run gets is its recipe's ``REPORT`` (``serl.report.panels``)."""
 from __future__ import annotations
 
 import math
 from typing import Any, Callable
 
-from serl.run_metrics import Series
+from serl.report.run_metrics import Series
 
 
 def _smooth(values: list[float]) -> tuple[list[float], int] | None:
@@ -284,7 +284,7 @@ def plot_games(run, claimed: set[str]):
 
 
 def plot_guard(run, claimed: set[str]):
-    """The collapse guard (serl.guard): the deciding probe score with its best, and the
+    """The collapse guard (serl.run.guard): the deciding probe score with its best, and the
     label-free signals it logs beside it (which do not decide)."""
     s = run.series
     keys = [k for k in s if k.startswith("guard/")]

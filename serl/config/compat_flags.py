@@ -6,8 +6,8 @@ for, and the ``key=value`` words of spiral-rl's Tinker trainer (``train_spiral_t
 one of these. A name is mapped (the serl flag), noted (accepted, one ``serl: note:`` line on
 stderr saying why it changes nothing), or refused (ConfigError naming the flag, the reason and
 serl's way). docs/compat.md has the table; tests/test_compat.py checks it. ``FLAGS`` and
-``VERL_KEYS`` (``serl.compat``'s tables) live here too, so that ``serl train --help`` can list the
-names of all of them (``foreign_names``) without importing ``serl.compat``.
+``VERL_KEYS`` (``serl.config.compat``'s tables) live here too, so that ``serl train --help`` can list the
+names of all of them (``foreign_names``) without importing ``serl.config.compat``.
 """
 from __future__ import annotations
 
@@ -226,7 +226,7 @@ def translate(name: str, vals: list[str], argv: list[str], recipe: str) -> list[
         raise ConfigError(f"--{name}: serl counts training steps, not passes over the prompts; give --steps N "
                           f"instead (one pass over P prompts is P / --rollout_batch_size steps)")
     if name == "train.max_epochs":
-        return ["--max_epochs", *vals]  # read by serl.compat's rule for --max_epochs
+        return ["--max_epochs", *vals]  # read by serl.config.compat's rule for --max_epochs
     if "." in name and name.split(".")[0] in {k.split(".")[0] for k in DOTTED}:
         raise ConfigError(f"--{name}: this OpenRLHF 0.11 flag has no serl meaning and is refused (not dropped); "
                           f"the dotted flags serl maps are listed in docs/compat.md")

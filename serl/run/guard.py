@@ -16,9 +16,9 @@ The rule (``judge``), on each check's agreement a_t and per-item outcomes:
   - ``patience`` bad checks in a row fire the guard.
 Actions: watch (log only), stop (end; the final model is the kept best policy), rollback
 (reload the best policy, scale the learning rate, go on; after ``max_rollbacks`` stop).
-The runner calls ``CollapseGuard`` between steps (``serl.runner``); probe work is not
+The runner calls ``CollapseGuard`` between steps (``serl.run.runner``); probe work is not
 counted in ``--max_minutes`` and is logged as ``guard/probe_s``. The probe and the anchor file are
-``serl.guard_anchor``.
+``serl.run.guard_anchor``.
 """
 from __future__ import annotations
 
@@ -32,8 +32,9 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from serl.config import ConfigError, _f
-from serl.guard_anchor import ANCHOR_FILE, anchor_header, read_anchor, select_probe, write_anchor
+from serl.config.options import _f
+from serl.errors import ConfigError
+from serl.run.guard_anchor import ANCHOR_FILE, anchor_header, read_anchor, select_probe, write_anchor
 
 log = logging.getLogger("serl")
 
@@ -183,7 +184,7 @@ def untouched_rng(generator):
     counter and torch's RNG), so a watching guard does not change what the run samples."""
     import torch
 
-    from serl.run_state import generator_state, load_generator_state
+    from serl.run.state import generator_state, load_generator_state
 
     gen, rng = generator_state(generator), torch.get_rng_state()  # Generator.state_dict (Ray too)
     try:
@@ -333,7 +334,7 @@ class CollapseGuard:
     # ---- the kept policy and the actions --------------------------------------------------
     def save_best(self, step: int, score: float) -> None:
         """The policy's weights (no optimizer state) to RUN_DIR/guard_best, whole or not at all."""
-        from serl.checkpoint import _fsync_dir, disk_space_guard
+        from serl.run.checkpoint import _fsync_dir, disk_space_guard
 
         final, new, old = (self.run_dir / BEST_DIR, self.run_dir / f".{BEST_DIR}.new",
                            self.run_dir / f".{BEST_DIR}.old")
@@ -368,32 +369,3 @@ class CollapseGuard:
         else:
             self.restore_best()
             log.warning("%s: training stops; the final model is step %d's policy", what, self.st.best_step)
-
-
-# ---- what the summary and the report say ------------------------------------------------------------
-def describe(series: dict) -> list[str]:
-    """Lines on the guard's decisions from a run's metrics (``serl.run_metrics.read_metrics``
-    series); none when the guard was off."""
-    if "guard/best" not in series:
-        return []
-    rows: dict[int, dict] = {}
-    for key in [k for k in series if k.startswith("guard/")]:
-        for step, v in zip(series[key].steps, series[key].values):
-            rows.setdefault(step, {})[key] = v
-    checks = [(s, r) for s, r in sorted(rows.items()) if "guard/best" in r]
-    labelled = bool(checks[-1][1].get("guard/labelled"))
-    key, what = ("guard/label_acc", "labelled probe accuracy") if labelled else ("guard/agreement", "agreement")
-    names = {1: "would stop here (watch mode)", 2: "stopped the run", 3: "rolled back"}
-    lines = []
-    for step, r in checks:
-        if r.get("guard/action"):
-            kept = int(r["guard/best_step"])
-            lines.append(f"collapse guard: fired at step {step} ({what} {r[key]:.2f}, best {r['guard/best']:.2f} "
-                         f"at step {kept}); {names[int(r['guard/action'])]}; kept step {kept}")
-    if not lines:
-        step, r = checks[-1]
-        lines.append(f"collapse guard: did not fire in {len(checks)} checks ({what} {r[key]:.2f} at step {step}, "
-                     f"best {r['guard/best']:.2f} at step {int(r['guard/best_step'])})")
-    spent = sum(r.get("guard/probe_s", 0.0) for _, r in checks)
-    lines.append(f"collapse guard: {spent:.0f} s on probe checks (outside --max_minutes)")
-    return lines

@@ -1,0 +1,1 @@
+"""Models: resolving a model spec, the opt-in models' parts, and chat token ids."""

@@ -1,0 +1,217 @@
+"""The run around a recipe: run directory, config and resume, engines, metrics sinks, and the
+run loop (``serl.run.loop.Loop``) with its hooks (``serl.run.hooks``). One runner serves every recipe;
+Ray mode hands in its own engines (``run(..., engines=...)``).
+
+``--resume RUN_DIR`` continues a run from its newest complete checkpoint: the same
+recipe state, RNG states, data order and learning-rate position, so that (with the
+transformers generator) the steps after it are the steps an uninterrupted run makes.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+
+from serl.run import guard as collapse_guard
+from serl.run import hooks
+from serl.run.checkpoint import DiskFullError, latest_checkpoint, newest_step
+from serl.config.options import TrainConfig
+from serl.errors import ConfigError
+from serl.data.lengths import run_tokenizer
+from serl.errors import DataError
+from serl.engines.vllm_quirks import EngineDied
+from serl.run.loop import CtrlC, Loop, stopped_at_once
+from serl.models.resolve import resolve_model
+from serl.errors import ModelError
+from serl.config.plan import plan_run
+from serl.config import registry
+from serl.rewards.remote_reply import RemoteRewardError
+from serl.run.lock import LOCK_NAME, check_writable, lock_run_dir
+from serl.run.resume import write_config
+
+log = logging.getLogger("serl")
+
+# Exceptions that mean "the user's input is wrong", or a full disk the user must clear:
+# one message, exit code 2.
+USER_ERRORS = (ConfigError, DataError, ModelError, DiskFullError)
+ERROR_LOG = "error.log"  # full tracebacks of errors the user sees as one message
+
+LEFTOVERS = ("engine.log", ERROR_LOG)  # what a run that failed to start leaves: its directory may be used again
+
+
+def new_run_dir(cfg: TrainConfig) -> Path:
+    if cfg.run_dir:
+        d = Path(cfg.run_dir)
+        # a stale lock file, or what a failed start left, alone: the directory may be used again
+        if d.exists() and any(p.name not in (*LEFTOVERS, LOCK_NAME) for p in d.iterdir()):
+            raise ConfigError(f"run_dir: {d} already exists and is not empty "
+                              f"(use --resume {d} to continue it, or choose another directory)")
+        return d
+    return Path("runs") / datetime.now().strftime(f"{cfg.recipe}-%Y%m%d-%H%M%S")
+
+
+def prepare(cfg: TrainConfig, run_dir: Path | None = None):
+    """Everything that can fail on bad input, before anything is written:
+    (recipe data, model path, eval problems, run dir)."""
+    run_dir = run_dir or new_run_dir(cfg)
+    check_writable(run_dir)  # before any model or tokenizer loads
+    recipe = registry.recipe_class(cfg.recipe)
+    data = recipe.prepare(cfg)
+    model_path = resolve_model(cfg.model)
+    eval_set = recipe.eval_set(cfg)
+    if cfg.save_best and not eval_set:
+        raise ConfigError(f"save_best: {cfg.save_best} needs an evaluation during training (--eval_data or "
+                          f"--eval_benchmarks, or the recipe's own), and this run has none")
+    return data, model_path, eval_set, run_dir
+
+
+def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None, prepared=None, plan=None) -> Path:
+    """Train ``cfg.recipe`` to ``cfg.steps``; ``engines`` (Ray) replaces the local ones, and
+    ``prepared`` / ``plan`` what the Ray driver already read and decided."""
+    data, model_path, eval_set, run_dir = prepared or prepare(cfg, resume_dir)  # fail fast, before heavy imports
+    plan = plan or plan_run(cfg)
+    probe = collapse_guard.prepare(cfg, registry.recipe_class(cfg.recipe), data, model_path, run_dir)  # None: no guard
+    t_start = time.time()
+    seed_process(cfg)
+    ckpt = latest_checkpoint(run_dir) if resume_dir else None
+    done = newest_step(run_dir) if ckpt else 0
+    tok = run_tokenizer(model_path)  # prepare()'s length checks loaded it already
+    log.info("recipe %s, model %s, run directory %s", cfg.recipe, model_path, run_dir)
+    if engines is None:
+        route_engine_log(cfg, run_dir)
+        from serl.engines.factory import build_engines
+
+        engines = build_engines(cfg, plan, model_path, tok)
+    loop, logger, lock, finished = None, None, None, False
+    ctrl_c = CtrlC().__enter__()
+    try:
+        # only now: bad input never leaves a directory; the lock before any write (serl.run.lock)
+        lock = lock_run_dir(run_dir, new=not resume_dir, leftovers=LEFTOVERS)  # engine.log is routed first
+        logger = open_metrics(cfg, run_dir, resume_dir, done)
+        loop = Loop(cfg, None, None, engines, run_dir, logger, skipped_long=len(getattr(data, "skipped", ())))
+        build_loop(loop, plan, data, model_path, tok, probe, eval_set, done, resume_dir is not None)
+        loop.restore(ckpt)
+        loop.run(ctrl_c)
+        finished = True
+    except EngineDied as e:
+        keep_traceback(e, run_dir)
+        raise
+    except RemoteRewardError as e:  # the step that asked was not trained: say what the run keeps
+        raise e.at_run(run_dir) from None
+    except KeyboardInterrupt:  # a second Ctrl-C (or one before the loop): no traceback, say where it stands
+        raise stopped_at_once(run_dir) from None
+    finally:
+        ctrl_c.__exit__()
+        close(loop, engines, logger)
+        if lock is not None and not finished:  # an error ends the run here: another may take the directory
+            lock.release()
+    try:
+        loop.closed(time.time() - t_start)  # the report and the summary (serl.run.hooks.Report)
+    finally:
+        lock.release()
+    return run_dir
+
+
+def seed_process(cfg: TrainConfig) -> None:
+    """Seed the global RNGs; quiet transformers' per-load bars in plain logs."""
+    from serl.report.progress import progress_mode
+
+    if progress_mode(cfg.progress) != "bar":
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    np.random.seed(cfg.seed)  # library code that draws from numpy's global RNG is seeded too
+    import torch
+
+    torch.manual_seed(cfg.seed)  # a Ray driver builds no learner that would seed it; its state is saved
+
+
+def open_metrics(cfg: TrainConfig, run_dir: Path, resume_dir: Path | None, done: int):
+    """The config (a new run), and the metrics sinks; a resume drops what was logged after ``done``."""
+    from serl.report.metrics import MetricsLogger
+
+    if not resume_dir:
+        write_config(cfg, run_dir)
+    logger = MetricsLogger(run_dir, tensorboard_dir=cfg.use_tensorboard or None,
+                           use_wandb=cfg.use_wandb, wandb_project=cfg.wandb_project,
+                           wandb_run_name=cfg.wandb_run_name or run_dir.name, config=cfg.to_dict(),
+                           resume=resume_dir is not None)
+    if resume_dir:
+        logger.truncate_after(done)
+    return logger
+
+
+def build_loop(loop: Loop, plan, data, model_path: str, tok, probe, eval_set, done: int, resuming: bool) -> None:
+    """The recipe on the run's engines, its step frame and the hooks, into ``loop``."""
+    from serl.report.panels import of_recipe
+    from serl.report.progress import progress_mode
+    from serl.run.context import RunContext
+
+    cfg, engines = loop.cfg, loop.engines
+    mode = progress_mode(cfg.progress)
+    gen, learner = engines.generator, engines.learner
+    if plan.framed:  # serl.run.async_frame: the recipe is given wrapped engines
+        from serl.run.async_frame import wrap_engines
+
+        gen, learner = wrap_engines(cfg, plan, gen, learner)
+    ctx = RunContext(cfg, loop.run_dir, model_path, tok, gen, learner, engines.checker, loop.logger, mode,
+                     resume_step=done, resuming=resuming, plan=plan)
+    loop.recipe = registry.recipe_class(cfg.recipe)(ctx, data)
+    loop.frame = make_frame(loop.recipe, plan, engines.learner)
+    if cfg.max_minutes:
+        loop.hooks.append(hooks.Budget(cfg.max_minutes))
+    if probe is not None:  # --collapse_guard (serl.run.guard): checks between steps
+        guard = collapse_guard.CollapseGuard(cfg, loop.recipe, engines, loop.run_dir, model_path, loop.logger, probe)
+        loop.hooks.append(hooks.Guard(guard))
+    if eval_set:
+        loop.hooks.append(hooks.Evaluation(cfg, eval_set))
+    loop.hooks.append(hooks.Report(mode, of_recipe(cfg.recipe).line))  # the recipe's metrics after each step
+
+
+def make_frame(recipe, plan, learner):
+    """The step frame: ``serl.run.async_frame.AsyncFrame`` when the plan asks for it (``plan.framed``;
+    ``learner``: the real one, not the gated one the recipe holds), else ``serl.run.step.SyncFrame``."""
+    if plan.framed:
+        from serl.run.async_frame import AsyncFrame
+
+        return AsyncFrame(recipe, recipe.generator, learner, plan, recipe.cfg.steps)
+    from serl.run.step import SyncFrame
+
+    return SyncFrame(recipe, learner)
+
+
+def close(loop: Loop | None, engines, logger) -> None:
+    if loop is not None and loop.recipe is not None:
+        loop.recipe.close()
+    engines.close()
+    if logger is not None:
+        logger.close()
+
+
+def route_engine_log(cfg: TrainConfig, run_dir: Path) -> None:
+    """vLLM's own lines to RUN_DIR/engine.log unless --show_engine_warnings (serl.engines.engine_log)."""
+    from serl.engines.engine_log import ENGINE_LOG, route_to
+    from serl.engines.vllm_generator import vllm_available
+
+    kind = getattr(cfg, "generator", "hf")
+    if cfg.show_engine_warnings or kind == "hf" or (kind == "auto" and not vllm_available()):
+        return
+    run_dir.mkdir(parents=True, exist_ok=True)  # a start that fails leaves only LEFTOVERS here
+    route_to(run_dir / ENGINE_LOG)
+    log.info("vLLM's own log lines go to %s (--show_engine_warnings prints them here)", run_dir / ENGINE_LOG)
+
+
+def keep_traceback(e: EngineDied, run_dir: Path) -> None:
+    """The full traceback goes to RUN_DIR/error.log; the user sees one message (serl.train)."""
+    import traceback
+
+    try:
+        path = run_dir / ERROR_LOG
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(f"{datetime.now().isoformat(timespec='seconds')}\n{''.join(traceback.format_exception(e))}\n")
+        e.log_path = path
+    except OSError:
+        pass  # the message itself still says what happened
