@@ -227,3 +227,17 @@ def test_newest_step_and_the_reference_of_a_lagging_window(tmp_path):
     assert [p.split("/")[-2] for p in learner.loads] == ["step_000003", "step_000005"] and learner.syncs == 1
     with pytest.raises(RuntimeError, match="step_000004"):
         restore_reference(tmp_path, learner, 4, 5)
+
+
+def test_the_resume_hint_names_the_last_complete_checkpoint(tmp_path):
+    """What a run stopped by a failed step (a reward server down) adds to its one-line error."""
+    from serl.run.checkpoint import DONE, checkpoint_dir, resume_hint
+
+    assert "no checkpoint had been saved yet" in resume_hint(tmp_path)
+    for step, done in ((2, True), (3, True), (4, False)):  # step 4: a write that never finished
+        checkpoint_dir(tmp_path, step).mkdir(parents=True)
+        if done:
+            (checkpoint_dir(tmp_path, step) / DONE).write_text(f"{step}\n")
+    msg = resume_hint(tmp_path)
+    assert f"the last checkpoint, {checkpoint_dir(tmp_path, 3)} (step 3), is intact" in msg
+    assert f"serl train --resume {tmp_path}" in msg

@@ -21,7 +21,7 @@ times with doubling back-off, and then the step fails with ``RemoteRewardError``
 the URL (without any credentials or query string); a ``reward_func`` call past its deadline
 is stopped and fails the step at once, naming the file and the function. No step trains on
 a reward that did not arrive, and no checkpoint is written for it; the runner adds the
-newest checkpoint to the message (``RemoteRewardError.at_run``). A 4xx is not retried (the
+newest checkpoint to the message (``serl.run.checkpoint.resume_hint``). A 4xx is not retried (the
 request itself is wrong). An exception in a reward file is reported with the file and line
 where it was raised. Model output is sent as text and never evaluated here.
 """
@@ -134,7 +134,7 @@ class HttpReward:
                              _logs_of(reply.get("extra_logs"), len(queries)))
             except (ValueError, RecursionError) as e:
                 last = f"reply is not the reward protocol ({str(e)[:200]})"
-        # one line: the runner adds the checkpoint to resume from (RemoteRewardError.at_run)
+        # one line: the runner adds the checkpoint to resume from (serl.run.checkpoint.resume_hint)
         what = ("The server is down or not answering: restart it" if down else
                 "The server answers but gives no rewards: see its log, fix or restart it")
         raise RemoteRewardError(

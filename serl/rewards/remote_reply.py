@@ -5,25 +5,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
 
 class RemoteRewardError(RuntimeError):
     """A reward that did not arrive (endpoint down, bad reply, a call past its time limit) or a
     reward file that failed. The step that asked for it is not trained."""
-
-    def at_run(self, run_dir) -> "RemoteRewardError":
-        """This error with what the run keeps: its newest checkpoint, which the failed step did
-        not touch (a checkpoint is written after its step, atomically), and how to go on."""
-        from serl.run.checkpoint import checkpoint_step, latest_checkpoint
-
-        ckpt = latest_checkpoint(Path(run_dir))
-        if ckpt is None:
-            tail = f"no checkpoint had been saved yet in {run_dir} (see --save_steps); nothing to resume"
-        else:
-            tail = (f"the last checkpoint, {ckpt} (step {checkpoint_step(ckpt)}), is intact: then continue with "
-                    f"`serl train --resume {run_dir}`")
-        return RemoteRewardError(f"{self}; {tail}")  # one line, as the run's last word
 
 
 @dataclass

@@ -193,3 +193,13 @@ def load_trainer_state(ckpt: Path) -> dict:
     import torch
 
     return torch.load(ckpt / "trainer_state.pt", weights_only=False)
+
+
+def resume_hint(run_dir) -> str:
+    """What a run that stopped on a failed step keeps: its newest checkpoint, which the failed step
+    did not touch (a checkpoint is written after its step, atomically), and how to go on."""
+    ckpt = latest_checkpoint(Path(run_dir))
+    if ckpt is None:
+        return f"no checkpoint had been saved yet in {run_dir} (see --save_steps); nothing to resume"
+    return (f"the last checkpoint, {ckpt} (step {checkpoint_step(ckpt)}), is intact: then continue with "
+            f"`serl train --resume {run_dir}`")

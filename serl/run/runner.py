@@ -17,7 +17,7 @@ import numpy as np
 
 from serl.run import guard as collapse_guard
 from serl.run import hooks
-from serl.run.checkpoint import DiskFullError, latest_checkpoint, newest_step
+from serl.run.checkpoint import DiskFullError, latest_checkpoint, newest_step, resume_hint
 from serl.config.options import TrainConfig
 from serl.errors import ConfigError
 from serl.data.lengths import run_tokenizer
@@ -100,7 +100,7 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None, prepared
         keep_traceback(e, run_dir)
         raise
     except RemoteRewardError as e:  # the step that asked was not trained: say what the run keeps
-        raise e.at_run(run_dir) from None
+        raise RemoteRewardError(f"{e}; {resume_hint(run_dir)}") from None
     except KeyboardInterrupt:  # a second Ctrl-C (or one before the loop): no traceback, say where it stands
         raise stopped_at_once(run_dir) from None
     finally:

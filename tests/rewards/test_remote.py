@@ -205,17 +205,3 @@ def test_check_spec(tmp_path):
     assert "not found" in check_spec(str(tmp_path / "nope.py"))
     assert "expected an http(s):// URL or a .py file" in check_spec("reward.txt")
     assert shown_url("https://h.example:8443/r?k=SECRET") == "https://h.example:8443/r"
-
-
-def test_the_error_at_the_run_names_the_last_complete_checkpoint(tmp_path):
-    from serl.run.checkpoint import DONE, checkpoint_dir
-
-    err = RemoteRewardError("remote reward http://h/r: no rewards after 2 tries")
-    assert "no checkpoint had been saved yet" in str(err.at_run(tmp_path))
-    for step, done in ((2, True), (3, True), (4, False)):  # step 4: a write that never finished
-        checkpoint_dir(tmp_path, step).mkdir(parents=True)
-        if done:
-            (checkpoint_dir(tmp_path, step) / DONE).write_text(f"{step}\n")
-    msg = str(err.at_run(tmp_path))
-    assert msg.startswith(str(err)) and f"the last checkpoint, {checkpoint_dir(tmp_path, 3)} (step 3), is intact" in msg
-    assert f"serl train --resume {tmp_path}" in msg
