@@ -126,20 +126,23 @@ def _check_args(args) -> str | None:
     return None
 
 
-def _route_engine_log(args) -> None:
+def _route_engine_log(args) -> dict:
     """vLLM's own lines (warnings that read like errors) to OUTPUT_DIR/engine.log, as ``serl train``
-    sends them to its run directory (serl.engines.engine_log)."""
+    sends them to its run directory (serl.engines.engine_log). Returns the environment before, for
+    the caller to restore: a notebook's next call must not log into this call's folder."""
     from serl.engines.engine_log import ENGINE_LOG, route_to
     from serl.engines.vllm_generator import vllm_available
 
+    before = dict(os.environ)
     if args.show_engine_warnings or args.generator == "hf" or not vllm_available():
-        return
+        return before
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     route_to(out / ENGINE_LOG)
     if not args.quiet:
         print(f"[eval] vLLM's own log lines go to {out / ENGINE_LOG} (--show_engine_warnings prints them here)",
               file=sys.stderr)
+    return before
 
 
 def _fmt(x) -> str:
@@ -186,8 +189,8 @@ def run(args, generator=None, tokenizer=None) -> dict:
         check_eval_prompts(problems, tokenizer, args.max_model_len - args.max_new_tokens,
                            lambda q: build_prompt_ids(q, tokenizer, args.prompt_style),
                            "--max_model_len - --max_new_tokens", DataError)
+    restore_env = _route_engine_log(args) if kind != "given" else dict(os.environ)
     if kind != "given":
-        _route_engine_log(args)
         kind, generator = make_generator(args.generator, model_path, tokenizer, args)
     log = None if args.quiet else sys.stderr
     generator = Resumable(generator, args.output_dir, str(model_path), log)  # finished chunks survive a stop
@@ -212,6 +215,11 @@ def run(args, generator=None, tokenizer=None) -> dict:
     finally:
         if kind != "given":
             generator.close()
+        for name in ("SERL_ENGINE_LOG", "VLLM_LOGGING_CONFIG_PATH"):  # the routing was this call's only
+            if restore_env.get(name) is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = restore_env[name]
     results = {
         "model": args.model, "model_path": str(model_path), "generator": kind,
         "date": dt.datetime.now().isoformat(timespec="seconds"), "machine": platform.node(),

