@@ -1,10 +1,12 @@
 """What a run's report shows, by recipe: each recipe's config declares ``REPORT``, its
-figures (stems of ``serl.report.plots.PLOTS``), the metrics of summary.md's main table
-and those of the line printed after each step. The shared ones come with every recipe.
-A run whose recipe is unknown (no config, an old or foreign run) gets every recipe's."""
+figures (stems of ``serl.report.plots.PLOTS``, and builders of its own that live in its
+folder), the metrics of summary.md's main table and those of the line printed after each
+step. The shared ones come with every recipe. A run whose recipe is unknown (no config, an
+old or foreign run) gets every recipe's."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 
 @dataclass(frozen=True)
@@ -12,10 +14,11 @@ class Report:
     plots: tuple[str, ...] = ()             # figures, drawn in PLOTS' order
     main: tuple[str, ...] = ()              # summary.md's main table
     line: tuple[tuple[str, str], ...] = ()  # (metric, label) printed after each step
+    figures: tuple[tuple[str, Callable], ...] = ()  # (file stem, builder): the recipe's own figures
 
     def __add__(self, other: Report) -> Report:
         return Report(_union(self.plots, other.plots), _union(self.main, other.main),
-                      tuple(dict.fromkeys(self.line + other.line)))
+                      tuple(dict.fromkeys(self.line + other.line)), tuple(dict(self.figures + other.figures).items()))
 
 
 SHARED = Report(plots=("kl", "entropy", "loss", "response_length", "time", "eval"),

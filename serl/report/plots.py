@@ -1,6 +1,8 @@
 """The figures of ``serl report``: one builder per group of metrics (``PLOTS``), each
 claiming the keys it drew, and a generic figure per namespace for the keys no builder
-drew. Which builders a run gets is its recipe's ``REPORT`` (``serl.report.panels``)."""
+drew. Which builders a run gets is its recipe's ``REPORT`` (``serl.report.panels``); a recipe's own
+figures (SPIN's preferences, SPELL's roles, SPIRAL's games) live in its folder, built from
+``panels_plot`` here."""
 from __future__ import annotations
 
 import math
@@ -63,7 +65,7 @@ def _style(ax, title: str, ylabel: str, window: int = 0) -> None:
         ax.legend(fontsize=9, loc="best", title=note, title_fontsize=8)
 
 
-def _panels_plot(title: str, panels: list[tuple[str, str, list[tuple[str, Series]]]], cols: int = 1,
+def panels_plot(title: str, panels: list[tuple[str, str, list[tuple[str, Series]]]], cols: int = 1,
                  smooth: bool = True):
     """panels: (panel title, y label, [(legend label, series)][, smooth]); empty panels are left out."""
     panels = [p for p in panels if any(s.finite()[0] for _, s in p[2])]
@@ -81,7 +83,7 @@ def _panels_plot(title: str, panels: list[tuple[str, str, list[tuple[str, Series
     return fig
 
 
-def _short(key: str) -> str:
+def short_key(key: str) -> str:
     return key.split("/", 1)[1] if "/" in key else key
 
 
@@ -94,7 +96,7 @@ def plot_reward(run, claimed: set[str]):
     if "reward/clusters" in s:
         panels.append(("Distinct answers per prompt", "answer clusters", [("clusters", s["reward/clusters"])]))
     claimed.update(fractions + ["reward/clusters"])
-    fig = _panels_plot("Reward and agreement", panels)
+    fig = panels_plot("Reward and agreement", panels)
     if fig is not None and fractions:
         fig.axes[0].set_ylim(-0.03, 1.03)
     return fig
@@ -114,7 +116,7 @@ def plot_filters(run, claimed: set[str]):
         claimed.update(keys)
         title = f"{name} filter" + (" (after rollout)" if name == "difficulty" else "")
         panels.append((title, "problems per step", [(k.split("/")[2].replace("_", " "), run.series[k]) for k in keys]))
-    fig = _panels_plot("Kept and filtered problems, per filter", panels, cols=2 if len(panels) > 2 else 1)
+    fig = panels_plot("Kept and filtered problems, per filter", panels, cols=2 if len(panels) > 2 else 1)
     for ax in fig.axes if fig is not None else []:
         ax.set_ylim(bottom=0)  # counts: a zero baseline keeps proportions honest
     return fig
@@ -130,7 +132,7 @@ def plot_pool(run, claimed: set[str]):
     if flow:
         panels.append(("Generated and kept per step", "problems per step", flow))
     claimed.update(("pool/size", "pool/generated", "pool/kept"))
-    fig = _panels_plot("Prompt pool", panels)
+    fig = panels_plot("Prompt pool", panels)
     return fig
 
 
@@ -141,10 +143,10 @@ def _namespace_plot(title: str, ns: str, ylabel: str, run, claimed: set[str], on
         return None
     claimed.update(keys)
     if one_panel:
-        panels = [(title, ylabel, [(_short(k), run.series[k]) for k in keys])]
+        panels = [(title, ylabel, [(short_key(k), run.series[k]) for k in keys])]
     else:  # separate panels: the keys have different scales (e.g. policy loss vs KL loss)
-        panels = [(k, ylabel, [(_short(k), run.series[k])]) for k in keys]
-    return _panels_plot(title, panels, cols=2 if len(panels) > 2 else 1)
+        panels = [(k, ylabel, [(short_key(k), run.series[k])]) for k in keys]
+    return panels_plot(title, panels, cols=2 if len(panels) > 2 else 1)
 
 
 def plot_kl(run, claimed):
@@ -155,7 +157,7 @@ def plot_entropy(run, claimed):
     if "actor/entropy" not in run.series:
         return None
     claimed.add("actor/entropy")
-    return _panels_plot("Policy entropy", [("Mean token entropy of sampled responses", "entropy (nats)",
+    return panels_plot("Policy entropy", [("Mean token entropy of sampled responses", "entropy (nats)",
                                            [("entropy", run.series["actor/entropy"])])])
 
 
@@ -165,51 +167,6 @@ def plot_loss(run, claimed):
 
 def plot_length(run, claimed):
     return _namespace_plot("Response length", "response", "tokens", run, claimed, True)
-
-
-DPO_LINES = {  # key -> (panel, legend label)
-    "dpo/reward_chosen": (0, "chosen"), "dpo/reward_rejected": (0, "rejected"), "dpo/margin": (0, "margin"),
-    "dpo/accuracy": (1, "chosen reward > rejected"),
-    "dpo/chosen_logp": (2, "chosen (step)"), "dpo/rejected_logp": (2, "rejected (step)"),
-    "spin/real_logp": (2, "human answers (iteration start)"), "spin/generated_logp": (2, "own answers (iteration start)"),
-    "pairs/pairs": (3, "pairs"), "pairs/tied": (3, "tied groups (dropped)"), "pairs/dropped": (3, "dropped in all"),
-    "spin/pairs": (3, "pairs of the iteration"),
-}
-DPO_PANELS = [("Implicit rewards (beta x log-ratio to the reference)", "reward"),
-              ("Preference accuracy", "fraction of pairs"),
-              ("Per-token log-prob of the answers", "nats per token"),
-              ("Pairs", "pairs")]
-
-
-def plot_dpo(run, claimed: set[str]):
-    """Preference recipes (SPIN, online DPO): implicit rewards, accuracy, log-probs, pairs."""
-    keys = [k for k in DPO_LINES if k in run.series]
-    claimed.update(keys)
-    panels = [(title, ylabel, [(DPO_LINES[k][1], run.series[k]) for k in keys if DPO_LINES[k][0] == i])
-              for i, (title, ylabel) in enumerate(DPO_PANELS)]
-    return _panels_plot("DPO: preferences between answers", panels, cols=2)
-
-
-# SPELL's three roles (serl/recipes/spell): fractions of samples, one panel per role.
-SPELL_PANELS = [
-    ("Questioner", ["questioner/valid_json", "questioner/bad_ground", "questioner/informative",
-                    "questioner/repeated", "questioner/memory_fill"]),
-    ("Responder", ["responder/accuracy", "responder/no_answer", "responder/verifier_lift"]),
-    ("Verifier", ["verifier/agreement", "verifier/majority_agreement", "verifier/bad_format"]),
-    ("Mean reward per role", ["questioner/reward_mean", "responder/reward_mean"]),
-]
-
-
-def plot_roles(run, claimed: set[str]):
-    s = run.series
-    panels = []
-    for title, keys in SPELL_PANELS:
-        keys = [k for k in keys if k in s]
-        claimed.update(keys)
-        if keys:
-            label = (lambda k: k.split("/")[0]) if title.startswith("Mean") else (lambda k: _short(k).replace("_", " "))
-            panels.append((title, "reward" if title.startswith("Mean") else "fraction", [(label(k), s[k]) for k in keys]))
-    return _panels_plot("Roles: questioner, responder, verifier", panels, cols=2 if len(panels) > 2 else 1)
 
 
 STAGES = ("instruct", "generate", "reward", "filter", "learner", "sync")
@@ -232,7 +189,7 @@ def plot_time(run, claimed: set[str]):
             got = dict(zip(s[key].steps, s[key].values))
             ys.append([got.get(st, 0.0) if math.isfinite(got.get(st, 0.0)) else 0.0 for st in steps])
         total = sum(sum(y) for y in ys) or 1.0
-        labels = [f"{_short(k)}: {sum(y) / len(y):.1f} s ({100 * sum(y) / total:.0f}%)" for k, y in zip(stages, ys)]
+        labels = [f"{short_key(k)}: {sum(y) / len(y):.1f} s ({100 * sum(y) / total:.0f}%)" for k, y in zip(stages, ys)]
         ax.stackplot(steps, ys, labels=labels, alpha=0.85)
     if "time/step" in s:
         st, vals = s["time/step"].finite()
@@ -260,27 +217,7 @@ def plot_eval(run, claimed: set[str]):
         claimed.update(keys)
         panels.append((bench, "score", [(k.split("/")[-1], run.series[k]) for k in keys]))
     # Evaluations are sparse and each point matters: no smoothing.
-    return _panels_plot("Evaluation", panels, cols=2 if len(panels) > 2 else 1, smooth=False)
-
-
-def plot_games(run, claimed: set[str]):
-    """Self-play on games (SPIRAL): win rate and invalid moves per game and role, baselines, opponents."""
-    s = run.series
-    pick = lambda pred: sorted(k for k in s if k.startswith("spiral/") and pred(k))  # noqa: E731
-    groups = [
-        ("Win rate of the learner, by game and seat", "win rate", pick(lambda k: k.endswith("/win_rate"))),
-        ("Invalid-move rate of the learner", "share of its moves",
-         pick(lambda k: k.endswith("invalid_rate"))),
-        ("Role baselines (RAE, EMA of returns)", "baseline", pick(lambda k: k.startswith("spiral/baseline/"))),
-        ("Opponent mix", "share of games", pick(lambda k: k.startswith("spiral/opponent/"))),
-    ]
-    panels = [(title, ylabel, [(k.removeprefix("spiral/").removeprefix("baseline/").removeprefix("opponent/")
-                                .replace("/win_rate", "").replace("/invalid_rate", ""), s[k]) for k in keys])
-              for title, ylabel, keys in groups if keys]
-    if not panels:
-        return None
-    claimed.update(k for _, _, keys in groups for k in keys)
-    return _panels_plot("Games", panels, cols=2 if len(panels) > 2 else 1)
+    return panels_plot("Evaluation", panels, cols=2 if len(panels) > 2 else 1, smooth=False)
 
 
 def plot_guard(run, claimed: set[str]):
@@ -297,7 +234,7 @@ def plot_guard(run, claimed: set[str]):
                                                                   "guard/entropy", "guard/probe_cut") if k in s]
     acts = [(k.split("/")[1].replace("_", " "), s[k]) for k in ("guard/fired", "guard/action", "guard/rollbacks")
             if k in s]
-    return _panels_plot("Collapse guard", [("Probe score (decides)", "share of probe", score, False),
+    return panels_plot("Collapse guard", [("Probe score (decides)", "share of probe", score, False),
                                            ("Label-free signals (logged, do not decide)", "value", side, False),
                                            ("Decisions (action: 1 watch, 2 stop, 3 rollback)", "value", acts, False)],
                         cols=1)
@@ -306,12 +243,9 @@ def plot_guard(run, claimed: set[str]):
 # (file stem, builder); each builder claims the keys it drew so leftovers get a generic plot.
 PLOTS: list[tuple[str, Callable]] = [
     ("reward", plot_reward),
-    ("roles", plot_roles),
     ("filters", plot_filters),
     ("pool", plot_pool),
-    ("games", plot_games),
     ("kl", plot_kl),
-    ("dpo", plot_dpo),
     ("entropy", plot_entropy),
     ("loss", plot_loss),
     ("response_length", plot_length),
@@ -333,8 +267,8 @@ def plot_leftovers(run, claimed: set[str]) -> list[tuple[str, Any]]:
         keys = sorted(by_ns[ns])
         for part, start in enumerate(range(0, len(keys), MAX_PANELS)):
             chunk = keys[start:start + MAX_PANELS]
-            panels = [(k, _short(k).replace("_", " "), [(_short(k), run.series[k])]) for k in chunk]
-            fig = _panels_plot(f"Other '{ns}' metrics", panels, cols=2 if len(panels) > 1 else 1)
+            panels = [(k, short_key(k).replace("_", " "), [(short_key(k), run.series[k])]) for k in chunk]
+            fig = panels_plot(f"Other '{ns}' metrics", panels, cols=2 if len(panels) > 1 else 1)
             if fig is not None:
                 out.append((f"other_{ns}" + (f"_{part + 1}" if len(keys) > MAX_PANELS else ""), fig))
     return out

@@ -259,6 +259,8 @@ def write_report(run_dir: str | Path) -> list[Path]:
         for stem, build in PLOTS:
             if wanted is None or stem in wanted.plots:
                 save(stem, build(run, claimed))
+        for stem, build in (wanted or of_all()).figures:  # the recipe's own (every recipe's: unknown)
+            save(stem, build(run, claimed))
         for stem, fig in plot_leftovers(run, claimed):
             save(stem, fig)
         (tmp / "summary.md").write_text(summary_markdown(run, names), encoding="utf-8")

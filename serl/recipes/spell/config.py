@@ -14,6 +14,7 @@ from typing import ClassVar
 
 from serl.config.options import TrainConfig, option
 from serl.errors import ConfigError
+from serl.recipes.spell.plots import plot_roles
 from serl.report.panels import Report
 
 
@@ -79,7 +80,7 @@ class Config(SpellOptions, TrainConfig):
     SECTIONS: ClassVar[tuple[str, ...]] = ("run", "rollout", "checker", "generation", "advantage", "kl", "learner",
                                            "lora", "ray", "async")
     REPORT: ClassVar[Report] = Report(
-        plots=("roles", "reward"),
+        plots=("reward",), figures=(("roles", plot_roles),),
         main=("questioner/valid_json", "questioner/bad_ground", "questioner/informative", "responder/accuracy",
               "verifier/agreement", "verifier/bad_format"),
         line=(("responder/accuracy", "acc"), ("questioner/valid_json", "valid"), ("verifier/agreement", "verify"),

@@ -21,6 +21,7 @@ from typing import ClassVar
 from serl.algos.losses import DPO_LOSS_TYPES
 from serl.config.options import TrainConfig, option
 from serl.errors import ConfigError
+from serl.recipes.spin.plots import plot_dpo
 from serl.report.panels import Report
 from serl.rewards.remote_options import RemoteRewardOptions
 
@@ -55,7 +56,8 @@ class Config(SpinOptions, RemoteRewardOptions, TrainConfig):
     SECTIONS: ClassVar[tuple[str, ...]] = ("run", "seed_data", "math_eval", "rollout", "math_reward", "checker",
                                            "generation", "learner", "lora", "ray", "async")
     REPORT: ClassVar[Report] = Report(
-        plots=("reward", "dpo"), main=("dpo/accuracy", "dpo/margin", "spin/real_logp", "pairs/tied", "reward/mean"),
+        plots=("reward",), figures=(("dpo", plot_dpo),),
+        main=("dpo/accuracy", "dpo/margin", "spin/real_logp", "pairs/tied", "reward/mean"),
         line=(("dpo/accuracy", "acc"), ("dpo/margin", "margin"), ("loss/policy", "loss")))
     # common options with SPIN's defaults (each keeps its type and place: TrainConfig.DEFAULTS)
     DEFAULTS: ClassVar[dict] = dict(

@@ -13,6 +13,7 @@ from serl.config.options import TrainConfig, option
 from serl.errors import ConfigError
 from serl.games import check_game_names
 from serl.games.actions import PARSERS
+from serl.recipes.spiral.plots import plot_games
 from serl.report.panels import Report
 
 OPPONENT_MODES = ("self", "random", "population")  # plus "fixed:PATH"
@@ -78,7 +79,7 @@ class Config(SpiralOptions, TrainConfig):
     # games need no seed data, no math reward or evaluation; RAE replaces the advantage options
     SECTIONS: ClassVar[tuple[str, ...]] = ("run", "generation", "kl", "learner", "lora", "ray", "async")
     REPORT: ClassVar[Report] = Report(
-        plots=("games", "reward"), main=("spiral/invalid_rate",),
+        plots=("reward",), figures=(("games", plot_games),), main=("spiral/invalid_rate",),
         line=(("spiral/invalid_rate", "invalid"), ("response/truncated_frac", "trunc"), ("loss/policy", "loss")))
     # common options with SPIRAL's defaults (each keeps its type and place: TrainConfig.DEFAULTS)
     DEFAULTS: ClassVar[dict] = dict(
