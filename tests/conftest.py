@@ -40,14 +40,15 @@ def smol_tokenizer(smol_path):
 
 
 ROOT = Path(__file__).resolve().parents[1]
-# The smallest real SeRL run: three steps of a tiny batch on the transformers generator.
+# The smallest real SeRL run: three steps of a tiny batch on the transformers generator, no plots.
 TINY_TRAIN = ["--generator", "hf", "--steps", "3", "--rollout_batch_size", "2", "--n_samples_per_prompt", "2",
               "--instructions_num_per_iteration", "2", "--few_shot_generation", "4",
               "--few_shot_generation_batch_size", "2", "--instruction_max_len", "64",
               "--instruction_max_attempts", "2", "--generate_max_len", "24", "--max_refill_rounds", "1",
               "--reward_difficulty_bounds", "0", "1", "--actor_learning_rate", "1e-5", "--progress", "quiet",
               "--save_model", "false", "--save_steps", "1", "--max_ckpt_num", "2",
-              "--prompt_data", str(ROOT / "dataset/arith_seed.jsonl")]
+              "--prompt_data", str(ROOT / "dataset/arith_seed.jsonl"),
+              "--report", "false"]  # the plots take 6-9 s a run here; tests of the report turn it on
 
 
 @pytest.fixture(scope="session")

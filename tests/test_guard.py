@@ -327,7 +327,7 @@ def test_guarded_run_rolls_back_and_stops(tmp_path, tiny_train_args, serl_train,
     monkeypatch.setenv("SERL_GUARD_SCRIPT", "1,0,0")
     args = [*tiny_train_args, "--run_dir", run, "--steps", "3", "--enable_self_evolution", "false",
             "--collapse_guard", "rollback", "--guard_probe", "2", "--guard_k", "2", "--guard_every", "1",
-            "--guard_max_rollbacks", "1", "--guard_alpha", "1", "--save_model", "true"]
+            "--guard_max_rollbacks", "1", "--guard_alpha", "1", "--save_model", "true", "--report", "true"]
     r = serl_train(*args)
     assert r.returncode == 0, r.stderr[-3000:]
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]

@@ -169,6 +169,8 @@ class TrainConfig:
                             "eval/gsm8k/pass@1) in RUN_DIR/best; '' = off")
     save_model: bool = _f(True, "save the final policy under RUN_DIR/model: weights, config and tokenizer in "
                                 "Hugging Face layout (LoRA: the adapter in PEFT layout); no optimizer state")
+    report: bool = _f(True, "draw RUN_DIR/report/ (plots and summary.md) when the run ends, several seconds "
+                            "on a CPU; `serl report RUN_DIR` draws it at any time")
     # --- devices, distributed and SeRL compatibility (engines, Ray)
     device: str = _f("auto", "where the learner, reference and transformers generator run: auto (cuda "
                              "when available), cpu or cuda", choices=("auto", "cpu", "cuda"))

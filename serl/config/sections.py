@@ -15,7 +15,7 @@ SECTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "run": ("the run", (
         "recipe", "model", "run_dir", "seed", "steps", "max_minutes", "eval_steps", "progress", "use_wandb",
         "wandb_project", "wandb_run_name", "use_tensorboard", "save_steps", "max_ckpt_num", "save_best", "save_model",
-        "ckpt_path")),
+        "report", "ckpt_path")),
     "seed_data": ("seed problems", (
         "prompt_data", "input_key", "label_key", "output_key", "prompt_split", "max_samples")),
     "math_eval": ("math evaluation", (

@@ -204,7 +204,8 @@ def _eval_lines(key: str, s0: int, a: float, s1: int, b: float, first: dict | No
             f"  {'':24s} {significance(key, change)}"]
 
 
-def print_summary(run_dir: str | Path, secs: float, print_=print, notes: tuple[str, ...] = ()) -> None:
+def print_summary(run_dir: str | Path, secs: float, print_=print, notes: tuple[str, ...] = (),
+                  report: bool = True) -> None:
     """The runner's last words: what changed (and ``notes``: the kept best policy), and where the details are."""
     run_dir = Path(run_dir)
     print_(f"\nrun finished in {secs:.0f} s: {run_dir}")
@@ -214,7 +215,8 @@ def print_summary(run_dir: str | Path, secs: float, print_=print, notes: tuple[s
         lines = [f"(no summary: {e})"]
     for line in lines + [x for x in notes if x]:
         print_(f"  {line}")
-    print_(f"  metrics: {run_dir / 'metrics.jsonl'}   report: {run_dir / 'report'}")
+    where = run_dir / "report" if report else f"not drawn (--report false); `serl report {run_dir}` draws it"
+    print_(f"  metrics: {run_dir / 'metrics.jsonl'}   report: {where}")
 
 
 def describe(series: dict) -> list[str]:

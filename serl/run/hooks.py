@@ -189,12 +189,13 @@ class Report(Hook):
 
     def closed(self, loop, secs: float) -> None:
         try:
-            from serl.report.write import write_report
+            if loop.cfg.report:  # off: `serl report RUN_DIR` draws it later
+                from serl.report.write import write_report
 
-            write_report(loop.run_dir)
+                write_report(loop.run_dir)
         except Exception as e:  # a report problem must not hide a finished run
             log.warning("could not write the report: %s", e)
         from serl.report.summary import print_summary
         from serl.run.best import best_line
 
-        print_summary(loop.run_dir, secs, notes=(best_line(loop.run_dir),))
+        print_summary(loop.run_dir, secs, notes=(best_line(loop.run_dir),), report=loop.cfg.report)

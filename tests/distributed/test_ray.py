@@ -96,7 +96,7 @@ def _tiny_run_flags(run_dir: Path) -> list[str]:
             "--enable_self_evolution", "false", "--reward_difficulty_bounds", "0", "1",
             "--generator", "hf", "--learner", "deepspeed", "--zero_stage", "2",
             "--actor_num_gpus_per_node", "2", "--vllm_num_engines", "1", "--micro_train_batch_size", "1",
-            "--actor_learning_rate", "1e-5", "--lr_warmup_ratio", "0", "--progress", "quiet", "--ray"]
+            "--actor_learning_rate", "1e-5", "--lr_warmup_ratio", "0", "--progress", "quiet", "--report", "false", "--ray"]
 
 
 def _check_run(run_dir: Path, smol_path: str) -> None:

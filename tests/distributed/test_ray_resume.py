@@ -27,7 +27,7 @@ FLAGS = ["--pretrain", "smollm2", "--prompt_data", str(ROOT / "dataset" / "arith
          "--max_refill_rounds", "1", "--enable_self_evolution", "false", "--reward_difficulty_bounds", "0", "1",
          "--generator", "hf", "--learner", "torch", "--actor_num_gpus_per_node", "1", "--vllm_num_engines", "1",
          "--init_kl_coef", "0", "--actor_learning_rate", "1e-4", "--lr_warmup_ratio", "0", "--save_steps", "1",
-         "--save_model", "false", "--progress", "quiet", "--ray"]
+         "--save_model", "false", "--progress", "quiet", "--report", "false", "--ray"]
 
 
 def _train(args):

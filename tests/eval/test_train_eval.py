@@ -31,6 +31,9 @@ def test_train_evaluates_every_n_steps_and_logs(math_dir, tiny_serl_run):
     assert "on the same 2 problems" in r.stdout
     # the training steps themselves were logged as usual
     assert {l["step"] for l in lines if "reward/mean" in l} == {1, 2, 3}
+    # TINY_TRAIN's --report false: no plots, and the summary says how to draw them
+    assert not (run / "report").exists()
+    assert f"report: not drawn (--report false); `serl report {run}` draws it" in r.stdout
 
 
 @pytest.mark.slow

@@ -17,6 +17,7 @@ EVAL = ["--eval_qa_limit", "2", "--eval_verify_limit", "2", "--eval_questioner_l
         "--eval_docs", ROOT / "dataset/docs_heldout.jsonl", "--eval_qa_data", ROOT / "dataset/docs_heldout_qa.jsonl",
         "--eval_verify_data", ROOT / "dataset/docs_heldout_verify.jsonl"]
 SHIPPED = ["--corpus", ROOT / "dataset/docs_train.jsonl", *EVAL]
+NO_PLOTS = ["--report", "false"]  # only "two" is checked for its report; the plots take seconds a run
 WARM = ["--verifier_warmup_steps", 2, "--verifier_warmup_pairs", 2, "--verifier_warmup_samples", 4,
         "--heldout_eval", "false", "--corpus", ROOT / "dataset/docs_train.jsonl",
         "--verifier_warmup_data", ROOT / "dataset/docs_train_verify.jsonl"]
@@ -46,10 +47,11 @@ def runs(tmp_path_factory, serl_start, cut_back):
     def spell(*args):
         return serl_start("--recipe", "spell", *args)
 
-    whole = spell("--run_dir", where["whole"], "--steps", 3, "--save_steps", 1, "--max_ckpt_num", 3, *TINY, *WARM)
+    whole = spell("--run_dir", where["whole"], "--steps", 3, "--save_steps", 1, "--max_ckpt_num", 3, *TINY, *WARM,
+                  *NO_PLOTS)
     two = spell("--run_dir", where["two"], "--steps", 2, "--save_steps", 0, *TINY, *SHIPPED)
     done = {"two": two.wait(timeout=2400)}
-    one = spell("--run_dir", where["one"], "--steps", 1, *TINY, *SHIPPED, "--heldout_eval", "false")
+    one = spell("--run_dir", where["one"], "--steps", 1, *TINY, *SHIPPED, "--heldout_eval", "false", *NO_PLOTS)
     done["whole"] = whole.wait(timeout=2400)
     part = None
     if done["whole"].returncode == 0:  # the stopped run: one process fewer than running it

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[3]
 TINY_SPIN_LORA = ["--recipe", "spin", "--generator", "hf", "--iteration_size", "2", "--rollout_batch_size", "2",
                   "--epochs_per_iteration", "1", "--generate_max_len", "12", "--actor_learning_rate", "1e-3",
                   "--lr_warmup_ratio", "0", "--micro_train_batch_size", "4", "--progress", "quiet",
-                  "--save_model", "true", "--max_ckpt_num", "3", "--lora_rank", "8", "--lora_alpha", "16",
+                  "--save_model", "true", "--report", "false", "--max_ckpt_num", "3", "--lora_rank", "8", "--lora_alpha", "16",
                   "--prompt_data", str(ROOT / "dataset/arith_spin_train.jsonl")]
 
 

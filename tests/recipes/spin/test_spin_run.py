@@ -30,7 +30,7 @@ def without_times(rows):
 # online DPO with the label-free vote: 2 prompts x 4 samples, two steps
 ONLINE = ["--recipe", "spin", "--spin_mode", "online", "--generator", "hf", "--steps", "2",
           "--rollout_batch_size", "2", "--n_samples_per_prompt", "4", "--generate_max_len", "16",
-          "--reward_mode", "majority", "--progress", "quiet", "--save_model", "false",
+          "--reward_mode", "majority", "--progress", "quiet", "--save_model", "false", "--report", "false",
           "--prompt_data", str(ROOT / "dataset/arith_spin_train.jsonl")]
 
 
