@@ -91,7 +91,7 @@ def test_uv_gets_pip_s_own_settings_and_pip_takes_over_where_uv_fails(tmp_path):
     assert res.returncode == 0, res.stderr
     main = next(c for c in calls if c.startswith("uv pip install") and "-e .[" in c)
     for part in ("--constraint /etc/c.txt", "--find-links /opt/w", "--extra-index-url file:///a/simple",
-                 "--extra-index-url file:///b/simple", "--index-strategy unsafe-best-match"):
+                 "--extra-index-url file:///b/simple", "--index-strategy unsafe-best-match", "--compile-bytecode"):
         assert part in main, main
     assert "/elsewhere" not in main                      # the environment's setting wins, as in pip
     assert not any(c.startswith("-m pip install -q -e .[") for c in calls)  # uv did the main install
