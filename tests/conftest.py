@@ -48,7 +48,7 @@ TINY_TRAIN = ["--generator", "hf", "--steps", "3", "--rollout_batch_size", "2", 
               "--reward_difficulty_bounds", "0", "1", "--actor_learning_rate", "1e-5", "--progress", "quiet",
               "--save_model", "false", "--save_steps", "1", "--max_ckpt_num", "2",
               "--prompt_data", str(ROOT / "dataset/arith_seed.jsonl"),
-              "--report", "false"]  # the plots take 6-9 s a run here; tests of the report turn it on
+              "--report", "false"]  # the plots take 9-11 s a run here; tests of the report keep them
 
 
 @pytest.fixture(scope="session")
