@@ -29,7 +29,8 @@ optional() {
 
 optional "pip upgrade" pip_run install -q --upgrade pip
 
-# uv resolves and installs the same set in a fraction of pip's time (issue 48: CI's install).
+# uv resolves and downloads the same set faster than pip (issue 48, CI's install: 1 min 56 s
+# against pip's 4 min with empty caches on a 2-core machine; the same 1 min 47 s with warm ones).
 # It reads no pip configuration, so pip's own settings (constraints, find-links, extra indexes,
 # certificate) are passed to it; pip's resolution (best version over all indexes) is kept.
 # SERL_INSTALLER=pip, or a uv that cannot be installed, means pip throughout.
