@@ -102,8 +102,10 @@ def report(items: Path) -> str:
     for a in arms:
         tr = timings["train"].get(a, [])
         evs = [e for t, es in timings["eval"].items() if t.startswith(f"{a}_") for e in es]
-        lines.append(f"- arm {a}: {len(tr)} training segments, {sum(e['wall_s'] for e in tr) / 3600:.2f} h of "
-                     f"`serl train` wall time, {tr[-1]['minutes_used'] if tr else 0:.1f} min of training steps to step "
+        # a segment that a session's stop killed never wrote its timing; the metrics count its steps
+        lines.append(f"- arm {a}: {len(tr)} training segments that ran to their end, {sum(e['wall_s'] for e in tr) / 3600:.2f} h "
+                     f"of `serl train` wall time (segments cut by a stop are not timed); "
+                     f"{tr[-1]['minutes_used'] if tr else 0:.1f} min of training steps to step "
                      f"{tr[-1]['step'] if tr else 0}; evaluations {sum(sum(v for k, v in e.items() if k.endswith('_s')) for e in evs) / 60:.0f} min")
     text = "\n".join(lines) + "\n"
     (items / "results.md").write_text(text)
