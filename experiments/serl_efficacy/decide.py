@@ -77,9 +77,10 @@ def arm_state(run_dir: Path) -> tuple[int, float, bool]:
 def train_to(arm: str, target: int, run_dir: Path, flags: list[str], args, timings: Timings) -> None:
     """Train ``run_dir`` up to step ``target`` (a new run, or --resume of the arm's run)."""
     limits = ["--steps", str(target), "--max_minutes", str(args.max_minutes)]
-    new = not (run_dir / "metrics.jsonl").exists()
+    # no checkpoint yet (a start killed before its first one leaves an empty metrics.jsonl): begin again
+    new = not any((run_dir / "checkpoints").glob("step_*"))
     cmd = [*flags, *limits, "--run_dir", str(run_dir)] if new else ["--resume", str(run_dir), *limits]
-    if new and run_dir.exists():  # a start that died before its first step: begin again
+    if new and run_dir.exists():
         shutil.rmtree(run_dir)
     log(f"arm {arm}: serl train to step {target} ({'new' if new else 'resume'}), {machine_kind()}")
     t0 = time.perf_counter()
