@@ -77,8 +77,10 @@ def arm_state(run_dir: Path) -> tuple[int, float, bool]:
 def train_to(arm: str, target: int, run_dir: Path, flags: list[str], args, timings: Timings) -> None:
     """Train ``run_dir`` up to step ``target`` (a new run, or --resume of the arm's run)."""
     limits = ["--steps", str(target), "--max_minutes", str(args.max_minutes)]
+    from serl.run.checkpoint import latest_checkpoint
+
     # no checkpoint yet (a start killed before its first one leaves an empty metrics.jsonl): begin again
-    new = not any((run_dir / "checkpoints").glob("step_*"))
+    new = latest_checkpoint(run_dir) is None
     cmd = [*flags, *limits, "--run_dir", str(run_dir)] if new else ["--resume", str(run_dir), *limits]
     if new and run_dir.exists():
         shutil.rmtree(run_dir)
