@@ -2,6 +2,7 @@
 
     python experiments/serl_efficacy/decide.py --out ../runs/decide            # start
     python experiments/serl_efficacy/decide.py --out ../runs/decide --resume   # after any stop
+    python experiments/serl_efficacy/decide.py --out ../runs/decide --resume --eval_latest a  # a stopped arm, now
     python experiments/serl_efficacy/decide.py --smoke --out runs/decide_smoke # SmolLM2, minutes
     python experiments/serl_efficacy/results_decide.py experiments/serl_efficacy/items/decide
 
@@ -142,7 +143,7 @@ def run_arm(arm: str, args, out: Path, flags: list[str], ev, tev, timings: Timin
         if not evaluated(out, tag, args.k if done else 0) or (done and not evaluated(out, f"{tag}_svamp", 0)):
             dest = out / "policies" / tag
             if not dest.exists():
-                snapshot(run_dir, dest)
+                snapshot(run_dir, dest, base)
             check_eval_settings(run_dir, ev.cfg)
             if done:  # arm d's maj@K on this machine, for the end's comparison
                 evaluate(ev, f"d_{machine_kind()}", base, 0, args.k, timings)
@@ -161,6 +162,29 @@ def run_arm(arm: str, args, out: Path, flags: list[str], ev, tev, timings: Timin
     log(f"arm {arm}: done at step {step} ({used:.1f} training minutes{', the guard stopped it' if stopped else ''})")
 
 
+def eval_latest(arm: str, out: Path, ev, timings: Timings, base: str) -> None:
+    """Held-out greedy of ``arm``'s newest complete checkpoint (no serl process may be training it)."""
+    from serl.run.checkpoint import latest_checkpoint
+
+    run_dir = out / f"arm_{arm}"
+    if not run_dir.is_dir() or latest_checkpoint(run_dir) is None:
+        sys.exit(f"--eval_latest {arm}: {run_dir} has no complete checkpoint")
+    from serl.errors import ConfigError
+    from serl.run.lock import lock_run_dir
+
+    try:
+        lock = lock_run_dir(run_dir, new=False)
+    except ConfigError as e:  # a serl run is training it: stop that first (Ctrl-C once)
+        sys.exit(f"--eval_latest {arm}: {e}")
+    dest = out / "policies" / f"{arm}_latest"
+    shutil.rmtree(dest, ignore_errors=True)
+    step = snapshot(run_dir, dest, base)
+    check_eval_settings(run_dir, ev.cfg)
+    evaluate(ev, f"{arm}_{step:03d}", str(dest), step, 0, timings)
+    shutil.rmtree(dest)
+    lock.release()
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, help="the run's directory (run directories, evaluations); put it "
@@ -171,6 +195,9 @@ def main(argv=None) -> int:
     ap.add_argument("--resume", action="store_true", help="continue an existing --out")
     ap.add_argument("--smoke", action="store_true", help="SmolLM2 and tiny sizes: proves the pipeline only")
     ap.add_argument("--generator", default="auto", choices=("auto", "vllm", "hf"))
+    ap.add_argument("--eval_latest", default="", metavar="ARM",
+                    help="evaluate ARM's newest checkpoint now (held-out greedy), keep it, and exit: an extra curve "
+                    "point before a session's stop, for a run stopped between its --eval_every points")
     args = ap.parse_args(argv)
     sizes = SMOKE if args.smoke else FULL
     for key, v in sizes.items():
@@ -222,6 +249,10 @@ def main(argv=None) -> int:
     evaluate(ev, f"d_{kind}", base, 0, 0, timings)  # maj@K is added when an arm ends here
     evaluate(tev, f"d_{kind}_svamp", base, 0, 0, timings)
     keep(out, args.items)
+    if args.eval_latest:
+        eval_latest(args.eval_latest, out, ev, timings, base)
+        keep(out, args.items)
+        arms = []
     for arm in arms:
         run_arm(arm, args, out, flags, ev, tev, timings, base)
     ev.close()

@@ -34,11 +34,12 @@ def delta(base: list, other: list, scale: float = 100.0, p: bool = True) -> str:
     return s + (f", p={mcnemar_p(base, other):.3g}" if p else "")
 
 
-def share_of_gain(d: list, a: list, c: list, reps: int = 10000, seed: int = 0):
-    """(a - d) / (c - d) in mean pass@1, with a 95% percentile interval over problems
-    resampled together; None when (c)'s gain is not positive."""
-    n = len(d)
-    gain = lambda idx: (sum(a[i] - d[i] for i in idx), sum(c[i] - d[i] for i in idx))  # noqa: E731
+def share_of_gain(d: list, a: list, c: list, reps: int = 10000, seed: int = 0, dc: list | None = None):
+    """(a - d) / (c - dc) in mean pass@1, with a 95% percentile interval over problems
+    resampled together; None when (c)'s gain is not positive. ``dc``: the untrained model
+    on (c)'s machine kind when (c) ran on another one (default ``d``)."""
+    n, dc = len(d), d if dc is None else dc
+    gain = lambda idx: (sum(a[i] - d[i] for i in idx), sum(c[i] - dc[i] for i in idx))  # noqa: E731
     ga, gc = gain(range(n))
     if gc <= 0:
         return None

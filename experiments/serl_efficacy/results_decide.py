@@ -50,7 +50,9 @@ def report(items: Path) -> str:
     timings = json.loads((items / "timings.json").read_text())
     s = setup["settings"]
     arms = [a for a in ("c", "a", "a0") if points(ev, a)]
-    ends = {a: points(ev, a)[-1] for a in arms}
+    # an arm's end carries maj@K; before it, its newest point is shown but no target is judged
+    latest = {a: points(ev, a)[-1] for a in arms}
+    ends = {a: r for a, r in latest.items() if "maj_number" in r}
     lines = [f"# The deciding run: {s['model']}, task {s['task']}{' (SMOKE: pipeline check only)' if s['smoke'] else ''}",
              "", f"Report written {time.strftime('%Y-%m-%d %H:%M %Z')} from `{items}` alone.", "",
              "Sessions (machine, date, commit): " + "; ".join(
@@ -84,19 +86,22 @@ def report(items: Path) -> str:
               "among finished | correctness: both finished | maj@K | SVAMP pass@1 | SVAMP right among finished |",
               "|---" * 11 + "|"]
     for a in arms + [t for t in ev if t.endswith("_guard")]:
-        r = ends.get(a) or ev[a]
+        r = latest.get(a) or ev[a]
         b, sv = base_for(ev, r), ev.get(f"{r['tag']}_svamp")
         sb = base_for(ev, r, svamp=True)
         if b is None:
             lines.append(f"| {a} | {r['step']} | no arm d on {r.get('machine')} yet |" + " |" * 8)
             continue
         maj = (delta(b["maj_number"], r["maj_number"]) if "maj_number" in r and "maj_number" in b else "-")
-        lines.append(f"| {a} | {r['step']} | {delta(b['correct_number'], r['correct_number'])} | {gain_kinds(b, r)} | "
+        step = f"{r['step']}{'' if a in ends or a not in latest else ' (running)'}"
+        lines.append(f"| {a} | {step} | {delta(b['correct_number'], r['correct_number'])} | {gain_kinds(b, r)} | "
                      f"{delta(b['truncated'], r['truncated'], p=False)} | {delta(b['boxed'], r['boxed'], p=False)} | "
                      f"{fin_delta(b, r)[0]} | {both_finished(b, r)} | {maj} | "
                      f"{delta(sb['correct_number'], sv['correct_number']) if sv and sb else '-'} | "
                      f"{fin_delta(sb, sv)[0] if sv and sb else '-'} |")
-    lines += ["", "## Targets (issue 49)", ""] + targets(ev, ends)
+    lines += ["", "## Targets (issue 49), judged at each arm's end", ""] + targets(ev, ends)
+    lines += [f"- arm {a}: running, newest point step {r['step']}; not judged yet" for a, r in latest.items()
+              if a not in ends]
     lines += ["", "## The collapse guard's decisions", ""] + guard_lines(items, arms)
     lines += ["", "## Wall time", ""]
     for a in arms:
@@ -124,9 +129,10 @@ def targets(ev: dict, ends: dict) -> list[str]:
     if "a" in gains:
         out.append(f"- (a) ends no lower than (d): lower bound {gains['a'][1]:+.1f}, target >= {TARGET_LO:g}: "
                    f"{ok(gains['a'][1] >= TARGET_LO)}")
-    if "a" in gains and "c" in gains and ends["a"].get("machine") == ends["c"].get("machine"):
-        b = base_for(ev, ends["a"])
-        sh = share_of_gain(b["correct_number"], ends["a"]["correct_number"], ends["c"]["correct_number"])
+    if "a" in gains and "c" in gains:  # each gain against d on its own machine kind; problems resampled together
+        b, bc = base_for(ev, ends["a"]), base_for(ev, ends["c"])
+        sh = share_of_gain(b["correct_number"], ends["a"]["correct_number"], ends["c"]["correct_number"],
+                           dc=bc["correct_number"])
         out.append("- (a)'s share of (c)'s gain: " + ("undefined, (c) did not gain" if sh is None else
                    f"{100 * sh[0]:.0f}% [{100 * sh[1]:.0f}%, {100 * sh[2]:.0f}%], target >= 50%: "
                    f"{ok(sh[0] >= TARGET_SHARE)}"))

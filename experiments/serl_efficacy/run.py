@@ -219,17 +219,26 @@ def same_evaluation(args, old_train_flags: str, cfg) -> bool:
     return all(getattr(old, f) == getattr(cfg, f) for f in EVAL_FIELDS)
 
 
-def snapshot(run_dir: Path, dest: Path) -> int:
-    """Copy the newest checkpoint's policy (weights and tokenizer, no optimizer) to ``dest``;
-    under LoRA the merged model the segment ended with (the same step)."""
+def snapshot(run_dir: Path, dest: Path, base: str) -> int:
+    """The newest checkpoint's policy (weights and tokenizer, no optimizer) in ``dest``; under
+    LoRA merged into ``base``: the segment's own merged model when it is that step's."""
     from serl.run.checkpoint import latest_checkpoint
 
     ckpt = latest_checkpoint(run_dir)
     tmp = dest.with_name(dest.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     merged = run_dir / "model_merged"
-    src = merged if merged.is_dir() else ckpt / "policy"
-    shutil.copytree(src, tmp, ignore=shutil.ignore_patterns("learner_state.pt", "lora_state.pt"))
+    # the merged model is the step of the segment that wrote it; a later checkpoint (a run
+    # stopped mid-segment, or evaluated while it runs) is merged here from its adapter
+    newest = lambda d: max((f.stat().st_mtime for f in d.iterdir()), default=0.0)  # noqa: E731
+    if merged.is_dir() and newest(merged) >= newest(ckpt):
+        shutil.copytree(merged, tmp)
+    elif (ckpt / "policy" / "adapter_config.json").exists():
+        from serl.engines.lora import merge_saved_adapter
+
+        merge_saved_adapter(ckpt / "policy", base, tmp)
+    else:
+        shutil.copytree(ckpt / "policy", tmp, ignore=shutil.ignore_patterns("learner_state.pt"))
     step = int(ckpt.name.split("_")[1])
     (tmp / "STEP").write_text(f"{step}\n")
     tmp.rename(dest)
@@ -275,15 +284,9 @@ def guard_pick(run_dir: Path, dest: Path, base: str):
         tmp = dest.with_name(dest.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         if (src / "adapter_config.json").exists():
-            import torch
-            from peft import PeftModel
-            from transformers import AutoModelForCausalLM
+            from serl.engines.lora import merge_saved_adapter
 
-            from serl.models.resolve import load_tokenizer
-
-            lm = AutoModelForCausalLM.from_pretrained(base, torch_dtype=torch.bfloat16)
-            PeftModel.from_pretrained(lm, str(src)).merge_and_unload().save_pretrained(tmp)
-            load_tokenizer(base).save_pretrained(tmp)
+            merge_saved_adapter(src, base, tmp)
         else:
             shutil.copytree(src, tmp)
         (tmp / "STEP").write_text(f"{step}\n")
@@ -386,7 +389,7 @@ def main(argv=None) -> int:
                 train_segment(arm, i, run_dir, round(args.minutes * i / args.curve_points, 4),
                               flags + arm_flags(args, arm, out), timings)
                 share_anchor(run_dir, out)
-                snapshot(run_dir, dest)
+                snapshot(run_dir, dest, base)
                 log(projection(timings, arms, args.minutes, args.curve_points))
             step = int((dest / "STEP").read_text())
             check_eval_settings(run_dir, cfg)

@@ -269,6 +269,45 @@ class LoraAdapter:
             tokenizer.save_pretrained(path)
 
 
+@torch.no_grad()
+def merge_saved_adapter(adapter_dir: str | Path, base: str, dest: str | Path) -> None:
+    """A saved adapter (``save``'s PEFT layout) folded into ``base`` and written to ``dest`` in
+    Hugging Face layout, with the tokenizer saved beside the adapter (else the base's): the
+    weights ``export_merged`` would have written at that step (fp32 base, the same fused
+    ``_merge``), for a checkpoint whose run ended without a merged model (stopped, or
+    evaluated mid-run)."""
+    from safetensors.torch import load_file
+
+    from serl.engines.torch_learner import tokenizer_for_save
+    from serl.models.resolve import load_causal_lm
+
+    src = Path(adapter_dir)
+    cfg = json.loads((src / "adapter_config.json").read_text())
+    if cfg.get("rank_pattern") or cfg.get("alpha_pattern"):
+        raise ValueError(f"{src / 'adapter_config.json'}: per-layer ranks or alphas are not merged here")
+    scale = cfg["lora_alpha"] / (cfg["r"] ** 0.5 if cfg.get("use_rslora") else cfg["r"])
+    if (src / STATE_FILE).is_file():  # serl's own adapters record their base: refuse another
+        saved = torch.load(src / STATE_FILE, map_location="cpu", weights_only=False)["identity"]
+        if saved["fingerprint"] != base_identity(base)["fingerprint"]:
+            raise ValueError(f"{src}: the adapter was trained on base model {saved['path']}, not {base}; "
+                             "refusing to merge it into a different base")
+    tensors = load_file(str(src / "adapter_model.safetensors"))
+    lm = load_causal_lm(base, dtype=torch.float32)
+    modules = dict(lm.named_modules())
+    for key, a in tensors.items():
+        if ".lora_B." in key:
+            continue
+        owner = key.split(".lora_A.")[0].removeprefix("base_model.model.")
+        if ".lora_A." not in key or owner not in modules:
+            raise ValueError(f"{src / 'adapter_model.safetensors'}: {key} is not a LoRA factor of {base}")
+        w = modules[owner].weight
+        w.data = _merge(w.data, a, tensors[key.replace(".lora_A.", ".lora_B.")], scale, cfg.get("fan_in_fan_out", False))
+    lm.save_pretrained(str(dest))
+    tok = tokenizer_for_save(None, str(src) if (src / "tokenizer_config.json").exists() else base)
+    if tok is not None:
+        tok.save_pretrained(str(dest))
+
+
 def _merge(w: Tensor, a: Tensor, b: Tensor, scale: float, transposed: bool) -> Tensor:
     """``w + scale * (b @ a)`` in one fused op (fp32 when ``w`` is 16-bit), as a new tensor;
     ``transposed`` for weights stored (in, out) such as GPT-2's Conv1D."""

@@ -238,6 +238,29 @@ def test_export_hf_writes_the_merged_model(tiny_path, tmp_path):
         assert torch.equal(loaded[k], v), k
 
 
+def test_a_saved_adapter_merges_to_what_export_hf_writes(tiny_path, tmp_path):
+    """A checkpoint without a merged model (a run stopped mid-segment) is merged afterwards
+    to the very weights the learner would have exported at that step."""
+    from transformers import AutoModelForCausalLM
+
+    from serl.engines.lora import merge_saved_adapter
+
+    ln = TorchLearner(tiny_path, _cfg(), need_ref=False)
+    ln.step(_batch(ln))
+    ln.save(str(tmp_path / "ck"))
+    ln.export_hf(str(tmp_path / "by_learner"))
+    merge_saved_adapter(tmp_path / "ck", tiny_path, tmp_path / "by_file")
+    mine = dict(AutoModelForCausalLM.from_pretrained(str(tmp_path / "by_file")).named_parameters())
+    want = dict(AutoModelForCausalLM.from_pretrained(str(tmp_path / "by_learner")).named_parameters())
+    assert set(mine) == set(want)
+    assert all(torch.equal(mine[k], want[k]) for k in want)
+    base = dict(AutoModelForCausalLM.from_pretrained(tiny_path).named_parameters())
+    assert not torch.equal(mine["model.layers.0.self_attn.q_proj.weight"], base["model.layers.0.self_attn.q_proj.weight"])
+    with pytest.raises(ValueError, match="different base"):
+        merge_saved_adapter(tmp_path / "ck", _tiny(tmp_path / "other", seed=1), tmp_path / "none")
+    assert not (tmp_path / "none").exists()
+
+
 @pytest.mark.slow
 def test_smollm2_reference_exact_and_merge_matches_peft(smol_path, smol_tokenizer):
     tok = smol_tokenizer

@@ -59,8 +59,8 @@ def test_each_evaluation_is_paired_with_arm_d_of_its_machine(tmp_path, results_d
     text = results_decide.report(tmp_path)
     assert "- (c) - (d) = +30.0 [" in text and "target >= +8 with the interval above 0: **met**" in text
     assert "- (a) - (d) = +5.0 [" in text
-    # a and c ended on different machines: their gains are not divided
-    assert "share of (c)'s gain" not in text
+    # a and c ended on different machines: each gain is against d on its own machine, 1/20 over 6/20
+    assert "- (a)'s share of (c)'s gain: 17% [" in text
     assert "| c | 10 | nan | intel-amx | 30.0 [" in text  # a curve point without a training record of its own
     assert "step 8: rolled back, kept step 4" in text
     assert (tmp_path / "results.md").read_text() == text and (tmp_path / "curves.png").stat().st_size > 0
@@ -71,3 +71,12 @@ def test_an_arm_evaluated_on_a_machine_without_arm_d_says_so(tmp_path, results_d
     text = results_decide.report(tmp_path)
     assert "no arm d on amd-noamx yet" in text
     assert "- no trained arm has ended on a machine where arm d was evaluated" in text
+
+
+def test_a_running_arm_shows_its_newest_point_and_is_not_judged(tmp_path, results_decide):
+    d = [1] * 4 + [0] * 16
+    write(tmp_path, [ev("d_amd-noamx", 0, d, "amd-noamx"), ev("a_017", 17, [1] * 9 + [0] * 11, "amd-noamx")])
+    text = results_decide.report(tmp_path)
+    assert "| a | 17 (running) | +25.0 [" in text
+    assert "- arm a: running, newest point step 17; not judged yet" in text
+    assert "- (a) - (d)" not in text and "- no trained arm has ended" in text
