@@ -126,6 +126,10 @@ def run_arm(arm: str, args, out: Path, flags: list[str], ev, tev, timings: Timin
                                        else [])
     if "--collapse_guard" in arm_flags and (out / ANCHOR).exists():
         arm_flags += ["--guard_anchor", str(out / ANCHOR)]  # one anchor for a and a0 (same model, probe, seed)
+    from serl.run.checkpoint import latest_checkpoint
+
+    if arm_state(run_dir)[0] > 0 and latest_checkpoint(run_dir) is None:  # lost with a machine
+        set_aside(arm, out, args.items)
     while True:
         step, used, stopped = arm_state(run_dir)
         done = step >= args.steps or used >= args.max_minutes or stopped
@@ -162,6 +166,40 @@ def run_arm(arm: str, args, out: Path, flags: list[str], ev, tev, timings: Timin
     log(f"arm {arm}: done at step {step} ({used:.1f} training minutes{', the guard stopped it' if stopped else ''})")
 
 
+def restore(items: Path, out: Path) -> None:
+    """A new --out (the last machine's is gone) starts from what the repository kept: the setup,
+    timings, evaluations and training metrics, so finished arms and evaluations are not redone
+    and the kept files are added to, never overwritten with less. An arm without a checkpoint
+    here starts again."""
+    if (out / "setup.json").exists() or not (items / "setup.json").exists():
+        return
+    log(f"{out}: new; restoring the kept setup, timings, evaluations and metrics from {items}")
+    (out / "eval").mkdir(parents=True, exist_ok=True)
+    for src in [items / "setup.json", items / "timings.json", *(items / "eval").glob("*.json"),
+                *items.glob("arm_*/metrics.jsonl")]:
+        dest = out / src.relative_to(items)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, dest)
+
+
+def set_aside(arm: str, out: Path, items: Path) -> None:
+    """Rename an arm's evaluations and metrics to ``{arm}-lostN`` (in --out and in the kept items)
+    before the arm starts again, so the new run's curve never mixes with the lost one's."""
+    n = 1
+    while (items / f"arm_{arm}-lost{n}").exists():
+        n += 1
+    for root in (out, items):
+        for res in (root / "eval").glob(f"{arm}_[0-9]*.json"):
+            res.rename(res.with_name(f"{arm}-lost{n}_{res.name[len(arm) + 1:]}"))
+        if (root / f"arm_{arm}" / "metrics.jsonl").exists():
+            (root / f"arm_{arm}-lost{n}").mkdir(exist_ok=True)
+            (root / f"arm_{arm}" / "metrics.jsonl").rename(root / f"arm_{arm}-lost{n}" / "metrics.jsonl")
+            if root == items and not any((items / f"arm_{arm}").iterdir()):
+                (items / f"arm_{arm}").rmdir()
+    log(f"arm {arm}: its run directory has no checkpoint (lost with a machine?); its earlier points are kept "
+        f"as {arm}-lost{n}_*, and it starts again")
+
+
 def eval_latest(arm: str, out: Path, ev, timings: Timings, base: str) -> None:
     """Held-out greedy of ``arm``'s newest complete checkpoint (no serl process may be training it)."""
     from serl.run.checkpoint import latest_checkpoint
@@ -189,8 +227,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, help="the run's directory (run directories, evaluations); put it "
                     "outside the checkout, e.g. ../runs/decide")
-    ap.add_argument("--items", type=Path, default=HERE / "items" / "decide",
-                    help="where per-problem results, metrics, setup and timings are kept (in the repository)")
+    ap.add_argument("--items", type=Path, default=None,
+                    help="where per-problem results, metrics, setup and timings are kept (in the repository; "
+                    "default items/decide; with --smoke, OUT/items: a smoke run's numbers are not results)")
     ap.add_argument("--arms", default="c,a,a0", help="training arms, in order (d is always evaluated first)")
     ap.add_argument("--resume", action="store_true", help="continue an existing --out")
     ap.add_argument("--smoke", action="store_true", help="SmolLM2 and tiny sizes: proves the pipeline only")
@@ -200,6 +239,7 @@ def main(argv=None) -> int:
                     "point before a session's stop, for a run stopped between its --eval_every points")
     args = ap.parse_args(argv)
     sizes = SMOKE if args.smoke else FULL
+    args.items = args.items or (Path(args.out) / "items" if args.smoke else HERE / "items" / "decide")
     for key, v in sizes.items():
         setattr(args, key, v)
     args.model = "smollm2" if args.smoke else "qwen2.5-coder-0.5b"
@@ -212,6 +252,7 @@ def main(argv=None) -> int:
         sys.exit(f"{out} exists; add --resume to continue it, or choose another --out")
     from tasks import write_task_files
 
+    restore(args.items, out)
     files = write_task_files(TASK, out, args.seeds, args.heldout, args.transfer)
     args.seeds_path = files["seeds"]
     from serl.config.parser import parse_args
