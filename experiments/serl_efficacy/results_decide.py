@@ -20,6 +20,7 @@ from results import delta, finish, pct, rate, share_of_gain, train_panels, train
 from results_task import both_finished, fin_acc, fin_delta, finished, gain_kinds  # noqa: E402
 
 from serl.eval.stats import paired_bootstrap  # noqa: E402
+from serl.run.hooks import BUDGET_KEY  # noqa: E402
 
 NAMES = {"c": "seed labels", "a": "SeRL, guard acting", "a0": "SeRL, guard watching", "d": "no training"}
 TARGET_C, TARGET_A, TARGET_SHARE, TARGET_LO = 8.0, 4.0, 0.5, -2.0
@@ -72,8 +73,10 @@ def report(items: Path) -> str:
               "| arm | step | training min | machine | pass@1 % | vs d (paired 95% CI, McNemar) | cut % | boxed % | "
               "right among finished | guard agreement |", "|---" * 10 + "|"]
     for a in arms:
-        used = {e["step"]: e["minutes_used"] for e in timings["train"].get(a, [])}
-        g = {r["step"]: r["guard/agreement"] for r in train_rows(items / f"arm_{a}") if "guard/agreement" in r}
+        rows = train_rows(items / f"arm_{a}")  # a segment cut by a stop has no timing; its metrics count
+        used = {r["step"]: r[BUDGET_KEY] for r in rows if BUDGET_KEY in r}
+        used.update({e["step"]: e["minutes_used"] for e in timings["train"].get(a, [])})
+        g = {r["step"]: r["guard/agreement"] for r in rows if "guard/agreement" in r}
         for r in points(ev, a):
             b = base_for(ev, r)
             near = max((st for st in g if st <= r["step"]), default=None)
