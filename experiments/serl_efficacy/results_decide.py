@@ -109,12 +109,13 @@ def report(items: Path) -> str:
     lines += ["", "## Wall time", ""]
     for a in arms:
         tr = timings["train"].get(a, [])
+        last = ([r for r in train_rows(items / f"arm_{a}") if BUDGET_KEY in r] or [None])[-1]
         evs = [e for t, es in timings["eval"].items() if t.startswith(f"{a}_") for e in es]
         # a segment that a session's stop killed never wrote its timing; the metrics count its steps
         lines.append(f"- arm {a}: {len(tr)} training segments that ran to their end, {sum(e['wall_s'] for e in tr) / 3600:.2f} h "
                      f"of `serl train` wall time (segments cut by a stop are not timed); "
-                     f"{tr[-1]['minutes_used'] if tr else 0:.1f} min of training steps to step "
-                     f"{tr[-1]['step'] if tr else 0}; evaluations {sum(sum(v for k, v in e.items() if k.endswith('_s')) for e in evs) / 60:.0f} min")
+                     f"{last[BUDGET_KEY] if last else 0:.1f} min of training steps to step "
+                     f"{last['step'] if last else 0}; evaluations {sum(sum(v for k, v in e.items() if k.endswith('_s')) for e in evs) / 60:.0f} min")
     text = "\n".join(lines) + "\n"
     (items / "results.md").write_text(text)
     plot(items, ev, arms)
