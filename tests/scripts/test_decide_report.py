@@ -2,23 +2,14 @@
 each evaluation is paired with arm d on its own kind of machine, and the targets are read off
 numbers worked out by hand."""
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-EXP = ROOT / "experiments/serl_efficacy"
-
 
 @pytest.fixture()
-def results_decide():
-    sys.path.insert(0, str(EXP))
-    try:
-        import results_decide
-        yield results_decide
-    finally:
-        sys.path.remove(str(EXP))
+def results_decide(experiment):
+    return experiment("results_decide")
 
 
 def ev(tag, step, correct, machine, truncated=None, k=0):

@@ -2,22 +2,13 @@
 from the kept items, and an arm whose checkpoints were lost starts again with its old points
 set apart, never mixed into the new curve."""
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-EXP = Path(__file__).resolve().parents[2] / "experiments/serl_efficacy"
-
-
 @pytest.fixture()
-def decide():
-    sys.path.insert(0, str(EXP))
-    try:
-        import decide
-        yield decide
-    finally:
-        sys.path.remove(str(EXP))
+def decide(experiment):
+    return experiment("decide")
 
 
 def _kept(items: Path) -> None:

@@ -14,13 +14,8 @@ from test_lora import _batch, _cfg, _tiny  # noqa: E402
 
 
 @pytest.fixture()
-def run_mod():
-    sys.path.insert(0, str(ROOT / "experiments/serl_efficacy"))
-    try:
-        import run
-        yield run
-    finally:
-        sys.path.remove(str(ROOT / "experiments/serl_efficacy"))
+def run_mod(experiment):
+    return experiment("run")
 
 
 def _weights(path):
