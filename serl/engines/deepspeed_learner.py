@@ -50,7 +50,7 @@ from torch import Tensor
 from serl.engines.learner_core import (LearnerConfig, LearnerCore, Scorer, announce_attention, learner_attention,
     lr_multiplier)
 from serl.engines.micro import Micro
-from serl.engines.torch_learner import tokenizer_for_save
+from serl.models.resolve import tokenizer_for_save
 
 log = logging.getLogger(__name__)
 

@@ -278,8 +278,7 @@ def merge_saved_adapter(adapter_dir: str | Path, base: str, dest: str | Path) ->
     evaluated mid-run)."""
     from safetensors.torch import load_file
 
-    from serl.engines.torch_learner import tokenizer_for_save
-    from serl.models.resolve import load_causal_lm
+    from serl.models.resolve import load_causal_lm, tokenizer_for_save
 
     src = Path(adapter_dir)
     cfg = json.loads((src / "adapter_config.json").read_text())

@@ -37,22 +37,11 @@ from torch import Tensor
 from serl.engines.learner_core import (LearnerConfig, LearnerCore, Scorer, announce_attention,
                                        learner_attention, lr_multiplier)
 from serl.engines.master_weights import MasterWeights, cast_parameters
+from serl.models.resolve import tokenizer_for_save
 
 log = logging.getLogger(__name__)
 
 STATE_FILE = "learner_state.pt"
-
-
-def tokenizer_for_save(tokenizer, model_path: str):
-    """The tokenizer to save beside a policy: the one given, else the model's own, else none."""
-    if tokenizer is not None:
-        return tokenizer
-    try:
-        from transformers import AutoTokenizer
-        return AutoTokenizer.from_pretrained(model_path)
-    except Exception as e:  # a model dir without tokenizer files is still valid
-        log.info("no tokenizer saved with the policy: %s", e)
-        return None
 
 
 class TorchLearner(LearnerCore):

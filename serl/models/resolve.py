@@ -174,3 +174,15 @@ def load_causal_lm(path: str, dtype=None, attn_implementation: str | None = None
 
     kw = {"attn_implementation": attn_implementation} if attn_implementation else {}
     return AutoModelForCausalLM.from_pretrained(path, dtype=dtype or torch.float32, **kw)
+
+
+def tokenizer_for_save(tokenizer, model_path: str):
+    """The tokenizer to save beside a policy: the one given, else the model's own, else none."""
+    if tokenizer is not None:
+        return tokenizer
+    try:
+        from transformers import AutoTokenizer
+        return AutoTokenizer.from_pretrained(model_path)
+    except Exception as e:  # a model dir without tokenizer files is still valid
+        log.info("no tokenizer saved with the policy: %s", e)
+        return None
