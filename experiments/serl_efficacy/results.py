@@ -186,13 +186,13 @@ def plot(out: Path, base: dict, curve: dict, arms: list[str]) -> None:
     finish(fig, axes, out)
 
 
-def train_panels(out: Path, arms: list[str], panels) -> None:
+def train_panels(out: Path, arms: list[str], panels, colors: dict | None = None) -> None:
     """One training metric per (axis, key, title), a line per arm, from its metrics.jsonl."""
     for ax, key, title in panels:
         for a in arms:
             pts = [(r["step"], r[key]) for r in train_rows(out / f"arm_{a}") if key in r]
             if pts:
-                ax.plot(*zip(*pts), marker=".", label=f"arm {a}")
+                ax.plot(*zip(*pts), marker=".", label=f"arm {a}", color=(colors or {}).get(a))
         ax.set(title=title, xlabel="step")
 
 

@@ -162,33 +162,48 @@ def guard_lines(items: Path, arms: list[str]) -> list[str]:
     return out or ["- no guarded arm has run yet"]
 
 
+COLORS = {"c": "C0", "a": "C1", "a0": "C2"}
+
+
 def plot(items: Path, ev: dict, arms: list[str]) -> None:
+    """Each evaluation as a change against d on its own machine kind, so points from two machines share an axis."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(15, 8), layout="constrained")
     axes = fig.subplots(2, 3).ravel()
-    views = [(lambda r: sum(r["correct_number"]) / r["n"], "held-out pass@1"),
-             (lambda r: sum(finished(r)[1]) / max(1, sum(finished(r)[0])), "accuracy among finished answers"),
-             (lambda r: sum(r["truncated"]) / r["n"], "share cut at the limit")]
-    for ax, (fn, title) in zip(axes, views):
-        for a in arms:
-            rs = points(ev, a)
-            ax.plot([r["step"] for r in rs], [100 * fn(r) for r in rs], marker="o", label=f"arm {a}")
-        for t, r in ev.items():
-            if t.startswith("d_") and not t.endswith("_svamp"):
-                ax.axhline(100 * fn(r), color="grey", ls=":", label=f"d ({t[2:]})")
-        ax.set(title=title, xlabel="step", ylabel="%")
+    acc = lambda r: sum(finished(r)[1]) / max(1, sum(finished(r)[0]))  # noqa: E731
+    for a in arms:
+        rs = [(r, b) for r in points(ev, a) if (b := base_for(ev, r))]
+        if not rs:
+            continue
+        b = rs[0][1]
+        rs = [(b, b)] + rs  # step 0 is the untrained policy, which is arm d itself
+        steps = [0] + [r["step"] for r, _ in rs[1:]]
+        ci = [(0.0, 0.0, 0.0)] + [pts(b["correct_number"], r["correct_number"]) for r, b in rs[1:]]
+        axes[0].errorbar(steps, [d for d, _, _ in ci], yerr=[[d - lo for d, lo, _ in ci], [hi - d for d, _, hi in ci]],
+                         marker="o", capsize=3, color=COLORS[a], label=f"arm {a}")
+        axes[1].plot(steps, [100 * (acc(r) - acc(b)) for r, b in rs], marker="o", color=COLORS[a], label=f"arm {a}")
+        axes[2].plot(steps, [100 * (sum(r["truncated"]) - sum(b["truncated"])) / r["n"] for r, b in rs],
+                     marker="o", color=COLORS[a], label=f"arm {a}")
+    axes[0].axhline(TARGET_C, color="C0", ls=":", lw=0.8, label=f"target (c): +{TARGET_C:g}")
+    axes[0].axhline(TARGET_A, color="C1", ls=":", lw=0.8, label=f"target (a): +{TARGET_A:g}")
+    for ax, title in zip(axes[:3], ("held-out pass@1 (95% paired CI)", "accuracy among finished answers",
+                                    "share cut at the limit")):
+        ax.axhline(0, color="grey", lw=0.8)
+        ax.set(title=f"{title}: arm - d, same machine", xlabel="step", ylabel="points")
     ax = axes[3]
     for a in arms:
         rows = [r for r in train_rows(items / f"arm_{a}") if "guard/agreement" in r]
         if rows:
-            ax.plot([r["step"] for r in rows], [r["guard/agreement"] for r in rows], marker=".", label=f"arm {a}")
+            ax.plot([r["step"] for r in rows], [r["guard/agreement"] for r in rows], marker=".", color=COLORS[a],
+                    label=f"arm {a}")
             for r in rows:
                 if r.get("guard/action"):
-                    ax.axvline(r["step"], ls="--", lw=0.8)
+                    ax.axvline(r["step"], ls="--", lw=0.8, color=COLORS[a],
+                               label=f"arm {a} guard acted, kept step {r.get('guard/best_step')}")
     ax.set(title="guard: agreement with the untrained vote", xlabel="step")
     train_panels(items, arms, ((axes[4], "reward/mean", "training reward"),
-                               (axes[5], "filter/difficulty/too_easy", "groups dropped as too easy")))
+                               (axes[5], "filter/difficulty/too_easy", "groups dropped as too easy")), COLORS)
     finish(fig, axes, items)
 
 
