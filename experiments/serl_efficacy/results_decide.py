@@ -41,6 +41,17 @@ def base_for(ev: dict, r: dict, svamp: bool = False) -> dict | None:
     return ev.get(f"d_{r.get('machine', '')}{'_svamp' if svamp else ''}")
 
 
+def stopped_at(items: Path, arm: str) -> dict[int, int]:
+    """{step the guard stopped the run at: the step whose policy it kept}: that step's evaluation
+    is of the kept policy (the run's final model), not of the last update."""
+    return {r["step"]: int(r["guard/best_step"]) for r in train_rows(items / f"arm_{arm}")
+            if r.get("guard/action") == 2}
+
+
+def label(step: int, stops: dict[int, int]) -> str:
+    return f"{step} (guard stop: step {stops[step]}'s policy)" if step in stops else str(step)
+
+
 def pts(base: list, other: list) -> tuple[float, float, float]:
     d, lo, hi = paired_bootstrap(base, other)
     return 100 * d, 100 * lo, 100 * hi
@@ -77,10 +88,11 @@ def report(items: Path) -> str:
         used = {r["step"]: r[BUDGET_KEY] for r in rows if BUDGET_KEY in r}
         used.update({e["step"]: e["minutes_used"] for e in timings["train"].get(a, [])})
         g = {r["step"]: r["guard/agreement"] for r in rows if "guard/agreement" in r}
+        stops = stopped_at(items, a)
         for r in points(ev, a):
             b = base_for(ev, r)
             near = max((st for st in g if st <= r["step"]), default=None)
-            lines.append(f"| {a} | {r['step']} | {used.get(r['step'], float('nan')):.1f} | {r.get('machine', '?')} | "
+            lines.append(f"| {a} | {label(r['step'], stops)} | {used.get(r['step'], float('nan')):.1f} | {r.get('machine', '?')} | "
                          f"{pct(rate(r['correct_number']))} | {delta(b['correct_number'], r['correct_number']) if b else '-'} | "
                          f"{100 * sum(r['truncated']) / r['n']:.1f} | {100 * sum(r['boxed']) / r['n']:.1f} | {fin_acc(r)} | "
                          f"{'-' if near is None else f'{g[near]:.3f} (step {near})'} |")
@@ -96,7 +108,8 @@ def report(items: Path) -> str:
             lines.append(f"| {a} | {r['step']} | no arm d on {r.get('machine')} yet |" + " |" * 8)
             continue
         maj = (delta(b["maj_number"], r["maj_number"]) if "maj_number" in r and "maj_number" in b else "-")
-        step = f"{r['step']}{'' if a in ends or a not in latest else ' (running)'}"
+        stops = stopped_at(items, a) if a in latest else {}
+        step = f"{label(r['step'], stops)}{'' if a in ends or a not in latest else ' (running)'}"
         lines.append(f"| {a} | {step} | {delta(b['correct_number'], r['correct_number'])} | {gain_kinds(b, r)} | "
                      f"{delta(b['truncated'], r['truncated'], p=False)} | {delta(b['boxed'], r['boxed'], p=False)} | "
                      f"{fin_delta(b, r)[0]} | {both_finished(b, r)} | {maj} | "
@@ -182,6 +195,10 @@ def plot(items: Path, ev: dict, arms: list[str]) -> None:
         ci = [(0.0, 0.0, 0.0)] + [pts(b["correct_number"], r["correct_number"]) for r, b in rs[1:]]
         axes[0].errorbar(steps, [d for d, _, _ in ci], yerr=[[d - lo for d, lo, _ in ci], [hi - d for d, _, hi in ci]],
                          marker="o", capsize=3, color=COLORS[a], label=f"arm {a}")
+        for st, kept in stopped_at(items, a).items():  # that point's weights are an earlier step's
+            if st in steps:
+                axes[0].annotate(f"guard stop:\nstep {kept}'s policy", (st, ci[steps.index(st)][0]),
+                                 textcoords="offset points", xytext=(6, -24), fontsize=8, color=COLORS[a])
         axes[1].plot(steps, [100 * (acc(r) - acc(b)) for r, b in rs], marker="o", color=COLORS[a], label=f"arm {a}")
         axes[2].plot(steps, [100 * (sum(r["truncated"]) - sum(b["truncated"])) / r["n"] for r, b in rs],
                      marker="o", color=COLORS[a], label=f"arm {a}")
