@@ -3,6 +3,7 @@
     python experiments/serl_efficacy/decide.py --out ../runs/decide            # start
     python experiments/serl_efficacy/decide.py --out ../runs/decide --resume   # after any stop
     python experiments/serl_efficacy/decide.py --out ../runs/decide --resume --eval_latest a  # a stopped arm, now
+    python experiments/serl_efficacy/decide.py --out ../runs/decide --resume --eval_latest a --eval_step 51
     python experiments/serl_efficacy/decide.py --smoke --out runs/decide_smoke # SmolLM2, minutes
     python experiments/serl_efficacy/results_decide.py experiments/serl_efficacy/items/decide
 
@@ -200,8 +201,9 @@ def set_aside(arm: str, out: Path, items: Path) -> None:
         f"as {arm}-lost{n}_*, and it starts again")
 
 
-def eval_latest(arm: str, out: Path, ev, timings: Timings, base: str) -> None:
-    """Held-out greedy of ``arm``'s newest complete checkpoint (no serl process may be training it)."""
+def eval_latest(arm: str, out: Path, ev, timings: Timings, base: str, step: int = 0) -> None:
+    """Held-out greedy of ``arm``'s newest complete checkpoint, or of ``step``'s (no serl process
+    may be training it)."""
     from serl.run.checkpoint import latest_checkpoint
 
     run_dir = out / f"arm_{arm}"
@@ -216,7 +218,10 @@ def eval_latest(arm: str, out: Path, ev, timings: Timings, base: str) -> None:
         sys.exit(f"--eval_latest {arm}: {e}")
     dest = out / "policies" / f"{arm}_latest"
     shutil.rmtree(dest, ignore_errors=True)
-    step = snapshot(run_dir, dest, base)
+    try:
+        step = snapshot(run_dir, dest, base, step)
+    except FileNotFoundError as e:
+        sys.exit(f"--eval_latest {arm} --eval_step {step}: {e}")
     check_eval_settings(run_dir, ev.cfg)
     evaluate(ev, f"{arm}_{step:03d}", str(dest), step, 0, timings)
     shutil.rmtree(dest)
@@ -237,7 +242,12 @@ def main(argv=None) -> int:
     ap.add_argument("--eval_latest", default="", metavar="ARM",
                     help="evaluate ARM's newest checkpoint now (held-out greedy), keep it, and exit: an extra curve "
                     "point before a session's stop, for a run stopped between its --eval_every points")
+    ap.add_argument("--eval_step", type=int, default=0, metavar="STEP",
+                    help="with --eval_latest: that step's checkpoint instead of the newest (one the run still keeps, "
+                    "e.g. the last update before the guard stopped the run and reloaded an earlier policy)")
     args = ap.parse_args(argv)
+    if args.eval_step and not args.eval_latest:
+        sys.exit("--eval_step needs --eval_latest ARM")
     sizes = SMOKE if args.smoke else FULL
     args.items = args.items or (Path(args.out) / "items" if args.smoke else HERE / "items" / "decide")
     for key, v in sizes.items():
@@ -291,7 +301,7 @@ def main(argv=None) -> int:
     evaluate(tev, f"d_{kind}_svamp", base, 0, 0, timings)
     keep(out, args.items)
     if args.eval_latest:
-        eval_latest(args.eval_latest, out, ev, timings, base)
+        eval_latest(args.eval_latest, out, ev, timings, base, args.eval_step)
         keep(out, args.items)
         arms = []
     for arm in arms:

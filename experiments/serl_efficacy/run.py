@@ -219,19 +219,22 @@ def same_evaluation(args, old_train_flags: str, cfg) -> bool:
     return all(getattr(old, f) == getattr(cfg, f) for f in EVAL_FIELDS)
 
 
-def snapshot(run_dir: Path, dest: Path, base: str) -> int:
-    """The newest checkpoint's policy (weights and tokenizer, no optimizer) in ``dest``; under
-    LoRA merged into ``base``: the segment's own merged model when it is that step's."""
-    from serl.run.checkpoint import latest_checkpoint
+def snapshot(run_dir: Path, dest: Path, base: str, step: int = 0) -> int:
+    """The policy (weights and tokenizer, no optimizer) of the newest checkpoint, or of ``step``'s,
+    in ``dest``; under LoRA merged into ``base``: the segment's own merged model when it is that step's."""
+    from serl.run.checkpoint import DONE, checkpoint_dir, latest_checkpoint
 
-    ckpt = latest_checkpoint(run_dir)
+    newest = latest_checkpoint(run_dir)
+    ckpt = checkpoint_dir(run_dir, step) if step else newest
+    if ckpt is None or not (ckpt / DONE).exists():
+        raise FileNotFoundError(f"{ckpt or run_dir}: no complete checkpoint to evaluate")
     tmp = dest.with_name(dest.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     merged = run_dir / "model_merged"
     # the merged model is the step of the segment that wrote it; a later checkpoint (a run
-    # stopped mid-segment, or evaluated while it runs) is merged here from its adapter
-    newest = lambda d: max((f.stat().st_mtime for f in d.iterdir()), default=0.0)  # noqa: E731
-    if merged.is_dir() and newest(merged) >= newest(ckpt):
+    # stopped mid-segment, or evaluated while it runs) or an earlier one is merged here from its adapter
+    mtime = lambda d: max((f.stat().st_mtime for f in d.iterdir()), default=0.0)  # noqa: E731
+    if ckpt == newest and merged.is_dir() and mtime(merged) >= mtime(ckpt):
         shutil.copytree(merged, tmp)
     elif (ckpt / "policy" / "adapter_config.json").exists():
         from serl.engines.lora import merge_saved_adapter

@@ -1,6 +1,7 @@
 """The policy an experiment evaluates (experiments/serl_efficacy/run.py ``snapshot``): the
 segment's merged model when it is the newest checkpoint's step, else that checkpoint's adapter
-merged here (a run stopped between its evaluation points), never an older merged model."""
+merged here (a run stopped between its evaluation points), never an older merged model; an
+earlier checkpoint (``step``) is always merged from its own adapter, never from a newer merged model."""
 import os
 import sys
 from pathlib import Path
@@ -48,3 +49,9 @@ def test_snapshot_merges_a_checkpoint_newer_than_the_merged_model(tmp_path, run_
     assert all(torch.equal(got[k], v) for k, v in ln.named_weights())
     assert not torch.equal(got["model.layers.0.self_attn.q_proj.weight"], at_1["model.layers.0.self_attn.q_proj.weight"])
     assert (tmp_path / "s2" / "STEP").read_text() == "2\n"
+
+    ln.export_hf(str(run_dir / "model_merged"))  # a later segment's merged model (step 2)
+    assert run_mod.snapshot(run_dir, tmp_path / "s3", base, step=1) == 1
+    assert all(torch.equal(_weights(tmp_path / "s3")[k], v) for k, v in at_1.items())
+    with pytest.raises(FileNotFoundError, match="step_000007"):
+        run_mod.snapshot(run_dir, tmp_path / "s4", base, step=7)
