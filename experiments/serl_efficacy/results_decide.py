@@ -91,7 +91,8 @@ def report(items: Path) -> str:
         stops = stopped_at(items, a)
         for r in points(ev, a):
             b = base_for(ev, r)
-            near = max((st for st in g if st <= r["step"]), default=None)
+            # a guard stop's point is the kept step's policy: show that step's probe reading
+            near = stops.get(r["step"]) or max((st for st in g if st <= r["step"]), default=None)
             lines.append(f"| {a} | {label(r['step'], stops)} | {used.get(r['step'], float('nan')):.1f} | {r.get('machine', '?')} | "
                          f"{pct(rate(r['correct_number']))} | {delta(b['correct_number'], r['correct_number']) if b else '-'} | "
                          f"{100 * sum(r['truncated']) / r['n']:.1f} | {100 * sum(r['boxed']) / r['n']:.1f} | {fin_acc(r)} | "
@@ -152,7 +153,8 @@ def targets(ev: dict, ends: dict) -> list[str]:
                            dc=bc["correct_number"])
         out.append("- (a)'s share of (c)'s gain: " + ("undefined, (c) did not gain" if sh is None else
                    f"{100 * sh[0]:.0f}% [{100 * sh[1]:.0f}%, {100 * sh[2]:.0f}%], target >= 50%: "
-                   f"{ok(sh[0] >= TARGET_SHARE)}"))
+                   f"{ok(sh[0] >= TARGET_SHARE)}" + ("; not informative: (c)'s own gain is not above 0, so "
+                                                    "the share's interval is unbounded" if gains["c"][1] <= 0 else "")))
     if "a" in ends and (sv := ev.get(f"{ends['a']['tag']}_svamp")) and (sb := base_for(ev, ends["a"], True)):
         d, lo, hi = pts(sb["correct_number"], sv["correct_number"])
         out.append(f"- SVAMP (a) - (d) = {d:+.1f} [{lo:+.1f}, {hi:+.1f}], lower bound target >= {TARGET_LO:g}: "
