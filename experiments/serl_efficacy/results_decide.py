@@ -92,7 +92,7 @@ def report(items: Path) -> str:
         for r in points(ev, a):
             b = base_for(ev, r)
             # a guard stop's point is the kept step's policy: show that step's probe reading
-            near = stops.get(r["step"]) or max((st for st in g if st <= r["step"]), default=None)
+            near = stops[r["step"]] if r["step"] in stops else max((st for st in g if st <= r["step"]), default=None)
             lines.append(f"| {a} | {label(r['step'], stops)} | {used.get(r['step'], float('nan')):.1f} | {r.get('machine', '?')} | "
                          f"{pct(rate(r['correct_number']))} | {delta(b['correct_number'], r['correct_number']) if b else '-'} | "
                          f"{100 * sum(r['truncated']) / r['n']:.1f} | {100 * sum(r['boxed']) / r['n']:.1f} | {fin_acc(r)} | "
