@@ -1,4 +1,4 @@
-"""The `serl` command: train | instruct | eval | serve-reward | report."""
+"""The `serl` command: train | instruct | eval | serve-reward | report | info."""
 from __future__ import annotations
 
 import importlib
@@ -10,6 +10,7 @@ COMMANDS = {
     "eval": ("serl.eval.cli", "cli_main", "evaluate a model on math benchmarks, MMLU-Pro or games"),
     "serve-reward": ("serl.rewards.server", "cli_main", "serve rewards over HTTP (OpenRLHF protocol)"),
     "report": ("serl.report.write", "cli_main", "plots and a summary of a run directory"),
+    "info": ("serl.engines.info", "cli_main", "this machine, its precision choice and the stack (for bug reports)"),
 }
 
 

@@ -61,10 +61,12 @@ ANCHOR = "guard_anchor.jsonl"
 
 
 def machine_kind() -> str:
-    """intel-amx, amd-noamx, ...: what decides whether two greedy evaluations can be paired."""
+    """intel-amx, amd-noamx (AVX-512), amd-avx2, ...: what decides whether two greedy evaluations can be
+    paired (the kernels, and the precision --bf16/--generator_dtype auto picks: fp32 on AVX2-only CPUs)."""
     info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
     vendor = "intel" if "GenuineIntel" in info else "amd" if "AuthenticAMD" in info else "other"
-    return f"{vendor}-{'amx' if ' amx_bf16' in info else 'noamx'}"
+    kind = "amx" if " amx_bf16" in info else "noamx" if " avx512f" in info else "avx2"
+    return f"{vendor}-{kind}"
 
 
 def arm_state(run_dir: Path) -> tuple[int, float, bool]:

@@ -115,7 +115,7 @@ def train_flags(args) -> list[str]:
             "--max_refill_rounds", str(args.refill), "--reward_difficulty_bounds", "0.2", "0.8",
             "--advantage_estimator", "reinforce", "--init_kl_coef", "1e-4",
             "--actor_learning_rate", str(args.lr), "--lr_warmup_ratio", "0", "--min_lr_ratio", "1.0",
-            "--micro_train_batch_size", "8", "--bf16", "true", *(TASK_FLAGS if task else []),
+            "--micro_train_batch_size", "8", "--bf16", "auto", *(TASK_FLAGS if task else []),
             *shlex.split(args.train_flags)]
 
 

@@ -46,7 +46,7 @@ FULL = ["--steps", "10", "--rollout_batch_size", "8", "--n_samples_per_prompt", 
         "--grounding_samples", "4", "--max_refill_rounds", "2", "--compact_prompts", "true",
         "--questioner_temperature", "0.7", "--few_shot_questioner", "false",
         "--questioner_max_len", "128", "--generate_max_len", "128", "--verifier_max_len", "48",
-        "--prompt_max_len", "1024", "--actor_learning_rate", "2e-5", "--temperature", "1.0", "--bf16", "true",
+        "--prompt_max_len", "1024", "--actor_learning_rate", "2e-5", "--temperature", "1.0", "--bf16", "auto",
         "--eval_qa_limit", "0", "--eval_verify_limit", "0", "--eval_questioner_limit", "20"]
 SMOKE = ["--steps", "2", "--rollout_batch_size", "2", "--n_samples_per_prompt", "2", "--verifier_samples", "2",
          "--grounding_samples", "1", "--max_refill_rounds", "1", "--compact_prompts", "true",

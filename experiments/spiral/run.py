@@ -84,7 +84,8 @@ def parse(argv=None) -> argparse.Namespace:
         if name != "generate_max_len":
             p.add_argument(f"--{name}", type=type(value), default=value)
     p.add_argument("--lr", type=float, default=1e-5 if plan == "round1" else stronger.LR)
-    p.add_argument("--bf16", default="true", choices=("true", "false"), help="bf16 autocast in the learner")
+    p.add_argument("--bf16", default="auto", choices=("auto", "true", "false"),
+                   help="bf16 in the learner: auto (where the CPU computes it natively, else fp32), true, false")
     p.add_argument("--generator", default="auto", help="auto (vLLM when installed), vllm or hf")
     p.add_argument("--generate_max_len", type=int, default=FULL["generate_max_len"] if plan == "round1" else 0,
                    help="new tokens per move (stronger plan: 0 = the probe's choice)")

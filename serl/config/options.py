@@ -12,8 +12,9 @@ from typing import ClassVar
 from serl.errors import ConfigError
 
 
-def _f(default, doc: str, aliases: tuple[str, ...] = (), choices: tuple | None = None, **kw):
-    md = {"help": doc, "aliases": aliases, "choices": choices}
+def _f(default, doc: str, aliases: tuple[str, ...] = (), choices: tuple | None = None, const=None, **kw):
+    # const: the value of the bare flag (``--bf16`` alone means true, as in OpenRLHF)
+    md = {"help": doc, "aliases": aliases, "choices": choices, "const": const}
     if isinstance(default, list):
         return field(default_factory=lambda d=default: list(d), metadata=md)
     return field(default=default, metadata=md)
@@ -41,7 +42,7 @@ def _own_defaults(cls) -> None:
         md = f.metadata
         annotations[name] = f.type
         setattr(cls, name, _f(value, doc or md.get("help", ""), aliases=md.get("aliases", ()),
-                              choices=md.get("choices")))
+                              choices=md.get("choices"), const=md.get("const")))
     cls.__annotations__ = annotations
 
 
@@ -104,6 +105,9 @@ class TrainConfig:
     # --- generation
     generator: str = _f("auto", "generation engine: auto (vllm if installed), vllm or hf",
                         choices=("auto", "vllm", "hf"))
+    generator_dtype: str = _f("auto", "generator dtype (vLLM or transformers): auto (bfloat16 where the hardware "
+                                      "computes it natively, else float32), bfloat16, float16, float32",
+                              choices=("auto", "bfloat16", "float16", "float32"))
     generate_max_len: int = _f(256, "max new tokens per response")
     show_engine_warnings: bool = _f(False, "print vLLM's own log lines (warnings included) on the terminal; "
                                            "off: they go to RUN_DIR/engine.log")
@@ -131,7 +135,10 @@ class TrainConfig:
     train_batch_size: int = _f(0, "sequences per optimizer step: the rollout is trained in shuffled "
                                   "mini-batches of this size (0 = one step over the whole rollout)")
     micro_rollout_batch_size: int = _f(16, "sequences per log-prob pass during experience making")
-    bf16: bool = _f(False, "bf16 compute in the learner (bf16 weights, fp32 master copy in the optimizer)")
+    bf16: str = _f("auto", "learner precision: auto (bf16 where the hardware computes it natively: AMX or "
+                           "AVX-512-BF16 CPUs, sm_80+ GPUs; else fp32), true (bf16 weights, fp32 master copy in "
+                           "the optimizer), false; bare --bf16 means true", choices=("auto", "true", "false"),
+                    const="true")
     gradient_checkpointing: bool = _f(False, "recompute activations in backward to save memory")
     attn_implementation: str = _f("auto", "learner attention: auto (flash-attn varlen on CUDA with bf16 when "
                                           "installed, else SDPA; CPU unchanged), eager, sdpa, flash_attention_2",
@@ -200,6 +207,12 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         self.recipe = getattr(type(self), "RECIPE", self.recipe)  # a recipe's config knows its name
+        from serl.engines.precision import bf16_setting
+
+        try:  # YAML's true/false and saved configs of older runs (a bool) read as true/false
+            self.bf16 = bf16_setting(self.bf16)
+        except ValueError as e:
+            raise ConfigError(f"bf16: {e}") from None
 
     def validate(self) -> None:
         from serl.config.registry import recipe_names

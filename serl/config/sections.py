@@ -24,7 +24,7 @@ SECTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "math_reward": ("math reward", ("reward_mode", "answer_fallback")),
     "checker": ("math-equivalence checker", ("verify_timeout",)),
     "generation": ("generation", (
-        "generator", "generate_max_len", "prompt_max_len", "temperature", "top_p", "system_prompt",
+        "generator", "generator_dtype", "generate_max_len", "prompt_max_len", "temperature", "top_p", "system_prompt",
         "show_engine_warnings")),
     "advantage": ("advantages", ("advantage_estimator", "gamma")),
     "kl": ("KL to the reference", ("init_kl_coef", "use_kl_loss", "kl_estimator", "kl_clip")),

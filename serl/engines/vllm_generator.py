@@ -37,7 +37,7 @@ class VLLMGenerator:
     raw_logprobs_only = True  # its log-probs are the raw logits' (temperature 1), checked by serl.run.async_frame
 
     def __init__(self, model_path: str, seed: int = 0, max_model_len: int = 2048,
-                 dtype: str = "bfloat16", tensor_parallel_size: int = 1,
+                 dtype: str = "auto", tensor_parallel_size: int = 1,
                  gpu_memory_utilization: float = 0.85, enforce_eager: bool = True,
                  enable_sleep_mode: bool = False, kv_cache_gib: float = 2.0):
         # vLLM's legacy env variable (whole GiB) would override the byte count below, which
@@ -58,9 +58,12 @@ class VLLMGenerator:
         with engine_stderr():
             from vllm import LLM
 
+        from serl.engines.precision import generator_dtype, hardware
+
         self.model_path = model_path
         self.on_cpu = not torch.cuda.is_available()
-        kwargs = dict(model=model_path, dtype=dtype, max_model_len=max_model_len, seed=seed,
+        self.dtype = generator_dtype(dtype, hardware("cpu" if self.on_cpu else "cuda"))  # weight pushes too
+        kwargs = dict(model=model_path, dtype=self.dtype, max_model_len=max_model_len, seed=seed,
                       enforce_eager=enforce_eager, tensor_parallel_size=tensor_parallel_size,
                       worker_extension_cls=WORKER_EXTENSION)
         if self.on_cpu:
@@ -176,9 +179,10 @@ class VLLMGenerator:
         if self._shm is None:
             raise RuntimeError("VLLMGenerator.load_weights after close()")
         if self._mirror is None:
-            self._mirror = SafetensorsMirror(os.path.join(self._shm, "model.safetensors"))
+            self._mirror = SafetensorsMirror(os.path.join(self._shm, "model.safetensors"),
+                                             dtype=getattr(torch, self.dtype))
         # one tensor at a time: under LoRA each merged weight is a new tensor
-        self._mirror.write(_with_tied_head(named_tensors))  # cast to bf16 straight into the mapped file
+        self._mirror.write(_with_tied_head(named_tensors))  # cast to the engine's dtype straight into the mapped file
         t1 = time.perf_counter()
         with self._engine_call():
             # reload_weights, with vLLM's harmless RotaryEmbedding warning dropped (vllm_quirks)

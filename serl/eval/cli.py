@@ -55,6 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="math: answer of a response without \\boxed{}: its last number, or none")
     p.add_argument("--generator", default="auto", choices=("auto", "vllm", "hf"),
                    help="generation engine: vllm when installed (auto), or transformers")
+    p.add_argument("--dtype", default="auto", choices=("auto", "bfloat16", "float16", "float32"),
+                   help="generator dtype: auto (bfloat16 where the hardware computes it natively, else "
+                        "float32; serl.engines.precision)")
     p.add_argument("--batch_size", type=int, default=32, help="HF generator: sequences per forward batch")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
                    help="HF generator: where the model runs (auto: cuda when available)")
@@ -222,6 +225,7 @@ def run(args, generator=None, tokenizer=None) -> dict:
                 os.environ[name] = restore_env[name]
     results = {
         "model": args.model, "model_path": str(model_path), "generator": kind,
+        "dtype": getattr(generator, "dtype", None),
         "date": dt.datetime.now().isoformat(timespec="seconds"), "machine": platform.node(),
         "settings": {key: getattr(args, key) for key in (
             "benchmarks", "limit", "stratified", "mmlu_split", "n_shots", "k", "temperature", "top_p",

@@ -60,8 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="put the list in the chat template (assistant pre-filled with the next number)")
     fmt.add_argument("--raw_format", dest="chat_format", action="store_false",
                      help="raw text continuation of the numbered list")
-    ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="bfloat16",
-                    help="model dtype for generation (bfloat16 is ~3x faster on AMX CPUs)")
+    ap.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto",
+                    help="model dtype for generation: auto (bfloat16 where the CPU computes it natively, "
+                         "AMX or AVX-512-BF16, ~3x faster there; else float32)")
     ap.add_argument("--only_passed", action="store_true", help="write only candidates that passed")
     return ap
 
@@ -130,8 +131,14 @@ def cli_main(argv: list[str] | None = None) -> int:
             pool = PromptPool.create(run_dir, seeds)
         except PoolError as e:
             return _fail(str(e))
+        from serl.engines.precision import generator_dtype, hardware
+
+        on = "cuda" if torch.cuda.is_available() else "cpu"
+        dtype = generator_dtype(args.dtype, hardware(on))
+        logging.getLogger("serl").info("precision: %s; generator in %s (--dtype %s)", hardware(on).summary(),
+                                       dtype, args.dtype)
         gen = HFGenerator(model_path, tok, seed=args.seed, batch_size=cfg.prompts_per_call,
-                          dtype=getattr(torch, args.dtype))
+                          dtype=getattr(torch, dtype))
         si = SelfInstruct(gen, tok, pool, cfg)
         added, metrics = si.propose(args.num, step=1, rng=random.Random(args.seed))
         pool.flush(step=1)

@@ -80,6 +80,10 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None, prepared
     done = newest_step(run_dir) if ckpt else 0
     tok = run_tokenizer(model_path)  # prepare()'s length checks loaded it already
     log.info("recipe %s, model %s, run directory %s", cfg.recipe, model_path, run_dir)
+    from serl.engines.factory import run_precision
+
+    precision = run_precision(cfg)
+    log.info("%s", precision.line())
     if engines is None:
         route_engine_log(cfg, run_dir)
         from serl.engines.factory import build_engines
@@ -91,6 +95,7 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None, prepared
         # only now: bad input never leaves a directory; the lock before any write (serl.run.lock)
         lock = lock_run_dir(run_dir, new=not resume_dir, leftovers=LEFTOVERS)  # engine.log is routed first
         logger = open_metrics(cfg, run_dir, resume_dir, done)
+        note_precision(run_dir, precision, done)
         loop = Loop(cfg, None, None, engines, run_dir, logger, skipped_long=len(getattr(data, "skipped", ())))
         build_loop(loop, plan, data, model_path, tok, probe, eval_set, done, resume_dir is not None)
         loop.restore(ckpt)
@@ -127,6 +132,15 @@ def seed_process(cfg: TrainConfig) -> None:
     import torch
 
     torch.manual_seed(cfg.seed)  # a Ray driver builds no learner that would seed it; its state is saved
+
+
+def note_precision(run_dir: Path, precision, done: int) -> None:
+    """RUN_DIR/precision.json gets this start's choice; a resume that chose differently says so."""
+    from serl.engines.precision import record
+
+    note = record(run_dir, precision, done)
+    if note:
+        log.warning("resume: %s", note)
 
 
 def open_metrics(cfg: TrainConfig, run_dir: Path, resume_dir: Path | None, done: int):

@@ -45,7 +45,8 @@ def main() -> int:
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--kl", action="store_true", help="use the KL loss (needs the reference model)")
     ap.add_argument("--quick", action="store_true", help="one step and an HF export only")
-    ap.add_argument("--bf16", action="store_true", help="bf16 weights (fp32 Adam masters)")
+    ap.add_argument("--bf16", nargs="?", const="true", default="false",
+                    help="bf16 weights (fp32 Adam masters): true, false or auto (where the CPU has native bf16)")
     ap.add_argument("--adam_offload", action="store_true", help="DeepSpeed's CPU Adam")
     ap.add_argument("--grad_ckpt", action="store_true", help="gradient checkpointing")
     ap.add_argument("--lora_rank", type=int, default=0, help="train a LoRA adapter of this rank")
@@ -54,10 +55,11 @@ def main() -> int:
 
     from serl.engines.base import TrainBatch
     from serl.engines.deepspeed_learner import DeepSpeedLearner, DeepSpeedOptions
+    from serl.engines.precision import hardware, learner_bf16
     from serl.engines.torch_learner import LearnerConfig
 
     cfg = LearnerConfig(lr=a.lr, warmup_ratio=0.0, total_steps=10, micro_batch_size=2,
-                        kl_loss_coef=0.1 if a.kl else 0.0, seed=0, bf16=a.bf16,
+                        kl_loss_coef=0.1 if a.kl else 0.0, seed=0, bf16=learner_bf16(a.bf16, hardware("cpu")),
                         grad_checkpointing=a.grad_ckpt, lora_rank=a.lora_rank,
                         share_prompts=a.share_prompts)
     ln = DeepSpeedLearner(a.model, cfg, need_ref=a.kl,
