@@ -23,7 +23,7 @@ def test_yaml_then_flags_override(tmp_path):
 @pytest.mark.parametrize("yaml_text,needle", [
     ("stepz: 3\n", "unknown option 'stepz'"),
     ("steps: many\n", "option 'steps': expected int"),
-    ("bf16: maybe\n", "option 'bf16': expected bool"),
+    ("bf16: maybe\n", "option 'bf16': expected one of auto, true, false, got 'maybe'"),
     ("- a\n- b\n", "expected a mapping"),
     ("steps: 3\n  bad: 1\n", "c.yaml:2: not valid YAML (mapping values are not allowed here)"),
     ("steps: 3\nmodel: 'smol\nseed: 1\n", "c.yaml:4: not valid YAML (found unexpected end of stream, "
@@ -94,3 +94,30 @@ def test_help_prints_for_every_recipe(recipe, capsys):
     with pytest.raises(SystemExit) as e:
         parse_args(["--recipe", recipe, "--help"])
     assert e.value.code == 0 and "--vllm_enforce_eager" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv,yaml_text,want", [
+    ([], "", "auto"),  # the default follows the machine (serl.engines.precision)
+    (["--bf16"], "", "true"),  # OpenRLHF's bare flag
+    (["--no_bf16"], "", "false"),
+    (["--bf16", "Auto"], "", "auto"),
+    (["--bf16", "0"], "", "false"),
+    ([], "bf16: true\n", "true"),  # the YAML of older configs (and the seeds' templates)
+    ([], "bf16: no\n", "false"),
+    (["--bf16", "false"], "bf16: true\n", "false"),
+])
+def test_bf16_is_auto_true_or_false(tmp_path, argv, yaml_text, want):
+    extra = []
+    if yaml_text:
+        (tmp_path / "c.yaml").write_text(yaml_text)
+        extra = ["--config", str(tmp_path / "c.yaml")]
+    cfg, _ = parse_args(extra + argv)
+    assert cfg.bf16 == want and cfg.generator_dtype == "auto"
+
+
+def test_a_saved_config_of_an_older_run_reads_its_bool():
+    from serl.config.options import config_from_dict
+
+    assert config_from_dict({"recipe": "serl", "bf16": True}).bf16 == "true"
+    with pytest.raises(ConfigError, match="bf16: expected auto, true or false"):
+        config_from_dict({"recipe": "serl", "bf16": "sometimes"})

@@ -37,6 +37,14 @@ def _coerce(value, typ, where: str):
         raise ConfigError(f"{where}: expected {typ.__name__}, got {value!r}") from None
 
 
+def yes_no(v) -> str:
+    """A word of a true/false/auto option (``--bf16``): YAML's booleans and yes/no/1/0/on/off as true/false."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    s = str(v).strip().lower()
+    return {"1": "true", "yes": "true", "on": "true", "0": "false", "no": "false", "off": "false"}.get(s, s)
+
+
 def _read_yaml(path: str) -> tuple[Path, dict]:
     p, data, _ = _read_yaml_text(path)
     return p, data
@@ -146,6 +154,11 @@ def load_yaml(path: str, cls=None, saved: bool = False) -> dict:
                 raise ConfigError(f"{p}: option '{k}' {e}") from None
             continue
         out[key] = _coerce(v, _type_of(cls, names[key]), f"{p}: option '{k}'")
+        if names[key].metadata.get("const") is not None:  # true/false/auto options (bf16): YAML's booleans too
+            out[key] = yes_no(v)
+            if out[key] not in names[key].metadata["choices"]:
+                raise ConfigError(f"{p}: option '{k}': expected one of "
+                                  f"{', '.join(names[key].metadata['choices'])}, got {v!r}")
         if key in unused and out[key] != _default(names[key]):
             raise ConfigError(f"{p}: option '{k}' {refusal(recipe, unused[key])}")
     return out

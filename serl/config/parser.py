@@ -8,7 +8,7 @@ import dataclasses
 import json
 import sys
 
-from serl.config.files import _coerce, _read_yaml, _recipe_of, _type_of, _wandb_flag, load_yaml
+from serl.config.files import _coerce, _read_yaml, _recipe_of, _type_of, _wandb_flag, load_yaml, yes_no
 from serl.config.options import TrainConfig
 
 
@@ -112,7 +112,7 @@ def _add(g, cls, f: dataclasses.Field, names: list[str]) -> None:
         g.add_argument(f"--no_{f.name}", dest=f.name, action="store_false", help=argparse.SUPPRESS)
     elif f.metadata.get("const") is not None:  # a bare flag means const (--bf16: true); --no_NAME false
         g.add_argument(*names, dest=f.name, nargs="?", const=f.metadata["const"], default=None,
-                       choices=f.metadata.get("choices"), type=_yes_no, help=doc + f" (default {default!r})")
+                       choices=f.metadata.get("choices"), type=yes_no, help=doc + f" (default {default!r})")
         g.add_argument(f"--no_{f.name}", dest=f.name, action="store_const", const="false", help=argparse.SUPPRESS)
     elif typ is bool:
         g.add_argument(*names, dest=f.name, nargs="?", const=True, default=None,
@@ -124,12 +124,6 @@ def _add(g, cls, f: dataclasses.Field, names: list[str]) -> None:
     else:
         g.add_argument(*names, dest=f.name, type=typ, default=None,
                        choices=f.metadata.get("choices"), help=doc + f" (default {default!r})")
-
-
-def _yes_no(s: str) -> str:
-    """A word of a true/false/auto option: yes/no/1/0/on/off read as true/false."""
-    s = s.strip().lower()
-    return {"1": "true", "yes": "true", "on": "true", "0": "false", "no": "false", "off": "false"}.get(s, s)
 
 
 def _flag_value(argv: list[str], flag: str) -> str | None:

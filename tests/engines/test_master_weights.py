@@ -109,3 +109,20 @@ def test_nan_skip_and_exact_resume(tiny_path, tmp_path):
     saved = load_file(str(tmp_path / "ckpt" / "model.safetensors"))
     assert {t.dtype for t in saved.values()} == {torch.float32}
     assert json.loads((tmp_path / "ckpt" / "config.json").read_text())["dtype"] == "float32"
+
+
+@pytest.mark.parametrize("saved_bf16,loaded_bf16", [(True, False), (False, True)])
+def test_a_checkpoint_resumes_in_the_other_precision(tiny_path, tmp_path, saved_bf16, loaded_bf16):
+    """--bf16 auto may choose differently on the machine a run resumes on (serl.engines.precision):
+    the fp32 weights (the masters) and Adam's moments carry over, and the next step runs."""
+    a = _learner(tiny_path, bf16=saved_bf16)
+    a.step(_batch(a))
+    a.save(str(tmp_path / "ckpt"))
+    b = _learner(tiny_path, bf16=loaded_bf16)
+    b.load(str(tmp_path / "ckpt"))
+    for (n, wa), (_, wb) in zip(a.named_weights(), b.named_weights()):
+        assert wb.dtype == torch.float32 and torch.equal(wa, wb), n
+    sa, sb = a.optimizer.state_dict()["state"], b.optimizer.state_dict()["state"]
+    assert sa.keys() == sb.keys() and all(torch.equal(sa[k]["exp_avg"], sb[k]["exp_avg"]) for k in sa)
+    assert b.updates == a.updates == 1
+    assert b.step(_batch(b))["actor/skipped"] == 0.0

@@ -19,7 +19,7 @@ def hf_logprobs(model, prompt_ids, token_ids):
 
 
 def assert_agrees(engine_logprobs, ref):
-    # bf16 engine vs fp32 reference: on this CPU the mean gap is ~0.02 (original weights) and
+    # a bf16 engine (where native) vs the fp32 reference: the mean gap is ~0.02 (original weights) and
     # ~0.06 (perturbed), with single tokens up to ~0.18; a wrong policy is off by > 1 on average.
     gap = (torch.tensor(engine_logprobs) - ref).abs()
     assert gap.mean() < 0.1 and gap.max() < 0.4, (gap.mean().item(), gap.max().item())
@@ -61,6 +61,15 @@ def test_generate_groups_and_weight_push(engine, smol_path, smol_tokenizer):
     assert engine.dropped_warnings >= 1
     # the push went through the directory made at start-up, the one the reaper would remove
     assert engine._shm and (engine._reaper is not None) and os.path.isfile(os.path.join(engine._shm, "model.safetensors"))
+    # the engine computes in what --generator_dtype auto picks here, and the push is written in it
+    from safetensors import safe_open
+
+    from serl.engines.precision import cpu_hardware
+
+    want = "bfloat16" if cpu_hardware().bf16_native else "float32"
+    assert engine.dtype == want
+    with safe_open(os.path.join(engine._shm, "model.safetensors"), "pt") as f:
+        assert f.get_tensor("lm_head.weight").dtype == getattr(torch, want)
     after = engine.generate([prompt], 1, greedy)[0][0]
     new_ref = hf_logprobs(model, after.prompt_ids, after.token_ids)
     # the engine now agrees with the perturbed model...
