@@ -141,12 +141,13 @@ def learner_bf16(setting, hw: Hardware) -> bool:
 
 
 def generator_dtype(setting: str, hw: Hardware) -> str:
-    """The generator's dtype name: ``auto`` is bfloat16 where native, else float32."""
+    """The generator's dtype name: ``auto`` is bfloat16 where native; else float16 on a GPU (every CUDA GPU
+    computes it, and vLLM's own ``auto`` picks it there), float32 on a CPU."""
     s = str(setting or "auto").strip().lower()
     if s not in DTYPES:
         raise ValueError(f"generator dtype: expected one of {', '.join(DTYPES)}, got {setting!r}")
     if s == "auto":
-        return "bfloat16" if hw.bf16_native else "float32"
+        return "bfloat16" if hw.bf16_native else "float16" if hw.device == "cuda" else "float32"
     if s == "bfloat16" and not hw.bf16_native:
         _warn_emulated("generator dtype bfloat16", hw)
     return s

@@ -113,3 +113,15 @@ def test_the_real_machine_is_described():
     hw = P.cpu_hardware()
     assert hw.device == "cpu" and hw.name and hw.capability
     assert hw.bf16_native == any(f in hw.isa for f in ("amx_bf16", "avx512_bf16", "bf16"))
+
+
+@pytest.mark.parametrize("sm,learner,generator", [((9, 0), True, "bfloat16"), ((8, 0), True, "bfloat16"),
+                                                  ((7, 5), False, "float16"), ((7, 0), False, "float16")])
+def test_gpus_by_compute_capability(monkeypatch, sm, learner, generator):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i=0: sm)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "fake GPU")
+    hw = P.gpu_hardware()
+    assert hw.device == "cuda" and hw.bf16_native is learner and f"sm_{sm[0]}{sm[1]}" in hw.why
+    assert P.learner_bf16("auto", hw) is learner and P.generator_dtype("auto", hw) == generator
