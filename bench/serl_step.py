@@ -189,7 +189,9 @@ def main(argv=None) -> int:
     peak = {k: (round(v / gib, 2) if k != "processes" else v) for k, v in sampler.peak.items()}
     print("peak memory (GiB): " + ", ".join(f"{k} {v}" for k, v in peak.items())
           + f" (used is machine-wide; it was {sampler.used0 / gib:.2f} GiB before the run)")
-    append_result({"bench": "serl_step", "label": args.label, "exit_code": rc, "model": args.model, "task": args.task, "flags": args.flags,
+    prec = run_dir / "precision.json"  # what --bf16 / --generator_dtype auto chose (serl.engines.precision)
+    precision = json.loads(prec.read_text())["segments"][-1] if prec.is_file() else None
+    append_result({"bench": "serl_step", "precision": precision, "label": args.label, "exit_code": rc, "model": args.model, "task": args.task, "flags": args.flags,
                    "command": shlex.join(cmd[1:]), "steps": len(rows), "wall_s": round(wall, 1),
                    "median_s": med, "per_step_s": [{s: round(r.get("time/" + s, 0.0), 2) for s in STAGES}
                                                    for r in rows],

@@ -195,3 +195,15 @@ def test_main_reads_records_and_appends_the_table(tmp_path, monkeypatch, capsys,
     assert rec["overall"] == rec["findings"][0] and "toy log-probs, at 10.0%" in rec["overall"]
     printed = capsys.readouterr().out
     assert "| toy | update |" in printed and "peak: bf16 0.0, fp32 0.0 GFLOP/s" in printed
+
+
+def test_the_engine_dtype_comes_from_the_records_precision(s):
+    """--generator_dtype auto (issue 59): a record of an fp32 engine costs 4 bytes a number, an older one 2."""
+    assert rf.sync_work(s, wbytes=4, ebytes=4) == [(0, 328 * 8)]
+    assert s.kv_bytes(4) == 2 * s.kv_bytes()
+    cmd = "train --bf16 auto"
+    assert rf.settings(cmd)["ebytes"] == 2 and rf.settings(cmd)["wbytes"] == 4  # no record: as before
+    st = rf.settings(cmd, {"learner": "fp32", "generator": "float32"})
+    assert (st["wbytes"], st["ebytes"]) == (4, 4)
+    st = rf.settings(cmd, {"learner": "bf16", "generator": "bfloat16"})
+    assert (st["wbytes"], st["ebytes"]) == (2, 2)
