@@ -39,7 +39,7 @@ serl_fit() {
     return 2
   fi
   FIT=(--ray false --learner torch --device cpu --colocate_all_models false --vllm_enable_sleep false
-       --adam_offload false --bf16 false --generator auto)
+       --adam_offload false --bf16 auto --generator auto)
   echo "$_name: no GPU here: one process on the CPU (pass smaller sizes as extra arguments)" >&2
 }
 
