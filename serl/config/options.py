@@ -202,7 +202,10 @@ class TrainConfig:
         self.recipe = getattr(type(self), "RECIPE", self.recipe)  # a recipe's config knows its name
 
     def validate(self) -> None:
+        from serl.config.numbers import check_numbers
         from serl.config.registry import recipe_names
+
+        check_numbers(self)  # finite, in range: before anything reads a value
 
         if self.recipe not in recipe_names():
             raise ConfigError(f"recipe: unknown recipe {self.recipe!r}; known: {', '.join(recipe_names())}")

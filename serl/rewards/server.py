@@ -172,7 +172,7 @@ class RewardService:
     """Scoring and grouping behind the HTTP handler (usable without HTTP)."""
 
     def __init__(self, checker, mode="majority", fallback="number", group_size=0, group_wait=60.0, *,
-                 max_samples=4096, max_distinct=256, max_score_seconds=60.0, max_query_chars=None,
+                 max_samples=4096, max_distinct=256, max_score_seconds=60.0, max_query_chars=256 * 1024,
                  max_waiting=512):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}")
