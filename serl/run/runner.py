@@ -17,7 +17,8 @@ import numpy as np
 
 from serl.run import guard as collapse_guard
 from serl.run import hooks
-from serl.run.checkpoint import DiskFullError, latest_checkpoint, newest_step, resume_hint
+from serl.run.checkpoint import DiskFullError, checkpoint_step, resume_hint
+from serl.run.damage import check_logs, intact_checkpoint
 from serl.config.options import TrainConfig
 from serl.errors import ConfigError
 from serl.data.lengths import run_tokenizer
@@ -83,8 +84,10 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None, prepared
     probe = collapse_guard.prepare(cfg, registry.recipe_class(cfg.recipe), data, model_path, run_dir)  # None: no guard
     t_start = time.time()
     seed_process(cfg)
-    ckpt = latest_checkpoint(run_dir) if resume_dir else None
-    done = newest_step(run_dir) if ckpt else 0
+    ckpt = intact_checkpoint(run_dir) if resume_dir else None  # a damaged newest one: skipped, named
+    done = checkpoint_step(ckpt) if ckpt else 0
+    if resume_dir:
+        check_logs(run_dir, done)  # a bad line in metrics.jsonl or pool.jsonl: file:line, before the model loads
     tok = run_tokenizer(model_path)  # prepare()'s length checks loaded it already
     log.info("recipe %s, model %s, run directory %s", cfg.recipe, model_path, run_dir)
     loop, logger, finished = None, None, False
