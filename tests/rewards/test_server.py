@@ -194,7 +194,8 @@ def test_protocol_errors_are_json_too(serve, data, status):
 
 
 @pytest.mark.parametrize("argv", [["--timeout", "0"], ["--workers", "0"], ["--group_size", "-1"], ["--port", "70000"],
-                                  ["--request_timeout", "0"]])
+                                  ["--request_timeout", "0"], ["--max_query_kb", "nan"], ["--max_waiting", "0"],
+                                  ["--max_idle_per_client", "0"], ["--timeout", "inf"]])
 def test_cli_bad_arguments_exit_2(argv):
     assert cli_main(argv) == 2
 

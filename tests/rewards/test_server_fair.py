@@ -269,3 +269,60 @@ def test_huge_answers_are_refused_before_they_are_read_and_others_are_served(che
         assert [s for s, _ in out] == [413] * 3 and "--max_query_kb" in out[0][1]["error"]
     finally:
         stop(server)
+
+
+class SlowPool:
+    """A pool whose batches run past any budget (as a batch wrongly estimated small would)."""
+
+    def __init__(self):
+        self.stats, self.budgets = {}, []
+
+    def run_jobs(self, jobs, time_budget=None):
+        from serl.rewards.equivalence import OverBudget
+
+        self.budgets.append(time_budget)
+        time.sleep(time_budget)
+        raise OverBudget("over")
+
+
+class QuickPool:
+    def __init__(self):
+        self.stats, self.budgets = {}, []
+
+    def run_jobs(self, jobs, time_budget=None):
+        self.budgets.append(time_budget)
+        return ["done"] * len(jobs)
+
+
+def test_a_batch_over_the_fast_budget_goes_on_in_the_slow_lane_with_what_is_left():
+    fast, slow = SlowPool(), QuickPool()
+    lanes = Lanes(fast, slow, fast_budget=0.2)
+    job = {"kind": "group", "strings": ["x", "y"]}
+    assert lanes.run_jobs([job], time_budget=5.0) == ["done"]
+    assert fast.budgets == [0.2] and 4.0 < slow.budgets[0] < 4.85 and lanes.stats["moved_to_slow_lane"] == 1
+    big = {"kind": "group", "strings": [f"x+{k}" for k in range(40)]}  # 1,600 estimated checks
+    assert lanes.run_jobs([big], time_budget=5.0) == ["done"] and len(fast.budgets) == 1  # straight to slow
+    assert lanes.stats["sent_to_slow_lane"] == 1
+
+
+def test_waiting_for_the_slow_lane_counts_against_the_budget():
+    from serl.rewards.equivalence import OverBudget
+
+    release = threading.Event()
+
+    class Held(QuickPool):
+        def run_jobs(self, jobs, time_budget=None):
+            release.wait(10)
+            return ["done"] * len(jobs)
+
+    lanes = Lanes(QuickPool(), Held(), big_checks=0)
+    first = threading.Thread(target=lambda: lanes.run_jobs([{"kind": "group", "strings": ["x", "y"]}], 30),
+                             daemon=True)
+    first.start()
+    time.sleep(0.2)
+    t0 = time.monotonic()
+    with pytest.raises(OverBudget, match="slow lane stayed busy"):
+        lanes.run_jobs([{"kind": "group", "strings": ["x", "y"]}], time_budget=0.5)
+    assert time.monotonic() - t0 < 2
+    release.set()
+    first.join(10)
