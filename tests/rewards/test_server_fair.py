@@ -88,8 +88,14 @@ def cli_server():
 def test_a_small_request_is_answered_while_two_big_ones_are_scored(cli_server):
     url = cli_server("--workers", "2", "--max_score_seconds", "40")
     big = []
-    threads = [threading.Thread(target=lambda: big.append(call(url + "/get_reward", hostile(), timeout=60)),
-                                daemon=True) for _ in range(2)]
+
+    def heavy():
+        try:
+            big.append(call(url + "/get_reward", hostile(), timeout=60))
+        except OSError:  # still scoring when the test stops the server
+            pass
+
+    threads = [threading.Thread(target=heavy, daemon=True) for _ in range(2)]
     for t in threads:
         t.start()
     time.sleep(2.0)  # both are being scored now
