@@ -3,8 +3,12 @@
 What the scoring needs from HTTP is one JSON POST; everything here is about
 serving that safely to clients that may be slow, broken or hostile:
 
-* at most ``max_connections`` open connections, one thread each; past that a
-  connection gets ``503`` at once (see :class:`RewardHTTPServer`);
+* at most ``max_connections`` open connections, one thread each; past that the
+  oldest idle connection is closed to make room, and only when every open one is
+  mid-request does a newcomer get ``503`` at once; one client address keeps at most
+  ``max_idle_per_client`` idle connections (see :class:`RewardHTTPServer`);
+* exactly one ``Content-Length`` and no ``Transfer-Encoding``: two framings of one
+  body are how requests are smuggled past a proxy, so they get ``400``;
 * ``idle_timeout``: the longest wait for any one read, so a silent connection is
   closed;
 * ``request_timeout``: the whole request (request line, headers and body) must
