@@ -17,9 +17,11 @@ from serl.errors import ConfigError
     (["--max_minutes", "nan"], "max_minutes: must be a finite number"),
     (["--n_samples_per_prompt", "100000000000000000000"], "n_samples_per_prompt: 100000000000000000000 is out of range"),
     (["--n_samples_per_prompt", "100000", "--rollout_batch_size", "100000"], "sequences in one step"),
-    (["--generate_max_len", "10000000"], "generate_max_len: must lie in [1, 1048576]"),
+    (["--generate_max_len", "10000000"], "generate_max_len: must be at most 1048576, got 10000000"),
     (["--vllm_gpu_memory_utilization", "1.5"], "vllm_gpu_memory_utilization: must lie in (0.0, 1.0]"),
     (["--gamma", "-0.5"], "gamma: must lie in [0.0, 1.0]"),
+    (["--actor_learning_rate=-1e-5"], "actor_learning_rate: must be >= 0.0, got -1e-05"),
+    (["--eps_clip", "0"], "eps_clip: must be > 0.0, got 0"),
     (["--instruction_top_p", "1.5"], "instruction_top_p: must lie in (0.0, 1.0]"),  # a recipe's own option
     (["--recipe", "spiral", "--eval_top_p", "nan"], "eval_top_p: must be a finite number"),
 ])

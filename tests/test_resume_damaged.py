@@ -59,17 +59,15 @@ def test_a_header_lying_about_its_length_is_damage(tmp_path):
     assert "does not fit" in checkpoint_damage(ckpt)[1]
 
 
-def make_run(tmp_path, junk_metrics=None, junk_pool=None):
+def make_run(tmp_path, tiny_args, junk_metrics=None, junk_pool=None):
     from serl.config.parser import parse_args
     from serl.data.seeds import Problem
     from serl.instruct.pool import PromptPool
     from serl.run.resume import write_config
 
-    from conftest import TINY_TRAIN
-
     run = tmp_path / "run"
     run.mkdir()
-    cfg, _ = parse_args([*TINY_TRAIN, "--run_dir", str(run), "--device", "cpu"])
+    cfg, _ = parse_args([*tiny_args, "--run_dir", str(run), "--device", "cpu"])
     write_config(cfg, run)
     fake_checkpoint(run, 1)
     PromptPool.create(run, [Problem("What is 1 + 1?", "2")])
@@ -105,8 +103,9 @@ def no_engines(monkeypatch):
     ("pool", "[" * 100000, "pool.jsonl:4: unreadable pool event"),
 ])
 def test_a_bad_log_line_is_named_by_file_and_line_before_the_model_loads(tmp_path, train_here, no_engines,
-                                                                         monkeypatch, which, junk, needle):
-    run = make_run(tmp_path, **{f"junk_{which}": junk})
+                                                                         monkeypatch, tiny_train_args, which,
+                                                                         junk, needle):
+    run = make_run(tmp_path, tiny_train_args, **{f"junk_{which}": junk})
     monkeypatch.chdir(tmp_path)
     rc, err = train_here("--resume", str(run))
     assert rc == 2 and needle in err and "Traceback" not in err, err[-3000:]
@@ -114,8 +113,8 @@ def test_a_bad_log_line_is_named_by_file_and_line_before_the_model_loads(tmp_pat
 
 
 def test_a_resume_takes_the_newest_intact_checkpoint_with_a_warning(tmp_path, train_here, no_engines,
-                                                                    monkeypatch):
-    run = make_run(tmp_path)
+                                                                    monkeypatch, tiny_train_args):
+    run = make_run(tmp_path, tiny_train_args)
     newest = fake_checkpoint(run, 2)
     cut(newest / "policy" / "model.safetensors")
     monkeypatch.chdir(tmp_path)
@@ -124,8 +123,8 @@ def test_a_resume_takes_the_newest_intact_checkpoint_with_a_warning(tmp_path, tr
     assert f"{newest / 'policy' / 'model.safetensors'}" in err and "step 1" in err, err[-3000:]
 
 
-def test_check_logs_reads_without_cutting(tmp_path):
-    run = make_run(tmp_path)
+def test_check_logs_reads_without_cutting(tmp_path, tiny_train_args):
+    run = make_run(tmp_path, tiny_train_args)
     before = (run / "pool.jsonl").read_bytes()
     with open(run / "pool.jsonl", "ab") as f:
         f.write(b'{"e": "add"')  # a torn write: no newline

@@ -31,8 +31,8 @@ _RANGES = {
     "max_norm": (0.0, None, False),
     "verify_timeout": (0.0, None, True),
     "vllm_gpu_memory_utilization": (0.0, 1.0, True),
-    "generate_max_len": (1, MAX_TOKENS, False),
-    "prompt_max_len": (1, MAX_TOKENS, False),
+    "generate_max_len": (None, MAX_TOKENS, False),  # the low end: validate()'s own ">= 1" message
+    "prompt_max_len": (None, MAX_TOKENS, False),
     "micro_rollout_batch_size": (1, None, False),
     "max_samples": (0, None, False),
     "eval_samples": (0, None, False),
@@ -40,8 +40,9 @@ _RANGES = {
     "max_ckpt_num": (0, None, False),
 }
 for _name in ("actor_num_nodes", "actor_num_gpus_per_node", "ref_num_nodes", "ref_num_gpus_per_node",
-              "reward_num_nodes", "reward_num_gpus_per_node", "vllm_num_engines", "vllm_tensor_parallel_size"):
-    _RANGES[_name] = (1, None, False)
+              "reward_num_nodes", "reward_num_gpus_per_node", "vllm_num_engines"):
+    _RANGES[_name] = (0, None, False)  # 0 has a meaning for some (a reference inside the learner)
+_RANGES["vllm_tensor_parallel_size"] = (1, None, False)
 
 
 def _show(v) -> str:
@@ -50,9 +51,13 @@ def _show(v) -> str:
 
 def _in_range(name: str, v, lo, hi, lo_open: bool) -> None:
     if lo is not None and (v <= lo if lo_open else v < lo) or hi is not None and v > hi:
-        left = "(" if lo_open else "["
-        raise ConfigError(f"{name}: must lie in {left}{_show(lo) if lo is not None else '-inf'}, "
-                          f"{_show(hi) if hi is not None else 'inf'}], got {_show(v)}")
+        if lo is None:
+            rule = f"be at most {_show(hi)}"
+        elif hi is None:
+            rule = f"be {'>' if lo_open else '>='} {_show(lo)}"
+        else:
+            rule = f"lie in {'(' if lo_open else '['}{_show(lo)}, {_show(hi)}]"
+        raise ConfigError(f"{name}: must {rule}, got {_show(v)}")
 
 
 def check_numbers(cfg) -> None:
