@@ -76,8 +76,8 @@ def check_numbers(cfg) -> None:
             continue
         if name in _RANGES:
             _in_range(name, v, *_RANGES[name])
-        elif v == -1 and f.default == -1:
-            continue  # a recipe's "-1 = the common option's value"
+        elif f.default == -1:
+            continue  # a recipe's "-1 = the common option's value": the recipe checks it (finite above)
         elif name.endswith("top_p"):
             _in_range(name, v, 0.0, 1.0, True)
         elif name.endswith("temperature"):
