@@ -128,16 +128,14 @@ def run_with_ray(cfg: TrainConfig, resume_dir: Path | None = None) -> Path:
     run_plan = plan_run(cfg)
     runner.route_engine_log(cfg, prepared[3])  # before the actors start: they read it from their env
     lock = runner.take_lock(prepared[3], resume_dir)  # before Ray or any engine starts
-    started, parts, handed = False, None, False
+    started, parts = False, None
     try:
         started = _init_ray(cfg)
         parts = launch(cfg, prepared[1], run_plan)
-        handed = True  # run() releases it from here on
         return runner.run(cfg, resume_dir=resume_dir, engines=parts.engines(), prepared=prepared,
                           plan=run_plan, lock=lock)
     finally:
-        if not handed:
-            lock.release()
+        lock.release()  # a no-op when run() released it
         if parts is not None:
             parts.close()
         if started:
