@@ -119,3 +119,22 @@ def test_the_lock_is_taken_before_any_engine_starts(tmp_path, train_here, tiny_t
         held.release()
     assert rc == 2 and f"{run} is in use by pid {os.getpid()}" in err, err[-2000:]
     assert built == []
+
+
+def test_under_ray_the_lock_is_taken_before_ray_starts(tmp_path, tiny_train_args, monkeypatch):
+    from serl.config.parser import parse_args
+    from serl.distributed import run as ray_run
+
+    started = []
+    monkeypatch.setattr(ray_run, "_init_ray", lambda cfg: started.append("ray") or False)
+    monkeypatch.setattr(ray_run, "launch", lambda *a, **k: started.append("engines"))
+    monkeypatch.chdir(tmp_path)
+    run = tmp_path / "run"
+    cfg, _ = parse_args(["--run_dir", str(run), *tiny_train_args, "--device", "cpu"])
+    held = lock_run_dir(run, new=True)
+    try:
+        with pytest.raises(ConfigError, match="in use by pid"):
+            ray_run.run_with_ray(cfg)
+    finally:
+        held.release()
+    assert started == []
