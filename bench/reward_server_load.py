@@ -1,7 +1,8 @@
 """Load on `serl serve-reward`: N samples from C concurrent clients, one sample per request.
 
     python bench/reward_server_load.py [--samples 10000] [--clients 32] [--group_size 8] [--runs 5]
-                                       [--connection both|new|keepalive] [--workers 2] [--no-record]
+                                       [--connection both|new|keepalive] [--workers 2] [--hostile 0]
+                                       [--no-record]
 
 This is how OpenRLHF 0.11 calls a remote reward server: every sample is its own POST,
 the n samples of a prompt are sent one after another (prompt-major order), and the
@@ -17,8 +18,14 @@ The server is a real `serl serve-reward` process on 127.0.0.1 (port picked by th
 with the server: the numbers are for both on one box. One warm-up group (which starts
 the worker pool) is sent before the clock starts; each run has a fresh server.
 
+`--hostile N` adds N clients that each keep one request inside every limit in flight for
+the whole run: 16 prompts x 256 distinct symbolic answers (0.27 MB, up to half a million
+math-verify checks each), the request that held the single worker pool for 60 s. Their own
+replies (usually 503 at --max_score_seconds) are counted apart; the load's latency is what
+the fair scoring must keep low.
+
 Target: >= 500 requests/s with 32 clients (new connection per request), 0 errors,
-0 wrong rewards.
+0 wrong rewards; with --hostile 2, p99 <= 5 s.
 """
 from __future__ import annotations
 
@@ -109,6 +116,39 @@ class Client(threading.Thread):
             self.conn.close()
 
 
+def hostile_body() -> bytes:
+    """16 prompts x 256 distinct symbolic answers: inside every default limit of the server."""
+    q, p = [], []
+    for k in range(16):
+        prompt = PROMPT.format(k=f"hostile {k}", a=k, b=k)
+        for j in range(256):
+            q.append(prompt + f"\\boxed{{x^{{2}}+{j}y+{k}z}}")
+            p.append(prompt)
+    return json.dumps({"query": q, "prompts": p, "labels": [None] * len(q)}).encode()
+
+
+class Hostile(threading.Thread):
+    """Keeps one hostile request in flight until ``stop`` is set; records each reply's status."""
+
+    def __init__(self, host, port, stop: threading.Event):
+        super().__init__(daemon=True)
+        self.host, self.port, self.stop, self.statuses = host, port, stop, []
+
+    def run(self):
+        body = hostile_body()
+        while not self.stop.is_set():
+            conn = http.client.HTTPConnection(self.host, self.port, timeout=300)
+            try:
+                conn.request("POST", "/get_reward", body=body, headers={"Content-Type": "application/json"})
+                status = conn.getresponse().status
+            except (OSError, http.client.HTTPException) as e:
+                status = type(e).__name__
+            finally:
+                conn.close()
+            if not self.stop.is_set():  # one still in flight when the run ends is cut by the server's stop
+                self.statuses.append(status)
+
+
 def start_server(group_size: int, workers: int, group_wait: float) -> tuple[subprocess.Popen, str, int]:
     cmd = [sys.executable, "-m", "serl.cli", "serve-reward", "--port", "0", "--group_size", str(group_size),
            "--group_wait", str(group_wait), "--workers", str(workers)]
@@ -142,6 +182,12 @@ def one_run(a, samples) -> dict:
         for c in warmers:
             c.join(a.timeout)
         before = health(host, port)["counts"]
+        stop = threading.Event()
+        hostile = [Hostile(host, port, stop) for _ in range(a.hostile)]
+        for h in hostile:
+            h.start()
+        if hostile:
+            time.sleep(2.0)  # both are being scored before the load starts
         work: queue.Queue = queue.Queue()
         for s in samples:
             work.put(s)
@@ -155,6 +201,7 @@ def one_run(a, samples) -> dict:
         wall = time.perf_counter() - t0
         hung = sum(c.is_alive() for c in clients)
         after = health(host, port)
+        stop.set()
     finally:
         proc.terminate()
         try:
@@ -174,6 +221,7 @@ def one_run(a, samples) -> dict:
         "partial_groups": after["counts"]["partial_groups"] - before["partial_groups"],
         "groups": after["counts"]["groups"] - before["groups"],
         "checker": {k: after["checker"].get(k, 0) for k in ("restarts", "crashes", "timeouts", "verify_calls")},
+        "hostile_replies": [s for h in hostile for s in h.statuses],
     }
 
 
@@ -186,7 +234,8 @@ def measure(a, samples, connection: str) -> dict:
         print(f"{connection} run {i + 1}/{a.runs}: {r['requests']} requests in {r['seconds']:.2f} s = "
               f"{r['req_per_s']:.0f} req/s, errors {r['errors']}, wrong rewards {r['wrong_rewards']}, partial "
               f"groups {r['partial_groups']}, latency p50 {r['latency_ms']['p50']} ms p99 {r['latency_ms']['p99']} "
-              f"ms max {r['latency_ms']['max']} ms", flush=True)
+              f"ms max {r['latency_ms']['max']} ms" + (f", hostile replies {r['hostile_replies']}"
+                                                        if a.hostile else ""), flush=True)
     rate = spread([r["req_per_s"] for r in runs])
     ok = all(r["errors"] == 0 and r["wrong_rewards"] == 0 and r["requests"] == len(samples) for r in runs)
     print(f"{connection}: median {rate['median']:.0f} req/s (min {rate['min']:.0f}, max {rate['max']:.0f}, spread "
@@ -206,6 +255,8 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", type=int, default=5, help="runs per connection mode, each with a fresh server")
     ap.add_argument("--timeout", type=float, default=60.0, help="per-request client timeout (s)")
     ap.add_argument("--deadline", type=float, default=600.0, help="a run is stopped after this many seconds")
+    ap.add_argument("--hostile", type=int, default=0,
+                    help="clients each keeping one in-limit 16 x 256 symbolic-answer request in flight")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-record", action="store_true", help="do not append to bench/results.jsonl")
     a = ap.parse_args(argv)
@@ -220,7 +271,7 @@ def main(argv=None) -> int:
     print(f"target (>= 500 req/s, 32 clients, new connection per request, all right): "
           f"{'met' if met else 'not met'}; load avg {load_avg()}")
     if not a.no_record:
-        append_result({"bench": "reward_server", "samples": len(samples), "clients": a.clients,
+        append_result({"bench": "reward_server", "samples": len(samples), "clients": a.clients, "hostile": a.hostile,
                        "group_size": a.group_size, "workers": a.workers, "all_right": ok, "target_met": met,
                        "modes": results})
     return 0 if ok else 1

@@ -237,3 +237,45 @@ def test_failure_while_plotting_leaves_nothing_half_written(tmp_path, monkeypatc
         write_report(run)
     assert {p.name: p.read_bytes() for p in (run / "report").iterdir()} == before
     assert not list(run.glob(".report-*"))
+
+
+def test_a_huge_metric_key_is_drawn_quickly_and_leaves_no_temp_dir(tmp_path):
+    import subprocess
+    import sys
+
+    run = tmp_path / "run"
+    run.mkdir()
+    key = "k" * 100_000
+    (run / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "reward_mean": 0.5, key: 1.0,
+                                                           key[:50_000] + "/x": 2.0}) + "\n" for s in (1, 2, 3)))
+    try:
+        out = subprocess.run([sys.executable, "-m", "serl.cli", "report", str(run)], capture_output=True,
+                             text=True, timeout=120)
+    except subprocess.TimeoutExpired:  # SIGKILL by subprocess: what is left shows the hang
+        out = None
+    assert out is not None and out.returncode == 0, "serl report hung on a 100,000-character key"
+    assert (run / "report" / "summary.md").is_file()
+    assert not [p for p in run.iterdir() if p.name.startswith(".report")]
+    assert all(len(p.name) < 100 for p in (run / "report").iterdir())
+
+
+def test_sigterm_while_drawing_removes_the_temp_dir(tmp_path, monkeypatch, capsys):
+    import os
+    import signal
+    import time
+
+    from serl.report import write
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "reward_mean": 0.5}) + "\n" for s in (1, 2)))
+
+    def killed(*a, **k):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+        raise AssertionError("SIGTERM did not stop the report")
+
+    monkeypatch.setattr(write, "summary_markdown", killed)
+    assert write.cli_main([str(run)]) == 130
+    assert "stopped; no report was written" in capsys.readouterr().err
+    assert sorted(p.name for p in run.iterdir()) == ["metrics.jsonl"]

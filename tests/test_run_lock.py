@@ -98,3 +98,43 @@ def test_a_fresh_vllm_run_trains_in_its_new_directory(tmp_path, serl_train, tiny
     r = serl_train("--run_dir", run, *args, "--vllm_kv_cache_gib", "0.5")
     assert r.returncode == 0, r.stderr[-3000:]
     assert (run / "engine.log").is_file() and (run / "config.yaml").is_file()
+
+
+def test_the_lock_is_taken_before_any_engine_starts(tmp_path, train_here, tiny_train_args, monkeypatch):
+    """A refused second writer never loads a model (on a GPU: never starts a second vLLM engine)."""
+    import serl.engines.factory as factory
+
+    built = []
+
+    def no_engines(*a, **k):
+        built.append(1)
+        raise AssertionError("engines were built before the run directory's lock was taken")
+
+    monkeypatch.setattr(factory, "build_engines", no_engines)
+    run = tmp_path / "run"
+    held = lock_run_dir(run, new=True)
+    try:
+        rc, err = train_here("--run_dir", str(run), *tiny_train_args, "--device", "cpu")
+    finally:
+        held.release()
+    assert rc == 2 and f"{run} is in use by pid {os.getpid()}" in err, err[-2000:]
+    assert built == []
+
+
+def test_under_ray_the_lock_is_taken_before_ray_starts(tmp_path, tiny_train_args, monkeypatch):
+    from serl.config.parser import parse_args
+    from serl.distributed import run as ray_run
+
+    started = []
+    monkeypatch.setattr(ray_run, "_init_ray", lambda cfg: started.append("ray") or False)
+    monkeypatch.setattr(ray_run, "launch", lambda *a, **k: started.append("engines"))
+    monkeypatch.chdir(tmp_path)
+    run = tmp_path / "run"
+    cfg, _ = parse_args(["--run_dir", str(run), *tiny_train_args, "--device", "cpu"])
+    held = lock_run_dir(run, new=True)
+    try:
+        with pytest.raises(ConfigError, match="in use by pid"):
+            ray_run.run_with_ray(cfg)
+    finally:
+        held.release()
+    assert started == []

@@ -215,7 +215,10 @@ class TrainConfig:
             raise ConfigError(f"bf16: {e}") from None
 
     def validate(self) -> None:
+        from serl.config.numbers import check_numbers
         from serl.config.registry import recipe_names
+
+        check_numbers(self)  # finite, in range: before anything reads a value
 
         if self.recipe not in recipe_names():
             raise ConfigError(f"recipe: unknown recipe {self.recipe!r}; known: {', '.join(recipe_names())}")

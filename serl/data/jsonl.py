@@ -32,6 +32,10 @@ def jsonl_objects(path: str | Path, error: type[Exception], text: str | None = N
             row = json.loads(line)
         except json.JSONDecodeError as e:
             raise error(f"{path}:{no}: not valid JSON ({e.msg} at column {e.colno})") from None
+        except RecursionError:  # the decoder recurses once per level of [ or {
+            raise error(f"{path}:{no}: JSON nested too deeply to read") from None
+        except ValueError as e:  # valid JSON Python refuses, e.g. an integer of over 4300 digits
+            raise error(f"{path}:{no}: JSON that cannot be read ({str(e)[:120]})") from None
         if not isinstance(row, dict):
             raise error(f"{path}:{no}: expected a JSON object, got {type(row).__name__}")
         yield no, row

@@ -16,8 +16,12 @@ solution ending in ``\\boxed{42}``, the answer format serl's rewards extract, an
 """
 from __future__ import annotations
 
+import errno
 import json
+import math
+import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -112,6 +116,9 @@ def _row_to_problem(row, where: str, input_key: str, label_key: str | None,
             shown = shown if len(shown) <= 60 else shown[:57] + "..."
             raise DataError(f"{where}: key '{label_key}' is {kind} ({shown}); a label must be a string or a "
                             f"number. Fix the row, or pass --label_key '' if this key is not a label")
+        if isinstance(raw, float) and not math.isfinite(raw):  # JSON NaN, or Parquet's missing value
+            raise DataError(f"{where}: key '{label_key}' is {raw!r}, not a label; give a finite number or a "
+                            f"string, or drop the key from rows that have no label")
         label = str(raw)
         final = gsm8k_final_answer(label)
         label = final if final else label
@@ -121,6 +128,8 @@ def _row_to_problem(row, where: str, input_key: str, label_key: str | None,
             raise DataError(f"{where}: missing key '{output_key}' (keys present: {keys}); "
                             f"set --output_key")
         value = row[output_key]
+        if isinstance(value, float) and not math.isfinite(value):
+            raise DataError(f"{where}: key '{output_key}' is {value!r}; every row needs a non-empty answer")
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             value = str(value)
         if not isinstance(value, str) or not value.strip():
@@ -146,6 +155,9 @@ def read_seeds(path: str | Path, input_key: str = "problem", label_key: str | No
     single JSONL/Parquet/CSV file has one split, ``train``.
     """
     p = locate(path)
+    odd = _not_a_data_path(p)
+    if odd:
+        raise DataError(f"{p}: {odd}")
     suffix = p.suffix.lower()
     if p.is_file() and suffix in (".jsonl", ".json", ".parquet") and not _json_array(p):
         if split != "train":
@@ -163,6 +175,21 @@ def read_seeds(path: str | Path, input_key: str = "problem", label_key: str | No
     if not problems:
         raise DataError(f"{p}: no seed problems in file")
     return problems[:limit] if limit else problems
+
+
+def _not_a_data_path(p: Path) -> str | None:
+    """What makes an existing path unusable as data (a symlink loop, a device), or None.
+    Path.exists() is False for both, so they were reported as "not found"."""
+    try:
+        st = os.stat(p)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return "a symbolic link that loops (it leads back to itself); point --prompt_data at the file"
+        return None  # absent: a hub id, or the callers' own "not found"
+    if stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode):
+        return None
+    return ("not a regular file or folder (a device, pipe or socket); give a JSONL, JSON, Parquet file or "
+            "a dataset folder")
 
 
 def _json_array(p: Path) -> bool:

@@ -127,13 +127,15 @@ def run_with_ray(cfg: TrainConfig, resume_dir: Path | None = None) -> Path:
     prepared = runner.prepare(cfg, resume_dir)  # bad input fails before Ray starts; read once
     run_plan = plan_run(cfg)
     runner.route_engine_log(cfg, prepared[3])  # before the actors start: they read it from their env
-    started = _init_ray(cfg)
-    parts = None
+    lock = runner.take_lock(prepared[3], resume_dir)  # before Ray or any engine starts
+    started, parts = False, None
     try:
+        started = _init_ray(cfg)
         parts = launch(cfg, prepared[1], run_plan)
         return runner.run(cfg, resume_dir=resume_dir, engines=parts.engines(), prepared=prepared,
-                          plan=run_plan)
+                          plan=run_plan, lock=lock)
     finally:
+        lock.release()  # a no-op when run() released it
         if parts is not None:
             parts.close()
         if started:

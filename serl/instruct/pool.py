@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from serl.data.seeds import Problem
+from serl.errors import DataError
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +26,7 @@ FORMAT_VERSION = 1
 STATUSES = ("pending", "kept", "filtered")
 
 
-class PoolError(RuntimeError):
+class PoolError(DataError):
     """A pool file that cannot be created or read; the message names file and line."""
 
 
@@ -83,9 +84,13 @@ class PromptPool:
         return pool
 
     @classmethod
-    def load(cls, run_dir: str | Path, until_step: int | None = None) -> "PromptPool":
+    def load(cls, run_dir: str | Path, until_step: int | None = None, truncate: bool = True) -> "PromptPool":
         """Replay the committed events; with ``until_step``, stop before the first commit
-        of a later step (to resume from an older checkpoint) and cut the file there."""
+        of a later step (to resume from an older checkpoint) and cut the file there
+        (``truncate``; False: only read, as the checks before a resume do).
+
+        A last line without its newline is a torn write and is dropped; any other line
+        that is not an event is damage, named by file and line."""
         path = Path(run_dir) / POOL_FILE
         if not path.is_file():
             raise PoolError(f"no prompt pool at {path}")
@@ -102,28 +107,34 @@ class PromptPool:
                 continue
             try:
                 ev = json.loads(line) if complete else None
-            except (json.JSONDecodeError, UnicodeDecodeError):
+            except (ValueError, RecursionError):  # bad JSON or UTF-8, or nested too deeply
                 ev = None
             if ev is None or not isinstance(ev, dict) or "e" not in ev:
+                if complete:
+                    raise PoolError(f"{path}:{no}: unreadable pool event (not a JSON object with 'e'); remove "
+                                    f"that line or restore the file from a copy, then --resume again")
                 bad_line = bad_line or no
                 continue
             if bad_line is not None:  # garbage followed by valid events: not a torn tail
                 raise PoolError(f"{path}:{bad_line}: unreadable pool event")
             if ev["e"] != "commit":
-                group.append(ev)
+                group.append((no, ev))
                 continue
-            if until_step is not None and ev.get("step") is not None and ev["step"] > until_step:
+            step = ev.get("step")
+            if step is not None and (not isinstance(step, int) or isinstance(step, bool)):
+                raise PoolError(f"{path}:{no}: commit event with step {str(step)[:40]!r}, not an integer")
+            if until_step is not None and step is not None and step > until_step:
                 break
-            for g in group:
+            for g_no, g in group:
                 try:
                     pool._apply(g)
-                except (KeyError, TypeError, ValueError) as e:
-                    raise PoolError(f"{path}: bad event {g!r}: {e}") from e
+                except (KeyError, TypeError, ValueError, AttributeError) as e:
+                    raise PoolError(f"{path}:{g_no}: bad pool event ({type(e).__name__}: {str(e)[:200]})") from None
             group = []
             good_end = end
         if not pool._order:
             raise PoolError(f"{path}: no committed pool state (header and seeds missing)")
-        if good_end < len(raw):
+        if good_end < len(raw) and truncate:
             log.warning("prompt pool %s: dropping %d bytes after the last committed flush "
                         "(interrupted write or later steps)", path, len(raw) - good_end)
             with open(path, "r+b") as f:

@@ -27,6 +27,8 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
+from serl.errors import DataError
+
 METRICS_FILE = "metrics.jsonl"
 WANDB_ID_FILE = "wandb_run_id.txt"
 WANDB_STEP_FILE = "wandb_last_step.txt"  # the highest step sent to W&B
@@ -98,10 +100,12 @@ def read_steps(path: Path) -> list[tuple[int, str]]:
             step = record["step"]
             if not isinstance(step, int) or isinstance(step, bool):
                 raise ValueError("'step' is not an integer")
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:
             if torn_tail and number == len(lines):
                 break
-            raise ValueError(f"{path}:{number}: bad metrics line ({exc})") from None
+            why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)[:200]
+            raise DataError(f"{path}:{number}: bad metrics line ({why}); remove that line or restore the "
+                            f"file from a copy") from None
         out.append((step, line))
     return out
 

@@ -6,6 +6,7 @@ figures (SPIN's preferences, SPELL's roles, SPIRAL's games) live in its folder, 
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Callable
 
 from serl.report.run_metrics import Series
@@ -23,8 +24,21 @@ def _smooth(values: list[float]) -> tuple[list[float], int] | None:
     return out, 2 * half + 1
 
 
+def clip(text: str, n: int = 60) -> str:
+    """A key as a plot shows it: at most ``n`` characters (a 100,000-character key made
+    matplotlib lay out its title for minutes)."""
+    text = str(text)
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
+def file_stem(text: str, n: int = 40) -> str:
+    """A key's namespace as part of a file name: short, and only safe characters."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", str(text))[:n] or "_"
+
+
 def _draw(ax, series: Series, label: str, color: str | None = None, smooth: bool = True) -> int:
     """Plot one series; returns the moving-average window used (0 when raw)."""
+    label = clip(label)
     steps, values = series.finite()
     if not steps:
         return 0
@@ -54,10 +68,10 @@ def _new_figure(panels: int, cols: int = 1, height: float = 3.4):
 def _style(ax, title: str, ylabel: str, window: int = 0) -> None:
     from matplotlib.ticker import MaxNLocator
 
-    ax.set_title(title, fontsize=12)
+    ax.set_title(clip(title), fontsize=12)
     ax.set_xlabel("training step")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_ylabel(ylabel)
+    ax.set_ylabel(clip(ylabel, 40))
     ax.grid(True, alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         # Say what the bold line is when it is an average over the faint per-step one.
@@ -77,9 +91,9 @@ def panels_plot(title: str, panels: list[tuple[str, str, list[tuple[str, Series]
         window = max([_draw(ax, ser, label, smooth=smooth_this) for label, ser in lines] or [0])
         _style(ax, ptitle, ylabel, window)
     if len(panels) == 1:  # one panel: its own title says it all
-        axes[0].set_title(panels[0][0], fontsize=14, fontweight="bold")
+        axes[0].set_title(clip(panels[0][0]), fontsize=14, fontweight="bold")
     else:
-        fig.suptitle(title, fontsize=14, fontweight="bold")
+        fig.suptitle(clip(title, 80), fontsize=14, fontweight="bold")
     return fig
 
 
@@ -270,5 +284,5 @@ def plot_leftovers(run, claimed: set[str]) -> list[tuple[str, Any]]:
             panels = [(k, short_key(k).replace("_", " "), [(short_key(k), run.series[k])]) for k in chunk]
             fig = panels_plot(f"Other '{ns}' metrics", panels, cols=2 if len(panels) > 1 else 1)
             if fig is not None:
-                out.append((f"other_{ns}" + (f"_{part + 1}" if len(keys) > MAX_PANELS else ""), fig))
+                out.append((f"other_{file_stem(ns)}" + (f"_{part + 1}" if len(keys) > MAX_PANELS else ""), fig))
     return out

@@ -14,6 +14,7 @@ import datetime as _dt
 import json
 import math
 import shutil
+import signal
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -271,6 +272,10 @@ def write_report(run_dir: str | Path) -> list[Path]:
     return [final / n for n in names] + [final / "summary.md"]
 
 
+def _stop_on_sigterm(signum, frame):
+    raise KeyboardInterrupt  # through write_report's cleanup of its temporary directory
+
+
 def cli_main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="serl report",
@@ -278,14 +283,21 @@ def cli_main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("run_dir", help="run directory holding metrics.jsonl (and config.yaml, eval/*.json if any)")
     args = parser.parse_args(argv)
+    previous = signal.signal(signal.SIGTERM, _stop_on_sigterm)  # a kill mid-draw still removes the temp dir
     try:
         paths = write_report(args.run_dir)
+    except KeyboardInterrupt:
+        print("serl report: stopped; no report was written (the previous one, if any, is unchanged)",
+              file=sys.stderr)
+        return 130
     except ReportError as exc:
         print(f"serl report: error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
         print(f"serl report: error: {exc}", file=sys.stderr)
         return 1
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     print(f"wrote {len(paths)} files to {paths[0].parent}")
     for p in paths:
         print(f"  {p.name}")

@@ -131,7 +131,7 @@ class HttpReward:
                 if not isinstance(reply, dict) or "rewards" not in reply:
                     raise ValueError("no 'rewards' in the reply")
                 return Reply(_rewards_of(reply["rewards"], len(queries), f"remote reward {self.shown}"),
-                             _logs_of(reply.get("extra_logs"), len(queries)))
+                             _logs_of(reply.get("extra_logs"), len(queries), f"remote reward {self.shown}"))
             except (ValueError, RecursionError) as e:
                 last = f"reply is not the reward protocol ({str(e)[:200]})"
         # one line: the runner adds the checkpoint to resume from (serl.run.checkpoint.resume_hint)

@@ -31,12 +31,31 @@ def _rewards_of(value, n: int, where: str) -> list[float]:
     return out
 
 
-def _logs_of(value, n: int) -> dict[str, list]:
+def _logs_of(value, n: int, where: str = "the reward source") -> dict[str, list]:
+    """``extra_logs`` as {key: n numbers}. A finite number is one value for every sample;
+    anything else that is not n finite numbers is refused naming the source and the key
+    (a text value ended the step later with a ValueError traceback)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise RemoteRewardError(f"{where}: 'extra_logs' must be an object of per-sample numbers, got "
+                                f"{type(value).__name__}")
     logs = {}
-    for k, v in (value or {}).items() if isinstance(value, dict) else ():
+    for k, v in value.items():
         v = v.tolist() if hasattr(v, "tolist") else v
-        if isinstance(v, list) and len(v) == n:
-            logs[str(k)] = v
+        if _number(v):
+            v = [v] * n
+        if not isinstance(v, (list, tuple)) or len(v) != n:
+            got = f"{len(v)} entries" if isinstance(v, (list, tuple)) else type(v).__name__
+            raise RemoteRewardError(f"{where}: extra_logs[{str(k)[:60]!r}] must hold {n} numbers (one per "
+                                    f"sample), got {got}")
+        for i, x in enumerate(v):
+            if not _number(x):
+                raise RemoteRewardError(f"{where}: extra_logs[{str(k)[:60]!r}][{i}] is not a finite number "
+                                        f"({str(x)[:40]!r})")
+        logs[str(k)] = list(v)
     return logs
 
 
+def _number(x) -> bool:
+    return isinstance(x, (int, float)) and (isinstance(x, bool) or math.isfinite(x))

@@ -12,6 +12,10 @@ reward server that stays down does, and nothing is trained on the missing reward
 The worker keeps the module's globals between calls, as an in-process load would. It runs
 in its own process group (so a kill also reaches the processes the file started, e.g. a
 math-verify pool) and is not a daemon (so the file may start processes of its own).
+A process that leaves the group (``setsid``, as daemons do) is still ended with the run:
+the worker is a child subreaper (Linux ``PR_SET_CHILD_SUBREAPER``), so even a double-forked
+daemon stays its descendant, and every descendant is killed by pid when the worker is
+stopped, or by the worker itself when it finds its parent gone.
 Model output reaches the file as text; nothing here evaluates it.
 """
 from __future__ import annotations
@@ -67,9 +71,71 @@ def _load(path: Path, shown: str):
     return func, None
 
 
+def _subreaper() -> None:
+    """Orphans of this process's descendants become its children, not init's (Linux only)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        pass
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live descendant of ``pid`` (from /proc; [] where there is none)."""
+    children: dict[int, list[int]] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return []
+    for d in names:
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat", "rb") as f:
+                    ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(d))
+    out, todo = [], [pid]
+    while todo:
+        kids = children.get(todo.pop(), [])
+        out += kids
+        todo += kids
+    return out
+
+
+def _kill(pids) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _end_descendants() -> None:
+    for _ in range(3):  # a fork between the look and the kill: look again
+        kids = descendants(os.getpid())
+        if not kids:
+            return
+        _kill(kids)
+        for pid in kids:  # reap them: the subreaper is their parent now
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+
+
 def _worker_main(conn, path: str, shown: str) -> None:
     """Process target: load the file, say so, then answer one message per call."""
     os.setpgrp()  # one process group: a kill on timeout reaches what the file started
+    _subreaper()  # and what left the group (setsid) stays our descendant
+    try:
+        _serve(conn, path, shown)
+    finally:
+        _end_descendants()  # the parent is gone or asked us to stop: nothing we started stays
+
+
+def _serve(conn, path: str, shown: str) -> None:
     p = Path(path)
     func, why = _load(p, shown)
     conn.send(("error", why) if why else ("ready", None))
@@ -150,7 +216,7 @@ class FileReward:
         if isinstance(out, dict):
             if "rewards" not in out:
                 raise RemoteRewardError(f"{where} returned a dict without 'rewards'")
-            return Reply(_rewards_of(out["rewards"], n, where), _logs_of(out.get("extra_logs"), n))
+            return Reply(_rewards_of(out["rewards"], n, where), _logs_of(out.get("extra_logs"), n, where))
         return Reply(_rewards_of(out, n, where), {})
 
     def close(self) -> None:
@@ -160,9 +226,12 @@ class FileReward:
             return
         atexit.unregister(self.close)
         if proc.is_alive():
+            kids = descendants(proc.pid)  # while the worker lives, orphans that left the group are its own
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 proc.kill()
+            _kill(kids)
+            _kill(descendants(proc.pid))  # forked meanwhile (the worker is a zombie until joined)
         proc.join(5)
         self.conn.close()

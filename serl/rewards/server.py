@@ -67,12 +67,16 @@ plain ``ThreadingHTTPServer`` slow was its settings, all changed here:
   holds its thread, and a fixed pool smaller than the clients could deadlock
   with every thread waiting for samples queued behind it;
 * an idle or stalled connection is closed after ``--idle_timeout`` seconds, and
-  a request slower than ``--request_timeout`` in all gets ``408`` and is closed.
+  a request slower than ``--request_timeout`` in all gets ``408`` and is closed;
+  idle connections give way to new ones (:class:`serl.rewards.httpd.RewardHTTPServer`).
+
+Fair scoring (:mod:`serl.rewards.lanes`): small batches go to a fast pool with a
+1-second budget, big ones (or ones that overrun it) to a slow pool, so a request
+inside every limit that needs a minute of math-verify never delays a small one.
 """
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import signal
 import sys
@@ -82,64 +86,9 @@ import time
 from serl.rewards.equivalence import EquivalenceChecker, OverBudget
 from serl.rewards.extract import FALLBACKS, normalize_label
 from serl.rewards.httpd import BadRequest, RewardHTTPServer, make_handler
+from serl.rewards.lanes import Lanes
+from serl.rewards.request import TooLarge, parse_request, response_text  # noqa: F401  (response_text: API)
 from serl.rewards.vote import MODES, GroupTooLarge, score_groups
-
-
-def response_text(query: str, prompt: str) -> str:
-    """The part of ``query`` the model wrote (see module doc)."""
-    if query.startswith(prompt):
-        return query[len(prompt):]
-    k = query.find(prompt) if prompt else -1
-    if k >= 0:
-        return query[k + len(prompt):]
-    n = 0
-    for a, b in zip(query, prompt):
-        if a != b:
-            break
-        n += 1
-    return query[n:]
-
-
-def _label(i: int, v):
-    """One label as text (or None); refuses what cannot be a reference answer."""
-    if v is None or isinstance(v, str):
-        return v
-    if isinstance(v, float) and not math.isfinite(v):  # NaN, Infinity or an overflow such as 1e999
-        raise BadRequest(f"field 'labels'[{i}] must be a finite number, got {v!r}")
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise BadRequest(f"field 'labels'[{i}] must be a string, number or null, got {type(v).__name__}")
-    return str(v)
-
-
-def parse_request(body: bytes) -> tuple[list[str], list[str], list[str | None]]:
-    """Validate a request body; raises BadRequest naming the field at fault."""
-    try:
-        data = json.loads(body)
-    except RecursionError:
-        raise BadRequest("body is not valid JSON: nested too deeply") from None
-    except ValueError as e:  # bad JSON or UTF-8, or an integer too long to convert
-        raise BadRequest(f"body is not valid JSON: {str(e)[:200]}") from None
-    if not isinstance(data, dict):
-        raise BadRequest("body must be a JSON object with 'query', 'prompts', 'labels'")
-    queries = data.get("query", data.get("queries"))
-    if not isinstance(queries, list):
-        raise BadRequest("field 'query' must be a list of strings")
-    n = len(queries)
-    prompts = data.get("prompts")
-    if prompts is None:
-        raise BadRequest("field 'prompts' is required (answers are never read from the prompt)")
-    if not isinstance(prompts, list) or len(prompts) != n:
-        raise BadRequest(f"field 'prompts' must be a list of {n} strings")
-    labels = data.get("labels")
-    if labels is None:
-        labels = [None] * n
-    if not isinstance(labels, list) or len(labels) != n:
-        raise BadRequest(f"field 'labels' must be a list of {n} entries (null for none)")
-    for name, seq in (("query", queries), ("prompts", prompts)):
-        for i, v in enumerate(seq):
-            if not isinstance(v, str):
-                raise BadRequest(f"field '{name}'[{i}] must be a string, got {type(v).__name__}")
-    return queries, prompts, [_label(i, v) for i, v in enumerate(labels)]
 
 
 class _Sample:
@@ -155,13 +104,17 @@ class RewardService:
     """Scoring and grouping behind the HTTP handler (usable without HTTP)."""
 
     def __init__(self, checker, mode="majority", fallback="number", group_size=0, group_wait=60.0, *,
-                 max_samples=4096, max_distinct=256, max_score_seconds=60.0):
+                 max_samples=4096, max_distinct=256, max_score_seconds=60.0, max_query_chars=256 * 1024,
+                 max_waiting=512):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}")
         self.checker, self.mode, self.fallback = checker, mode, fallback
         self.group_size, self.group_wait = int(group_size), float(group_wait)
         self.max_samples, self.max_distinct = int(max_samples), int(max_distinct)
         self.max_score_seconds = float(max_score_seconds)
+        self.max_query_chars = max_query_chars
+        self.max_waiting = max(int(max_waiting), self.group_size)
+        self._waiting = 0  # samples in incomplete groups (each holds a connection)
         if self.group_size > self.max_distinct:
             raise ValueError(f"group_size {self.group_size} > max_distinct {self.max_distinct}: a full group "
                              "could be refused")
@@ -169,7 +122,8 @@ class RewardService:
         self._lock = threading.Lock()
         self._scoring: dict[int, float] = {}  # id of a _score call -> when it began (waiting for the pool too)
         self.counts = {"requests": 0, "samples": 0, "groups": 0, "partial_groups": 0, "ties": 0,
-                       "refused_too_large": 0, "over_budget": 0}
+                       "refused_too_large": 0, "over_budget": 0, "groups_voted_early": 0}
+        self.connections = None  # set by make_server: () -> counts of open and idle connections
 
     def health(self) -> dict:
         """``ok`` is false while some scoring (its wait for the pool included) has run
@@ -180,10 +134,26 @@ class RewardService:
             counts = dict(self.counts)
         busy = self.checker.busy_since if hasattr(self.checker, "busy_since") else None
         oldest = max(ages, default=0.0)
-        return {"ok": oldest <= self.max_score_seconds, "scoring": len(ages), "oldest_scoring_s": round(oldest, 3),
-                "pool_busy_s": None if busy is None else round(now - busy, 3),
-                "max_score_seconds": self.max_score_seconds, "counts": counts,
-                "checker": dict(getattr(self.checker, "stats", {}))}
+        lanes = self.checker.health() if callable(getattr(self.checker, "health", None)) else None
+        out = {"ok": oldest <= self.max_score_seconds and (lanes is None or lanes["ok"]), "scoring": len(ages),
+               "oldest_scoring_s": round(oldest, 3), "pool_busy_s": None if busy is None else round(now - busy, 3),
+               "max_score_seconds": self.max_score_seconds, "waiting_samples": self._waiting, "counts": counts,
+               "checker": dict(getattr(self.checker, "stats", {}))}
+        if lanes is not None:
+            out["lanes"] = lanes
+        if self.connections is not None:
+            out["connections"] = self.connections()
+        return out
+
+    def answer(self, body: bytes) -> dict:
+        """One POST body -> its reply; the size limits are checked while it is parsed."""
+        try:
+            parsed = parse_request(body, self.max_samples, self.max_query_chars)
+        except TooLarge:
+            with self._lock:
+                self.counts["refused_too_large"] += 1
+            raise
+        return self.handle(*parsed)
 
     def _score(self, groups: list[list[_Sample]], partial: bool = False) -> None:
         labels = [g[0].label for g in groups]  # rule groups are single samples
@@ -238,12 +208,28 @@ class RewardService:
                 by_prompt.setdefault(s.prompt, []).append(s)
             ready.extend(by_prompt.values())
         else:
+            early: list[list[_Sample]] = []
             with self._lock:
                 for s in voting:
                     bucket = self._buckets.setdefault(s.prompt, [])
                     bucket.append(s)
+                    self._waiting += 1
                     if len(bucket) >= self.group_size:
                         ready.append(self._buckets.pop(s.prompt))
+                        self._waiting -= len(ready[-1])
+                # Each waiting sample holds a connection: past the bound, the oldest incomplete
+                # groups are voted now (partial), so requests for prompts whose group never
+                # fills cannot take every slot until --group_wait.
+                while self._waiting > self.max_waiting and self._buckets:
+                    oldest = self._buckets.pop(next(iter(self._buckets)))
+                    self._waiting -= len(oldest)
+                    early.append(oldest)
+                self.counts["groups_voted_early"] += len(early)
+            if early:
+                try:
+                    self._score(early, partial=True)
+                except Exception:  # their requests (woken) answer 500; this one goes on
+                    pass
         if ready:
             try:
                 self._score(ready)
@@ -280,17 +266,20 @@ class RewardService:
             if bucket is None or sample not in bucket:
                 return  # someone else completed or flushed it
             self._buckets.pop(sample.prompt)
+            self._waiting -= len(bucket)
         self._score([bucket], partial=True)
 
 
 def make_server(service: RewardService, host="127.0.0.1", port=0, max_request_mb=8.0, *, backlog=1024,
-                max_connections=1024, idle_timeout=60.0, request_timeout=30.0) -> RewardHTTPServer:
+                max_connections=1024, idle_timeout=60.0, request_timeout=30.0,
+                max_idle_per_client=128) -> RewardHTTPServer:
     """A ready (not yet serving) server; ``server.server_address`` has the port."""
-    handler = make_handler(
-        lambda body: service.handle(*parse_request(body)),
-        service.health,
-        int(max_request_mb * 2**20), idle_timeout, request_timeout)
-    return RewardHTTPServer((host, port), handler, backlog=backlog, max_connections=max_connections)
+    handler = make_handler(service.answer, service.health, int(max_request_mb * 2**20), idle_timeout,
+                           request_timeout)
+    server = RewardHTTPServer((host, port), handler, backlog=backlog, max_connections=max_connections,
+                              max_idle_per_client=max_idle_per_client)
+    service.connections = server.open_connections
+    return server
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -310,7 +299,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--group_wait", type=float, default=60.0,
                    help="seconds to wait for a group to fill before voting on what arrived")
     p.add_argument("--timeout", type=float, default=3.0, help="hard time limit of one equivalence check (s)")
-    p.add_argument("--workers", type=int, default=2, help="math-verify worker processes")
+    p.add_argument("--workers", type=int, default=2,
+                   help="math-verify worker processes of the fast lane; the slow lane for big requests has "
+                        "half as many (at least 1), so one big request leaves CPU for the small ones")
     p.add_argument("--max_request_mb", type=float, default=8.0, help="largest request body accepted (MiB)")
     p.add_argument("--backlog", type=int, default=1024,
                    help="listen backlog: connections the kernel queues before accept (the OS may cap it)")
@@ -322,6 +313,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds a request (request line, headers and body) may take to arrive, from its "
                         "first byte; past it the client gets 408 and its connection is closed, freeing the "
                         "slot (stops clients that trickle bytes). Default 30; raise it for large bodies on slow links")
+    p.add_argument("--max_query_kb", type=float, default=256.0,
+                   help="longest query or prompt text accepted, in KiB of characters; longer gets 413 before any "
+                        "text is read (default 256: far above any model response)")
+    p.add_argument("--max_idle_per_client", type=int, default=128,
+                   help="idle connections kept open per client address; past it that client's oldest idle one "
+                        "is closed. When every slot is taken, a new connection closes the oldest idle one")
+    p.add_argument("--max_waiting", type=int, default=512,
+                   help="samples held waiting for their group (--group_size) to fill; past it the oldest "
+                        "incomplete groups are voted at once (partial_group = 1) to free their connections")
     p.add_argument("--max_samples", type=int, default=4096,
                    help="samples one request may carry; more get 413 (default 4096)")
     p.add_argument("--max_distinct", type=int, default=256,
@@ -341,24 +341,35 @@ def _stop_on_sigterm(signum, frame):
 def cli_main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    for name in ("timeout", "group_wait", "max_request_mb", "idle_timeout", "request_timeout", "max_score_seconds"):
-        if getattr(args, name) <= 0:
-            print(f"serl serve-reward: error: --{name} must be > 0", file=sys.stderr)
+    for name in ("timeout", "group_wait", "max_request_mb", "idle_timeout", "request_timeout", "max_score_seconds",
+                 "max_query_kb"):
+        if not (math.isfinite(getattr(args, name)) and getattr(args, name) > 0):
+            print(f"serl serve-reward: error: --{name} must be a finite number > 0", file=sys.stderr)
             return 2
+    if args.max_idle_per_client < 1 or args.max_waiting < max(1, args.group_size):
+        print("serl serve-reward: error: --max_idle_per_client >= 1 and --max_waiting >= max(1, --group_size)",
+              file=sys.stderr)
+        return 2
     if args.workers < 1 or args.group_size < 0 or not (0 <= args.port < 65536) or args.backlog < 1 \
             or args.max_connections < 1 or args.max_samples < 1 or args.max_distinct < max(1, args.group_size):
         print("serl serve-reward: error: --workers >= 1, --group_size >= 0, 0 <= --port < 65536, "
               "--backlog >= 1, --max_connections >= 1, --max_samples >= 1, --max_distinct >= max(1, --group_size)",
               file=sys.stderr)
         return 2
-    checker = EquivalenceChecker(timeout=args.timeout, workers=args.workers)
+    # two pools: a big request is scored in the slow lane, never holding the workers small ones need;
+    # half the workers there: with --workers 2 on 2 cores, two heavy requests in flight cut the load's
+    # throughput to ~405 req/s with 2 slow workers, ~530-700 req/s with 1 (bench/README.md)
+    checker = Lanes(EquivalenceChecker(timeout=args.timeout, workers=args.workers),
+                    EquivalenceChecker(timeout=args.timeout, workers=max(1, args.workers // 2)))
     service = RewardService(checker, args.mode, args.fallback, args.group_size, args.group_wait,
                             max_samples=args.max_samples, max_distinct=args.max_distinct,
-                            max_score_seconds=args.max_score_seconds)
+                            max_score_seconds=args.max_score_seconds,
+                            max_query_chars=int(args.max_query_kb * 1024), max_waiting=args.max_waiting)
     try:
         server = make_server(service, args.host, args.port, args.max_request_mb, backlog=args.backlog,
                              max_connections=args.max_connections, idle_timeout=args.idle_timeout,
-                             request_timeout=args.request_timeout)
+                             request_timeout=args.request_timeout,
+                             max_idle_per_client=args.max_idle_per_client)
     except OSError as e:
         print(f"serl serve-reward: error: cannot bind {args.host}:{args.port}: {e}", file=sys.stderr)
         checker.close()

@@ -142,8 +142,12 @@ def _check_unedited(run_dir: Path, saved_file: Path, saved: TrainConfig) -> None
     """config.yaml edited by hand after the run started (``model:`` changed) went unseen:
     only flags were compared. Compare it with what the newest checkpoint was made with."""
     from serl.run.checkpoint import RUN_CONFIG, latest_checkpoint
+    from serl.run.damage import intact_checkpoint
 
-    ckpt = latest_checkpoint(run_dir)
+    try:
+        ckpt = intact_checkpoint(run_dir, warn=False)  # the one the resume will continue from
+    except ConfigError:  # none intact: the runner says so, naming the file; compare with the newest
+        ckpt = latest_checkpoint(run_dir)
     made_file = ckpt / RUN_CONFIG if ckpt is not None else None
     if made_file is None or not made_file.is_file():  # no checkpoint yet, or one of an older serl
         return

@@ -17,7 +17,8 @@ import numpy as np
 
 from serl.run import guard as collapse_guard
 from serl.run import hooks
-from serl.run.checkpoint import DiskFullError, latest_checkpoint, newest_step, resume_hint
+from serl.run.checkpoint import DiskFullError, checkpoint_step, resume_hint
+from serl.run.damage import check_logs, intact_checkpoint
 from serl.config.options import TrainConfig
 from serl.errors import ConfigError
 from serl.data.lengths import run_tokenizer
@@ -68,32 +69,46 @@ def prepare(cfg: TrainConfig, run_dir: Path | None = None):
     return data, model_path, eval_set, run_dir
 
 
-def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None, prepared=None, plan=None) -> Path:
+def take_lock(run_dir: Path, resume_dir: Path | None):
+    """The run directory's lock, taken before any engine starts: a second writer (a --resume of a
+    running run) is refused before it loads a model or starts a second vLLM engine beside the first."""
+    return lock_run_dir(run_dir, new=not resume_dir, leftovers=LEFTOVERS)
+
+
+def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None, prepared=None, plan=None,
+        lock=None) -> Path:
     """Train ``cfg.recipe`` to ``cfg.steps``; ``engines`` (Ray) replaces the local ones, and
-    ``prepared`` / ``plan`` what the Ray driver already read and decided."""
+    ``prepared`` / ``plan`` / ``lock`` what the Ray driver already read, decided and took."""
     data, model_path, eval_set, run_dir = prepared or prepare(cfg, resume_dir)  # fail fast, before heavy imports
     plan = plan or plan_run(cfg)
     probe = collapse_guard.prepare(cfg, registry.recipe_class(cfg.recipe), data, model_path, run_dir)  # None: no guard
     t_start = time.time()
     seed_process(cfg)
-    ckpt = latest_checkpoint(run_dir) if resume_dir else None
-    done = newest_step(run_dir) if ckpt else 0
+    ckpt = intact_checkpoint(run_dir) if resume_dir else None  # a damaged newest one: skipped, named
+    done = checkpoint_step(ckpt) if ckpt else 0
+    if resume_dir:
+        check_logs(run_dir, done)  # a bad line in metrics.jsonl or pool.jsonl: file:line, before the model loads
     tok = run_tokenizer(model_path)  # prepare()'s length checks loaded it already
     log.info("recipe %s, model %s, run directory %s", cfg.recipe, model_path, run_dir)
     from serl.engines.factory import run_precision
 
     precision = run_precision(cfg)
     log.info("%s", precision.line())
+    loop, logger, finished = None, None, False
     if engines is None:
         route_engine_log(cfg, run_dir)
+        # only now: bad input never leaves a directory; the lock before any engine or write (serl.run.lock)
+        lock = lock or take_lock(run_dir, resume_dir)
         from serl.engines.factory import build_engines
 
-        engines = build_engines(cfg, plan, model_path, tok)
-    loop, logger, lock, finished = None, None, None, False
+        try:
+            engines = build_engines(cfg, plan, model_path, tok)
+        except BaseException:
+            lock.release()
+            raise
     ctrl_c = CtrlC().__enter__()
     try:
-        # only now: bad input never leaves a directory; the lock before any write (serl.run.lock)
-        lock = lock_run_dir(run_dir, new=not resume_dir, leftovers=LEFTOVERS)  # engine.log is routed first
+        lock = lock or take_lock(run_dir, resume_dir)
         logger = open_metrics(cfg, run_dir, resume_dir, done)
         note_precision(run_dir, precision, done)
         loop = Loop(cfg, None, None, engines, run_dir, logger, skipped_long=len(getattr(data, "skipped", ())))

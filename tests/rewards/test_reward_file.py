@@ -116,3 +116,89 @@ def test_the_worker_ends_when_its_parent_dies_without_cleaning_up(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert _gone(int(out.stdout.split()[0]), within=10)  # no atexit ran: the pipe's end did it
+
+
+LEAVER = """import os, subprocess, sys, time
+PIDS = {pids!r}
+
+def reward_func(queries, prompts, labels):
+    pid = os.fork()
+    if pid == 0:  # a daemon: fork, leave the session and group, fork again, the middle one exits
+        os.setsid()
+        if os.fork() == 0:
+            with open(PIDS + ".daemon", "w") as f:
+                f.write(str(os.getpid()))
+            time.sleep(600)
+        os._exit(0)
+    os.waitpid(pid, 0)
+    child = subprocess.Popen([sys.executable, "-c", "import os, time; os.setsid(); time.sleep(600)"])
+    with open(PIDS + ".child", "w") as f:
+        f.write(str(child.pid))
+    return [0.0] * len(queries)
+"""
+
+
+def _pid_of(path, within=20.0):
+    end = time.monotonic() + within
+    while time.monotonic() < end:
+        if os.path.exists(path) and open(path).read().strip():
+            return int(open(path).read())
+        time.sleep(0.05)
+    raise AssertionError(f"{path} never written")
+
+
+@pytest.mark.parametrize("how", ["close", "parent_dies"])
+def test_processes_that_left_the_group_end_with_the_run(tmp_path, how):
+    import subprocess
+    import sys
+
+    pids = str(tmp_path / "pids")
+    path = _write(tmp_path, LEAVER.format(pids=pids), "leaver.py")
+    if how == "close":
+        src = FileReward(path, timeout=30)
+        assert src.rewards(["a"], [""], [None]).rewards == [0.0]
+        daemon, child = _pid_of(pids + ".daemon"), _pid_of(pids + ".child")
+        assert _alive(daemon) and _alive(child)
+        src.close()
+    else:  # the trainer ends without closing anything: the worker sees its pipe close
+        code = ("import os\nfrom serl.rewards.reward_file import FileReward\n"
+                f"src = FileReward({path!r}, timeout=30)\nsrc.rewards(['a'], [''], [None])\nos._exit(0)\n")
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr[-2000:]
+        daemon, child = _pid_of(pids + ".daemon"), _pid_of(pids + ".child")
+    try:
+        assert _gone(daemon, within=10) and _gone(child, within=10)
+    finally:
+        for pid in (daemon, child):
+            if _alive(pid):
+                os.kill(pid, 9)
+
+
+@pytest.mark.parametrize("logs, needle", [
+    ({"acc": ["high"]}, "extra_logs['acc'][0] is not a finite number ('high')"),
+    ({"acc": [float("nan")]}, "extra_logs['acc'][0] is not a finite number"),
+    ({"acc": [1, 2]}, "extra_logs['acc'] must hold 1 numbers (one per sample), got 2 entries"),
+    ({"acc": "x"}, "extra_logs['acc'] must hold 1 numbers (one per sample), got str"),
+    ([1], "'extra_logs' must be an object"),
+])
+def test_bad_extra_logs_name_the_file_and_the_key(tmp_path, logs, needle):
+    path = _write(tmp_path, "def reward_func(queries, prompts, labels):\n"
+                            f"    return {{'rewards': [1.0] * len(queries), 'extra_logs': {logs!r}}}\n"
+                            .replace("nan", "float('nan')"), "logs.py")
+    src = FileReward(path, timeout=30)
+    try:
+        with pytest.raises(RemoteRewardError) as e:
+            src.rewards(["a"], [""], [None])
+        assert "logs.py: reward_func" in str(e.value) and needle in str(e.value), str(e.value)
+    finally:
+        src.close()
+
+
+def test_a_number_in_extra_logs_is_one_value_per_sample(tmp_path):
+    path = _write(tmp_path, "def reward_func(queries, prompts, labels):\n"
+                            "    return {'rewards': [1.0] * len(queries), 'extra_logs': {'acc': 0.5, 'ok': [True, 0]}}\n")
+    src = FileReward(path, timeout=30)
+    try:
+        assert src.rewards(["a", "b"], ["", ""], [None, None]).logs == {"acc": [0.5, 0.5], "ok": [True, 0]}
+    finally:
+        src.close()

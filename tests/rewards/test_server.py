@@ -194,7 +194,8 @@ def test_protocol_errors_are_json_too(serve, data, status):
 
 
 @pytest.mark.parametrize("argv", [["--timeout", "0"], ["--workers", "0"], ["--group_size", "-1"], ["--port", "70000"],
-                                  ["--request_timeout", "0"]])
+                                  ["--request_timeout", "0"], ["--max_query_kb", "nan"], ["--max_waiting", "0"],
+                                  ["--max_idle_per_client", "0"], ["--timeout", "inf"]])
 def test_cli_bad_arguments_exit_2(argv):
     assert cli_main(argv) == 2
 
@@ -286,13 +287,15 @@ def test_connections_past_the_bound_get_503_and_idle_ones_are_closed(checker):
     threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
     port = server.server_address[1]
     try:
-        idle = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(2)]
+        busy = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(2)]
+        for s in busy:  # mid-request: these slots cannot be taken back
+            s.sendall(b"POST /get_reward HTTP/1.1\r\n")
         time.sleep(0.2)  # both accepted, each holding its thread
         third = socket.create_connection(("127.0.0.1", port), timeout=10)
         assert third.recv(4096).startswith(b"HTTP/1.1 503")
         third.close()
         assert server.refused == 1
-        for s in idle:  # closed by the server after idle_timeout
+        for s in busy:  # closed by the server after idle_timeout
             assert s.recv(1) == b""
             s.close()
         time.sleep(0.2)
