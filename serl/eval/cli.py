@@ -246,13 +246,28 @@ def run(args, generator=None, tokenizer=None) -> dict:
 def cli_main(argv: list[str] | None = None) -> int:
     from serl.engines.vllm_quirks import EngineDied
 
+    from serl.run.stop import stop_at_once, stop_name
+
     try:
-        return _main(argv)
+        with stop_at_once():  # SIGTERM as Ctrl-C: one line, exit 130, finished chunks kept
+            return _main(argv)
+    except KeyboardInterrupt as e:
+        out = _output_dir(argv)
+        kept = f"; finished chunks are kept in {out}: the same command continues from them" if out else ""
+        print(f"serl eval: stopped by {stop_name(e)}{kept}", file=sys.stderr)
+        return 130
     except EngineDied as e:  # one clear message, as `serl train` gives (SERL_DEBUG=1: the traceback)
         if os.environ.get("SERL_DEBUG"):
             raise
         print(f"serl eval: error: {e}\n(SERL_DEBUG=1 prints the traceback)", file=sys.stderr)
         return 1
+
+
+def _output_dir(argv: list[str] | None) -> str | None:
+    try:
+        return build_parser().parse_known_args(argv)[0].output_dir
+    except SystemExit:
+        return None
 
 
 def _main(argv: list[str] | None) -> int:

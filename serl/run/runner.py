@@ -24,6 +24,7 @@ from serl.data.lengths import run_tokenizer
 from serl.errors import DataError
 from serl.engines.vllm_quirks import EngineDied
 from serl.run.loop import CtrlC, Loop, stopped_at_once
+from serl.run.stop import stop_name
 from serl.models.resolve import resolve_model
 from serl.errors import ModelError
 from serl.config.plan import plan_run
@@ -98,11 +99,13 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None, prepared
         finished = True
     except EngineDied as e:
         keep_traceback(e, run_dir)
+        if ctrl_c.requested:  # the engine went down with the signal that stops the run: say that
+            raise stopped_at_once(run_dir, ctrl_c.requested) from None
         raise
     except RemoteRewardError as e:  # the step that asked was not trained: say what the run keeps
         raise RemoteRewardError(f"{e}; {resume_hint(run_dir)}") from None
-    except KeyboardInterrupt:  # a second Ctrl-C (or one before the loop): no traceback, say where it stands
-        raise stopped_at_once(run_dir) from None
+    except KeyboardInterrupt as e:  # a second Ctrl-C (or one before the loop): no traceback, say where it stands
+        raise stopped_at_once(run_dir, stop_name(e)) from None
     finally:
         ctrl_c.__exit__()
         close(loop, engines, logger)
