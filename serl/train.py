@@ -51,8 +51,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from serl.config.compat import rewrite
 
-        argv = rewrite(argv)  # the seeds' own names (SeRL/OpenRLHF, spiral-rl, verl): docs/compat.md
+        refused: list[str] = []  # every refusal of the command line, reported at once
+        argv = rewrite(argv, refused)  # the seeds' own names (SeRL/OpenRLHF, spiral-rl, verl): docs/compat.md
         value, rest = _split_resume(argv)
+        if refused and value is not None:
+            raise ConfigError("; ".join(refused))
         with stop_at_once():  # SIGTERM before the loop stops as Ctrl-C does (serl.run.stop)
             if value is not None:
                 run_dir = Path(value)
@@ -61,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
                 cfg = resume_config(run_dir, rest)
                 launch(cfg, run_dir)
             else:
-                cfg, _ = parse_args(argv)
+                cfg, _ = parse_args(argv, refused=refused)
                 launch(cfg)
     except USER_ERRORS as e:
         print(f"serl train: error: {e}", file=sys.stderr)

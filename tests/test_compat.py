@@ -372,7 +372,7 @@ def test_verl_label_is_found_without_label_key(tmp_path):
 def test_unknown_flags_get_one_line_and_help_points_to_compat(train_here, capsys):
     rc, err = train_here("--no_such_flag", "1")
     assert rc == 2 and len(err.strip().splitlines()) == 1 and "usage:" not in err
-    assert err.startswith("serl: error: unrecognized arguments: --no_such_flag 1; not an option of serl train")
+    assert err.startswith("serl: error: --no_such_flag 1: not an option of serl train; `serl train --help`")
     assert "docs/compat.md" in err
     rc, err = train_here("--rollout_batch_sise", "4")
     assert "(did you mean --rollout_batch_size?)" in err and len(err.strip().splitlines()) == 1
