@@ -66,6 +66,10 @@ def prepare(cfg: TrainConfig, run_dir: Path | None = None):
     if cfg.save_best and not eval_set:
         raise ConfigError(f"save_best: {cfg.save_best} needs an evaluation during training (--eval_data or "
                           f"--eval_benchmarks, or the recipe's own), and this run has none")
+    names = recipe.eval_metric_names(cfg, eval_set) if cfg.save_best else None
+    if names is not None and cfg.save_best not in names:  # before the model loads, not after its first evaluation
+        raise ConfigError(f"save_best: the evaluation has no metric {cfg.save_best!r}; it has: "
+                          f"{', '.join(sorted(names))}")
     return data, model_path, eval_set, run_dir
 
 
