@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 COMMANDS = {
@@ -19,6 +20,17 @@ def usage() -> str:
     return "\n".join(lines)
 
 
+# device files of the accelerators DeepSpeed looks for (NVIDIA, AMD ROCm, Ascend)
+ACCELERATOR_DEVICES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd", "/dev/davinci0")
+
+
+def quiet_deepspeed_probe() -> None:
+    """On a machine without an accelerator, DeepSpeed (imported by transformers and serl's checkpoints)
+    warns "Setting accelerator to CPU" on every run; telling it the CPU is what it would pick anyway."""
+    if "DS_ACCELERATOR" not in os.environ and not any(os.path.exists(d) for d in ACCELERATOR_DEVICES):
+        os.environ["DS_ACCELERATOR"] = "cpu"
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help"):
@@ -29,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"serl: unknown command '{name}'\n{usage()}", file=sys.stderr)
         return 2
     module, func, _ = COMMANDS[name]
+    quiet_deepspeed_probe()
     return int(getattr(importlib.import_module(module), func)(rest) or 0)
 
 

@@ -86,3 +86,37 @@ def kill_new(pids: set[int]) -> None:
         except psutil.Error:
             pass
     psutil.wait_procs(victims, timeout=5)
+
+
+@contextmanager
+def stop_ends_start(before: set[int], children):
+    """While an engine starts: Ctrl-C or SIGTERM ends the start at once. vLLM's start-up wait swallows
+    an exception raised from a signal handler, so the handler kills the processes being started
+    instead (their start then fails) and the block raises ``serl.run.stop.Stop`` when it ends.
+    ``children()``: this process's children now. Main thread only; elsewhere a no-op."""
+    import threading
+
+    from serl.run import stop
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    got: list[str] = []
+
+    def on_signal(signum, frame):
+        got.append(stop.signal_name(signum))
+        stop.received = stop.received or got[0]
+        kill_new(children() - before)
+
+    previous = {s: signal.signal(s, on_signal) for s in stop.SIGNALS}
+    try:
+        yield
+    except BaseException:
+        if got:
+            raise stop.Stop(got[0]) from None
+        raise
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+    if got:
+        raise stop.Stop(got[0])

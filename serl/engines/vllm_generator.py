@@ -21,7 +21,7 @@ from typing import Iterable
 import torch
 
 from serl.engines.base import Completion, Sampling
-from serl.engines.own_group import kill_new, own_process_group
+from serl.engines.own_group import kill_new, own_process_group, stop_ends_start
 from serl.engines.vllm_quirks import (WORKER_EXTENSION, EngineDied, death_message, is_engine_dead_error, log_size,
                                       oom_kills)
 
@@ -81,7 +81,8 @@ class VLLMGenerator:
         try:
             # the engine's processes keep the log file as their stderr, and start with tcmalloc, in a
             # process group of their own: a terminal's Ctrl-C is the run's to handle (serl.engines.own_group)
-            with engine_stderr(), _engine_preload(self.on_cpu), own_process_group():
+            with engine_stderr(), _engine_preload(self.on_cpu), own_process_group(), \
+                    stop_ends_start(before, _children):  # a Ctrl-C while it starts ends the start
                 self.llm = LLM(**kwargs)
         except BaseException:
             kill_new(_children() - before)  # a start stopped half-way (Ctrl-C) leaves no engine behind
