@@ -31,6 +31,24 @@ def quiet_deepspeed_probe() -> None:
         os.environ["DS_ACCELERATOR"] = "cpu"
 
 
+def quiet_resource_tracker() -> None:
+    """multiprocessing's resource tracker, started now with its warnings off. It still unlinks the
+    shared memory an engine or reward worker killed at a stop left behind, but without the
+    "resource_tracker: There appear to be N leaked shared_memory objects" lines after the run's
+    last line (those are vLLM's and the killed workers', not anything the user can act on)."""
+    try:
+        from multiprocessing import resource_tracker
+    except ImportError:  # a platform without it
+        return
+    sys.warnoptions.append("ignore::UserWarning:multiprocessing.resource_tracker")
+    try:
+        resource_tracker.ensure_running()
+    except Exception:  # never a reason not to run
+        pass
+    finally:
+        sys.warnoptions.pop()
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help"):
@@ -42,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     module, func, _ = COMMANDS[name]
     quiet_deepspeed_probe()
+    if name in ("train", "eval"):
+        quiet_resource_tracker()
     return int(getattr(importlib.import_module(module), func)(rest) or 0)
 
 
