@@ -104,3 +104,20 @@ def test_hydra_plus_forms_are_read():
 def test_tinker_keys_without_spiral_are_told_to_add_it(train_here):
     rc, err = train_here("max_tokens=64", "renderer_name=qwen3")
     assert rc == 2 and err.count("add --recipe spiral") == 2 and "not an option" not in err
+
+
+def test_spell_s_own_names_are_read():
+    argv = rewrite(["--recipe", "spell", "reward_combined_function=max", "self_verification.update_lower_bound=0.6",
+                    "self_verification.update_upper_bound=0.9", "self_verification.label_type=maj_cons",
+                    "data.train_files=docs.jsonl"])
+    cfg, _ = parse_args(argv)
+    assert (cfg.responder_reward, cfg.verifier_band, cfg.corpus) == ("max", [0.6, 0.9], "docs.jsonl")
+    cfg, _ = parse_args(rewrite(["--recipe", "spell", "+self_verification.update_upper_bound=0.8"]))
+    assert cfg.verifier_band == [0.51, 0.8]
+
+
+def test_spell_s_names_without_a_serl_meaning_say_why(train_here):
+    rc, err = train_here("--recipe", "spell", "reward_combined_function=mean", "self_verification.enable=False",
+                         "data.val_files=x.parquet")
+    assert rc == 2 and "3 options refused" in err and "leave it out" not in err
+    assert "--responder_reward rule" in err and "held-out files" in err

@@ -27,6 +27,7 @@ import sys
 import time
 
 from serl.config.compat_flags import FLAGS, VERL_KEYS, VERL_NOTED, translate
+from serl.config.compat_spell import spell_words
 from serl.config.compat_spiral import NAMES as OAT_NAMES, OatFlags, oat_bool
 from serl.config.parser import _flag_value
 from serl.errors import ConfigError
@@ -191,7 +192,10 @@ def rewrite(argv: list[str], refused: list[str] | None = None) -> list[str]:
             m = _OVERRIDE.match(a) if not a.startswith("-") else None
             if m and (i == 0 or not argv[i - 1].startswith("--") or "=" in argv[i - 1]):
                 key, value = m.group(1), m.group(2)
-                if "." in key:
+                spell = spell_words(key, value, argv) if recipe == "spell" else None  # SPELL's own names
+                if spell is not None:
+                    out += spell
+                elif "." in key:
                     out += _verl(key, value, f"override {a!r}", argv)
                 else:
                     argv[i:i + 1] = [f"--{key}", value]  # then read as that flag
