@@ -87,8 +87,8 @@ def test_verl_dotted_overrides_and_nested_yaml(tmp_path):
                  "data.train_files=dataset/arith_spin_train.jsonl", "actor_rollout_ref.rollout.n=4")
     assert (cfg.beta, cfg.ref_update, cfg.save_steps, cfg.actor_learning_rate) == (0.2, "steps:2", 2, 3e-7)
     assert cfg.prompt_data == "dataset/arith_spin_train.jsonl" and cfg.n_samples_per_prompt == 4
-    with pytest.raises(ConfigError, match="'algorithm.kl_ctrl.kl_coef' has no serl meaning and is refused"):
-        rewrite(["recipe=spin", "algorithm.kl_ctrl.kl_coef=0.001"])
+    with pytest.raises(ConfigError, match="'algorithm.kl_ctrl.kl_ctrl_type' has no serl meaning and is refused"):
+        rewrite(["recipe=spin", "algorithm.kl_ctrl.kl_ctrl_type=fixed"])
     with pytest.raises(ConfigError, match="trainer.ref_update_freq' must be a whole number >= 1"):
         rewrite(["trainer.ref_update_freq=-1"])
     y = tmp_path / "spin.yaml"
