@@ -68,8 +68,11 @@ class Loop:
 
     def run(self, ctrl_c: CtrlC | None = None) -> None:
         """The steps, then the final model."""
-        for h in self.hooks:
-            h.start(self)
+        try:
+            for h in self.hooks:
+                h.start(self)
+        except StepAbandoned as e:  # a stop during the evaluation before the first step: nothing to keep
+            raise stopped_at_once(self.run_dir, e.name) from None
         for step in range(self.done + 1, self.cfg.steps + 1):
             if any(h.blocks(self) for h in self.hooks):
                 break
