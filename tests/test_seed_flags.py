@@ -121,3 +121,11 @@ def test_spell_s_names_without_a_serl_meaning_say_why(train_here):
                          "data.val_files=x.parquet")
     assert rc == 2 and "3 options refused" in err and "leave it out" not in err
     assert "--responder_reward rule" in err and "held-out files" in err
+
+
+def test_spin_mode_spin_without_human_answers_names_online(tmp_path, train_here):
+    data = tmp_path / "q.jsonl"
+    data.write_text('{"question": "1+1?", "answer": "2"}\n')
+    rc, err = train_here("--recipe", "spin", "--spin_mode", "spin", "--prompt_data", str(data), "--input_key",
+                         "question", "--steps", "1", "--generator", "hf")
+    assert rc == 2 and "missing key 'solution'" in err and "--spin_mode online" in err, err[-2000:]
