@@ -11,7 +11,8 @@
 set -eu
 
 PRETRAIN="${PRETRAIN:-meta-llama/Llama-3.2-3B-Instruct}"
-DATA_DIR="${DATA_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]:-$0}")/../.." && pwd)/../shared/data}"  # as README.md documents
+# README.md's data: ../shared/data beside the clone (run from the clone's root)
+DATA_DIR="${DATA_DIR:-../shared/data}"
 PROMPT_DATA="${PROMPT_DATA:-$DATA_DIR/math/train.jsonl}"
 SAVE_PATH="${SAVE_PATH:-runs/llama32_3b_grpo_gt}"
 CKPT_PATH="${CKPT_PATH:-$SAVE_PATH/ckpt}"
