@@ -173,7 +173,7 @@ class VLLMGenerator:
             dead = _gone(self._engine)
             if dead or is_engine_dead_error(e):
                 raise EngineDied(death_message(dead, self._oom_kills, oom_kills(), self.on_cpu,
-                                                 self._log_offset)) from e
+                                                 getattr(self, "_log_offset", 0))) from e
             raise
 
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
