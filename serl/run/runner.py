@@ -23,7 +23,7 @@ from serl.errors import ConfigError
 from serl.data.lengths import run_tokenizer
 from serl.errors import DataError
 from serl.engines.vllm_quirks import EngineDied
-from serl.run.loop import CtrlC, Loop, stopped_at_once
+from serl.run.loop import CtrlC, Interrupted, Loop, stopped_at_once
 from serl.run.stop import stop_name
 from serl.models.resolve import resolve_model
 from serl.errors import ModelError
@@ -117,6 +117,11 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None, prepared
             lock.release()
     try:
         loop.closed(time.time() - t_start)  # the report and the summary (serl.run.hooks.Report)
+    except KeyboardInterrupt as e:  # the training is done and saved: only the report is missing
+        done = Interrupted(run_dir, "")
+        done.args = (f"stopped by {stop_name(e)} while writing the report; the training finished and is saved "
+                     f"(serl report {run_dir} writes the report)",)
+        raise done from None
     finally:
         lock.release()
     return run_dir
