@@ -39,15 +39,23 @@ def clone(tmp_path_factory):
     return base / "repo"
 
 
+def activation() -> str:
+    """What README.md tells a fresh clone to run so that `serl` is a command."""
+    found = re.search(r"`(\. \.venv/bin/activate)`", (ROOT / "README.md").read_text())
+    assert found, "README.md does not say how a fresh clone gets `serl` on PATH"
+    return found.group(1)
+
+
 def _run(clone: Path, command: str, *extra: str) -> subprocess.CompletedProcess:
     # the clone's code, not the one the shared environment's editable install points at
     env = {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root"), "PYTHONPATH": str(clone),
            "WANDB_MODE": "offline", "TOKENIZERS_PARALLELISM": "false"}
-    script = f". .venv/bin/activate && {command} {' '.join(extra)}"
+    script = f"{activation()} && {command} {' '.join(extra)}"
     return subprocess.run(["bash", "-c", script], cwd=clone, env=env, capture_output=True, text=True, timeout=1800)
 
 
-def test_the_readme_has_tutorial_commands():
+def test_the_readme_has_tutorial_commands_and_says_how_to_run_them():
+    assert activation() == ". .venv/bin/activate"
     cmds = readme_commands()
     assert any(c.startswith("serl train --pretrain") for c in cmds) and any(c.startswith("serl eval") for c in cmds)
 
