@@ -11,8 +11,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
+# the command's own flags, then these (later flags win): one tiny SeRL step, as tests/conftest.py's TINY_TRAIN
 TINY = ["--steps", "1", "--generator", "hf", "--rollout_batch_size", "2", "--n_samples_per_prompt", "2",
-        "--generate_max_len", "16", "--progress", "quiet", "--report", "false", "--save_model", "false"]
+        "--generate_max_len", "16", "--instructions_num_per_iteration", "2", "--few_shot_generation", "4",
+        "--few_shot_generation_batch_size", "2", "--instruction_max_len", "64", "--instruction_max_attempts", "2",
+        "--max_refill_rounds", "1", "--reward_difficulty_bounds", "0", "1", "--progress", "quiet",
+        "--report", "false", "--save_model", "false"]
 
 
 def readme_commands() -> list[str]:
