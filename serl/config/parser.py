@@ -62,8 +62,9 @@ class _Parser(argparse.ArgumentParser):
             return
         where = (f"`{self.prog} --help` lists serl's options, docs/compat.md the names of SeRL/OpenRLHF, "
                  f"spiral-rl, verl and SPELL that serl maps, notes or refuses")
-        if len(self.refused) == 1:
-            self.exit(2, f"serl: error: {self.refused[0]}; {where}\n")
+        if len(self.refused) == 1:  # an unknown name gets the pointers; a known one's message says it all
+            more = f"; {where}" if ": not an option of" in self.refused[0] else ""
+            self.exit(2, f"serl: error: {self.refused[0]}{more}\n")
         lines = "".join(f"  {m}\n" for m in self.refused)
         self.exit(2, f"serl: error: {len(self.refused)} options refused, all listed here ({where}):\n{lines}")
 
