@@ -2,6 +2,8 @@
 # Override any of them from the environment, e.g. MODEL=/path/to/ckpt LIMIT=50 ./math_greedy.sh
 _here=$(cd "$(dirname "${BASH_SOURCE[0]:-$0}")" && pwd)
 ROOT=$(cd "$_here/.." && pwd)
+# the project's .venv (scripts/install.sh makes it) unless PYTHON names another: no activation needed
+if [ -z "${PYTHON:-}" ] && [ -x "${SERL_VENV:-$ROOT/.venv}/bin/python" ]; then PYTHON=${SERL_VENV:-$ROOT/.venv}/bin/python; fi
 PYTHON=${PYTHON:-python}
 MODEL=${MODEL:-smollm2}
 DATA_DIR=${DATA_DIR:-$ROOT/../shared/data/serl_math_benchmarks}

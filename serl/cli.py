@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 COMMANDS = {
@@ -20,6 +21,35 @@ def usage() -> str:
     return "\n".join(lines)
 
 
+# device files of the accelerators DeepSpeed looks for (NVIDIA, AMD ROCm, Ascend)
+ACCELERATOR_DEVICES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd", "/dev/davinci0")
+
+
+def quiet_deepspeed_probe() -> None:
+    """On a machine without an accelerator, DeepSpeed (imported by transformers and serl's checkpoints)
+    warns "Setting accelerator to CPU" on every run; telling it the CPU is what it would pick anyway."""
+    if "DS_ACCELERATOR" not in os.environ and not any(os.path.exists(d) for d in ACCELERATOR_DEVICES):
+        os.environ["DS_ACCELERATOR"] = "cpu"
+
+
+def quiet_resource_tracker() -> None:
+    """multiprocessing's resource tracker, started now with its warnings off. It still unlinks the
+    shared memory an engine or reward worker killed at a stop left behind, but without the
+    "resource_tracker: There appear to be N leaked shared_memory objects" lines after the run's
+    last line (those are vLLM's and the killed workers', not anything the user can act on)."""
+    try:
+        from multiprocessing import resource_tracker
+    except ImportError:  # a platform without it
+        return
+    sys.warnoptions.append("ignore::UserWarning:multiprocessing.resource_tracker")
+    try:
+        resource_tracker.ensure_running()
+    except Exception:  # never a reason not to run
+        pass
+    finally:
+        sys.warnoptions.pop()
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help"):
@@ -30,6 +60,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"serl: unknown command '{name}'\n{usage()}", file=sys.stderr)
         return 2
     module, func, _ = COMMANDS[name]
+    quiet_deepspeed_probe()
+    if name in ("train", "eval"):
+        quiet_resource_tracker()
     return int(getattr(importlib.import_module(module), func)(rest) or 0)
 
 

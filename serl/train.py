@@ -20,6 +20,7 @@ from serl.engines.vllm_quirks import EngineDied
 from serl.rewards.remote import RemoteRewardError
 from serl.run.loop import Interrupted
 from serl.run.resume import resume_config
+from serl.run.stop import stop_at_once, stop_name
 from serl.run.runner import USER_ERRORS, run
 
 
@@ -50,25 +51,30 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from serl.config.compat import rewrite
 
-        argv = rewrite(argv)  # the seeds' own names (SeRL/OpenRLHF, spiral-rl, verl): docs/compat.md
+        refused: list[str] = []  # every refusal of the command line, reported at once
+        argv = rewrite(argv, refused)  # the seeds' own names (SeRL/OpenRLHF, spiral-rl, verl): docs/compat.md
         value, rest = _split_resume(argv)
-        if value is not None:
-            run_dir = Path(value)
-            if not value or not run_dir.is_dir():
-                raise ConfigError(f"--resume: run directory not found: {value!r}")
-            cfg = resume_config(run_dir, rest)
-            launch(cfg, run_dir)
-        else:
-            cfg, _ = parse_args(argv)
-            launch(cfg)
+        if refused and value is not None:
+            raise ConfigError("; ".join(refused))
+        with stop_at_once():  # SIGTERM before the loop stops as Ctrl-C does (serl.run.stop)
+            if value is not None:
+                run_dir = Path(value)
+                if not value or not run_dir.is_dir():
+                    raise ConfigError(f"--resume: run directory not found: {value!r}")
+                cfg = resume_config(run_dir, rest)
+                launch(cfg, run_dir)
+            else:
+                cfg, _ = parse_args(argv, refused=refused)
+                launch(cfg)
     except USER_ERRORS as e:
         print(f"serl train: error: {e}", file=sys.stderr)
         return 2
     except Interrupted as e:  # Ctrl-C inside the run: where it stands and how to go on
         print(f"serl train: {e}", file=sys.stderr)
         return 130
-    except KeyboardInterrupt:  # Ctrl-C before the run began writing (reading data, loading the model)
-        print("serl train: stopped by Ctrl-C before training began (nothing new was written)", file=sys.stderr)
+    except KeyboardInterrupt as e:  # Ctrl-C before the run began writing (reading data, loading the model)
+        print(f"serl train: stopped by {stop_name(e)} before training began (nothing new was written)",
+              file=sys.stderr)
         return 130
     except RemoteRewardError as e:  # a reward that did not arrive: the step was not trained
         print(f"serl train: error: {e}", file=sys.stderr)

@@ -53,3 +53,12 @@ def test_save_best_without_an_evaluation_is_refused_before_the_run(train_here, t
     rc, err = train_here("--save_best", "eval/gsm8k/pass@1", "--run_dir", tmp_path / "run", "--generator", "hf")
     assert rc == 2 and "save_best: eval/gsm8k/pass@1 needs an evaluation during training" in err
     assert not (tmp_path / "run").exists()
+
+
+def test_a_metric_the_evaluation_lacks_is_refused_before_the_model_loads(train_here, tiny_train_args, tmp_path):
+    rc, err = train_here("--run_dir", str(tmp_path / "run"), *tiny_train_args, "--eval_data",
+                         "dataset/arith_heldout.jsonl", "--save_best", "eval/heldout/maj@8")
+    assert rc == 2, err[-2000:]
+    assert ("save_best: the evaluation has no metric 'eval/heldout/maj@8'; it has: eval/heldout/pass@1, "
+            "time/eval") in err
+    assert "recipe serl, model" not in err and not (tmp_path / "run").exists()  # nothing loaded, nothing written

@@ -87,8 +87,8 @@ def test_verl_dotted_overrides_and_nested_yaml(tmp_path):
                  "data.train_files=dataset/arith_spin_train.jsonl", "actor_rollout_ref.rollout.n=4")
     assert (cfg.beta, cfg.ref_update, cfg.save_steps, cfg.actor_learning_rate) == (0.2, "steps:2", 2, 3e-7)
     assert cfg.prompt_data == "dataset/arith_spin_train.jsonl" and cfg.n_samples_per_prompt == 4
-    with pytest.raises(ConfigError, match="'algorithm.kl_ctrl.kl_coef' has no serl meaning and is refused"):
-        rewrite(["recipe=spin", "algorithm.kl_ctrl.kl_coef=0.001"])
+    with pytest.raises(ConfigError, match="'algorithm.kl_ctrl.kl_ctrl_type' has no serl meaning and is refused"):
+        rewrite(["recipe=spin", "algorithm.kl_ctrl.kl_ctrl_type=fixed"])
     with pytest.raises(ConfigError, match="trainer.ref_update_freq' must be a whole number >= 1"):
         rewrite(["trainer.ref_update_freq=-1"])
     y = tmp_path / "spin.yaml"
@@ -372,7 +372,7 @@ def test_verl_label_is_found_without_label_key(tmp_path):
 def test_unknown_flags_get_one_line_and_help_points_to_compat(train_here, capsys):
     rc, err = train_here("--no_such_flag", "1")
     assert rc == 2 and len(err.strip().splitlines()) == 1 and "usage:" not in err
-    assert err.startswith("serl: error: unrecognized arguments: --no_such_flag 1; not an option of serl train")
+    assert err.startswith("serl: error: --no_such_flag 1: not an option of serl train; `serl train --help`")
     assert "docs/compat.md" in err
     rc, err = train_here("--rollout_batch_sise", "4")
     assert "(did you mean --rollout_batch_size?)" in err and len(err.strip().splitlines()) == 1

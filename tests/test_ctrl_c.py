@@ -68,3 +68,53 @@ def test_a_second_ctrl_c_stops_at_once_without_a_traceback(tmp_path, tiny_train_
     assert "Traceback" not in err
     last = err.strip().splitlines()[-1]
     assert last.startswith("serl train: stopped by Ctrl-C") and last.endswith(f"resume with serl train --resume {run}")
+
+
+def test_sigterm_is_a_first_ctrl_c(tmp_path, tiny_train_args):
+    """What a scheduler, `docker stop` or Kubernetes sends: the same stop as Ctrl-C, named."""
+    run = tmp_path / "run"
+    proc = _start(run, tiny_train_args)
+    try:
+        _wait_for_step(proc, run)
+        os.kill(proc.pid, signal.SIGTERM)
+        _, err = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err[-3000:]
+    assert "Traceback" not in err
+    steps = sorted(p.name for p in (run / CKPT_DIR).glob("step_*") if (p / DONE).exists())
+    n = int(steps[-1].split("_")[1])
+    assert err.strip().splitlines()[-1] == (f"serl train: stopped by SIGTERM after step {n} (checkpoint saved); "
+                                            f"resume with serl train --resume {run}")
+    assert not (run / "run.lock").exists()
+
+
+def test_a_stop_while_the_step_collects_does_not_wait_for_it(tmp_path, tiny_train_args):
+    """A step that would spend minutes refilling its instruction pool (no group passes the difficulty
+    bounds, 50 refill rounds) is dropped at once, untrained; the line says where the run stands."""
+    run = tmp_path / "run"
+    args = list(tiny_train_args)
+    for flag, value in {"--max_refill_rounds": "50", "--instruction_max_attempts": "50"}.items():
+        args[args.index(flag) + 1] = value
+    k = args.index("--reward_difficulty_bounds")
+    args[k + 1:k + 3] = ["0.6", "0.7"]  # two samples agree by 0.5 or 1: no group passes
+    proc = _start(run, args)
+    try:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and proc.poll() is None and not (run / "config.yaml").is_file():
+            time.sleep(0.2)
+        time.sleep(10)  # inside step 1's collect
+        t0 = time.monotonic()
+        os.kill(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=600)
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err[-3000:]
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1] == (f"serl train: stopped by Ctrl-C; no checkpoint yet; resume with serl "
+                                            f"train --resume {run}")
+    assert not (run / "metrics.jsonl").is_file() or not (run / "metrics.jsonl").read_text()
+    assert took < 30, took

@@ -48,6 +48,24 @@ def test_a_killed_holder_does_not_block_resume(tmp_path):
     lock.release()
 
 
+def test_a_run_that_ends_leaves_no_lock_file_and_a_late_opener_locks_afresh(tmp_path):
+    run = tmp_path / "run"
+    held = lock_run_dir(run, new=True)
+    late = os.open(run / LOCK_NAME, os.O_RDWR)  # a second start opened the file before the end
+    held.release()
+    assert not (run / LOCK_NAME).exists()
+    again = lock_run_dir(run, new=True)  # the file it opened is gone: the path's new file is locked
+    try:
+        import fcntl
+
+        with pytest.raises(OSError):  # what the late opener would try: the live lock is the new file's
+            fcntl.flock(os.open(run / LOCK_NAME, os.O_RDWR), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(late, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the removed file's lock guards nothing
+    finally:
+        again.release()
+        os.close(late)
+
+
 def test_a_new_run_refuses_a_directory_another_run_wrote_into(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
@@ -65,7 +83,7 @@ def test_train_on_a_locked_run_dir_exits_2_naming_the_pid(tmp_path, train_here, 
     try:
         rc, err = train_here("--run_dir", str(run), *tiny_train_args, "--device", "cpu", "--seed", "7")
     finally:
-        held.release()
+        held.release(remove=False)
     assert rc == 2, err[-2000:]
     line = [x for x in err.splitlines() if "error" in x]
     assert line == [f"serl train: error: run_dir: {run} is in use by pid {os.getpid()} (a serl run holds "

@@ -13,6 +13,24 @@
 #                         the model fits in memory: a model whose size PRETRAIN names (3B, 135M, ...)
 #                         needs about 20 bytes a parameter (weights, gradients, Adam, the reference
 #                         and the generator's copy); too little memory stops here, saying what to change.
+. "$(cd "$(dirname "${BASH_SOURCE[0]:-$0}")/.." && pwd)/_venv.sh"  # the project's .venv first on PATH
+
+# `ray job submit` of COMMAND ARGS to RAY_ADDRESS. The job's shell has no venv on its PATH: the command
+# goes by its full path here (a single machine's cluster shares this file system). A cluster that
+# does not answer is one line, not Ray's traceback.
+serl_submit() {
+  if ! command -v ray >/dev/null 2>&1; then
+    echo "RAY_ADDRESS=$RAY_ADDRESS is set but ray is not installed here: unset RAY_ADDRESS to run in this process" >&2
+    return 2
+  fi
+  if ! ray job list --address "$RAY_ADDRESS" >/dev/null 2>&1; then
+    echo "no Ray cluster answers at RAY_ADDRESS=$RAY_ADDRESS: start one with 'ray start --head' (its jobs address is http://127.0.0.1:8265), or unset RAY_ADDRESS to run here" >&2
+    return 2
+  fi
+  _cmd=$(command -v "$1" || printf '%s' "$1"); shift
+  ray job submit --address "$RAY_ADDRESS" --working-dir "$PWD" -- "$_cmd" "$@"
+}
+
 serl_fit() {
   _name=$1 _written=$2 _refs=$3
   FIT=()

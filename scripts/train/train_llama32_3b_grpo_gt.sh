@@ -11,8 +11,9 @@
 set -eu
 
 PRETRAIN="${PRETRAIN:-meta-llama/Llama-3.2-3B-Instruct}"
-DATA_DIR="${DATA_DIR:-data}"
-PROMPT_DATA="${PROMPT_DATA:-$DATA_DIR/math/train_with_idx.jsonl}"
+# README.md's data: ../shared/data beside the clone (run from the clone's root)
+DATA_DIR="${DATA_DIR:-../shared/data}"
+PROMPT_DATA="${PROMPT_DATA:-$DATA_DIR/math/train.jsonl}"
 SAVE_PATH="${SAVE_PATH:-runs/llama32_3b_grpo_gt}"
 CKPT_PATH="${CKPT_PATH:-$SAVE_PATH/ckpt}"
 STEPS="${STEPS:-100}"  # our choice: SeRL runs until stopped (--num_episodes 1000000)
@@ -22,7 +23,7 @@ WANDB_RUN_NAME="${WANDB_RUN_NAME:-llama32_3b_grpo_gt}"
 # Run locally, or submit to a Ray cluster when RAY_ADDRESS is set.
 launch() {
   if [ -n "${RAY_ADDRESS:-}" ]; then
-    ray job submit --address "$RAY_ADDRESS" --working-dir "$PWD" -- "$@"
+    serl_submit "$@"  # scripts/train/_fit.sh: the job runs this environment's serl, or one line says why not
   else
     "$@"
   fi

@@ -21,7 +21,7 @@ WANDB_RUN_NAME="${WANDB_RUN_NAME:-spiral_qwen3_4b_kuhn}"
 # Run locally, or submit to a Ray cluster when RAY_ADDRESS is set.
 launch() {
   if [ -n "${RAY_ADDRESS:-}" ]; then
-    ray job submit --address "$RAY_ADDRESS" --working-dir "$PWD" -- "$@"
+    serl_submit "$@"  # scripts/train/_fit.sh: the job runs this environment's serl, or one line says why not
   else
     "$@"
   fi

@@ -26,16 +26,30 @@ import re
 import sys
 import time
 
-from serl.config.compat_flags import FLAGS, VERL_KEYS, translate
+from serl.config.compat_flags import FLAGS, VERL_KEYS, VERL_NOTED, translate
+from serl.config.compat_spell import spell_words
 from serl.config.compat_spiral import NAMES as OAT_NAMES, OatFlags, oat_bool
 from serl.config.parser import _flag_value
 from serl.errors import ConfigError
 from serl.config.files import _read_yaml
 
-_OVERRIDE = re.compile(r"^([A-Za-z_][\w\-]*(?:\.[A-Za-z_][\w\-]*)*)=(.*)$", re.S)
+# key=value, as spiral-rl and verl (Hydra) write them; Hydra's +key (add) and ++key (add or override) too
+_OVERRIDE = re.compile(r"^\+{0,2}([A-Za-z_][\w\-]*(?:\.[A-Za-z_][\w\-]*)*)=(.*)$", re.S)
 
 
-def _verl(key: str, value: str, where: str) -> list[str]:
+def _verl(key: str, value: str, where: str, argv: list[str] = ()) -> list[str]:
+    if key in VERL_NOTED:
+        when, why = VERL_NOTED[key]
+        if when is None or value.strip().lower() == when:
+            print(f"serl: note: {key}={value}: {why}", file=sys.stderr)
+            return []
+        raise ConfigError(f"{where}: '{key}' can only be {when} in serl: {why}")
+    if key in ("trainer.total_epochs", "data.epochs"):  # passes over the prompts; serl counts steps
+        if any(a.split("=")[0] in ("--steps", "steps", "trainer.total_training_steps") for a in argv):
+            print(f"serl: note: {key}={value}: serl counts training steps; --steps decides", file=sys.stderr)
+            return []
+        raise ConfigError(f"{where}: serl counts training steps, not passes over the prompts; give "
+                          f"trainer.total_training_steps=N (--steps N) instead")
     if key not in VERL_KEYS:
         raise ConfigError(f"{where}: '{key}' has no serl meaning and is refused (not dropped); the verl keys "
                           f"serl maps are listed in docs/compat.md")
@@ -45,6 +59,15 @@ def _verl(key: str, value: str, where: str) -> list[str]:
             raise ConfigError(f"{where}: '{key}' must be a whole number >= 1 (the reference becomes the "
                               f"policy every N steps), got {value!r}")
         value = f"steps:{int(value)}"
+    elif how == "freq" and value.strip() == "-1":  # verl's "never"
+        value = "0"
+    elif how == "logger":  # ['console', 'wandb'] -> W&B on or off; the console is always on
+        names = {w.strip(" '\"") for w in value.strip("[] ").split(",") if w.strip(" '\"")}
+        unknown = names - {"console", "wandb"}
+        if unknown:
+            raise ConfigError(f"{where}: serl logs to the console, metrics.jsonl and, with wandb, to W&B; "
+                              f"{', '.join(sorted(unknown))} is not available (--use_tensorboard DIR for TensorBoard)")
+        value = "true" if "wandb" in names else "false"
     return [f"--{flag}", value]
 
 
@@ -135,8 +158,9 @@ def _valued(name: str, vals: list[str]) -> list[str]:
     return ["--population_size", str(int(vals[0]) + 1)]
 
 
-def rewrite(argv: list[str]) -> list[str]:
-    """``argv`` in serl's names (see the module doc)."""
+def rewrite(argv: list[str], refused: list[str] | None = None) -> list[str]:
+    """``argv`` in serl's names (see the module doc). ``refused``: a list that collects each refused
+    word's message (the word and its values are left out) instead of raising at the first."""
     argv = _expand_yaml(list(argv))
     recipe = _recipe(argv)
     if recipe == "spiral":  # OAT's flags (tyro) also come with hyphens: --gradient-checkpointing
@@ -150,64 +174,90 @@ def rewrite(argv: list[str]) -> list[str]:
     oat = OatFlags(argv, collocate, _given) if recipe == "spiral" else None  # the rest of spiral-rl's run.sh
     i = 0
     while i < len(argv):
-        a = argv[i]
-        name, eq, inline = a[2:].partition("=") if a.startswith("--") else ("", "", "")
-        if oat is not None and name in OAT_NAMES:
-            vals, j = ([inline], i + 1) if eq else _values(argv, i)
-            out += oat.translate(name, vals)
-            i = j
-            continue
-        if recipe == "spiral" and name in _OAT_RUN:
-            vals, j = ([inline], i + 1) if eq else _values(argv, i)
-            words, seed = _oat_run_flag(name, vals, collocate, "--ray" in argv and not gpus)
-            out += words
-            rnd_seed = seed if seed is not None else rnd_seed
-            i = j
-            continue
-        m = _OVERRIDE.match(a) if not a.startswith("-") else None
-        if m and (i == 0 or not argv[i - 1].startswith("--") or "=" in argv[i - 1]):
-            key, value = m.group(1), m.group(2)
-            if "." in key:
-                out += _verl(key, value, f"override {a!r}")
-            else:
-                argv[i:i + 1] = [f"--{key}", value]  # then read as that flag
-                continue
-            i += 1
-            continue
-        if name:  # OpenRLHF 0.11's dotted flags, SeRL's names serl notes or refuses, Tinker's keys
-            vals, j = ([inline], i + 1) if eq else _values(argv, i)
-            words = translate(name, vals, argv, recipe)
-            if words is not None:
-                if words[:1] == ["--max_epochs"]:  # OpenRLHF 0.11's --train.max_epochs: the rule below
-                    argv[i:j] = words
-                    continue
-                out += words
-                i = j
-                continue
-        if name in _VALUED and (name != "fsp_pool_size" or recipe == "spiral"):
-            vals, j = ([inline], i + 1) if eq else _values(argv, i)
-            out += _valued(name, vals)
-            i = j
-            continue
-        if name == "beta" and recipe == "spiral":  # spiral-rl's --beta is the KL coefficient
-            out.append(f"--init_kl_coef={inline}" if eq else "--init_kl_coef")
-            i += 1
-            continue
-        if name in FLAGS and (FLAGS[name][1] is None or recipe in FLAGS[name][1]):
-            target = FLAGS[name][0]
-            if target == "games":
+        try:
+            a = argv[i]
+            name, eq, inline = a[2:].partition("=") if a.startswith("--") else ("", "", "")
+            if oat is not None and name in OAT_NAMES:
                 vals, j = ([inline], i + 1) if eq else _values(argv, i)
-                _note_textarena(vals)
-            if target == "games" and not eq:  # --env_ids A B C -> --games A,B,C
-                out += [f"--{target}", ",".join(vals)] if vals else [f"--{target}"]
+                out += oat.translate(name, vals)
                 i = j
                 continue
-            out.append(f"--{target}={inline}" if eq else f"--{target}")
+            if recipe == "spiral" and name in _OAT_RUN:
+                vals, j = ([inline], i + 1) if eq else _values(argv, i)
+                words, seed = _oat_run_flag(name, vals, collocate, "--ray" in argv and not gpus)
+                out += words
+                rnd_seed = seed if seed is not None else rnd_seed
+                i = j
+                continue
+            m = _OVERRIDE.match(a) if not a.startswith("-") else None
+            if m and (i == 0 or not argv[i - 1].startswith("--") or "=" in argv[i - 1]):
+                key, value = m.group(1), m.group(2)
+                spell = spell_words(key, value, argv) if recipe == "spell" else None  # SPELL's own names
+                if spell is not None:
+                    out += spell
+                elif "." in key:
+                    out += _verl(key, value, f"override {a!r}", argv)
+                else:
+                    argv[i:i + 1] = [f"--{key}", value]  # then read as that flag
+                    continue
+                i += 1
+                continue
+            if name:  # OpenRLHF 0.11's dotted flags, SeRL's names serl notes or refuses, Tinker's keys
+                vals, j = ([inline], i + 1) if eq else _values(argv, i)
+                words = translate(name, vals, argv, recipe)
+                if words is not None:
+                    if words[:1] == ["--max_epochs"]:  # OpenRLHF 0.11's --train.max_epochs: the rule below
+                        argv[i:j] = words
+                        continue
+                    out += words
+                    i = j
+                    continue
+            if name in _VALUED and (name != "fsp_pool_size" or recipe == "spiral"):
+                vals, j = ([inline], i + 1) if eq else _values(argv, i)
+                out += _valued(name, vals)
+                i = j
+                continue
+            if name == "beta" and recipe == "spiral":  # spiral-rl's --beta is the KL coefficient
+                out.append(f"--init_kl_coef={inline}" if eq else "--init_kl_coef")
+                i += 1
+                continue
+            if name in FLAGS and (FLAGS[name][1] is None or recipe in FLAGS[name][1]):
+                target = FLAGS[name][0]
+                if target == "games":
+                    vals, j = ([inline], i + 1) if eq else _values(argv, i)
+                    _note_textarena(vals)
+                if target == "games" and not eq:  # --env_ids A B C -> --games A,B,C
+                    out += [f"--{target}", ",".join(vals)] if vals else [f"--{target}"]
+                    i = j
+                    continue
+                out.append(f"--{target}={inline}" if eq else f"--{target}")
+                i += 1
+                continue
+            out.append(a)
             i += 1
-            continue
-        out.append(a)
-        i += 1
-    return out + rnd_seed + (oat.tail if oat is not None else [])
+        except ConfigError as e:  # every refusal of the command line at once, when the caller collects them
+            if refused is None:
+                raise
+            refused.append(str(e))
+            i = _skip(argv, i)
+    return out + rnd_seed + (oat.tail if oat is not None else []) + _verl_mode(argv, recipe)
+
+
+def _verl_mode(argv: list[str], recipe: str) -> list[str]:
+    """verl's SPIN recipe is online DPO: its dotted keys with --recipe spin choose --spin_mode online,
+    unless the command line names a mode."""
+    if recipe != "spin" or _given(argv, "spin_mode") is not None:
+        return []
+    if not any("." in m.group(1) for m in map(_OVERRIDE.match, argv) if m):
+        return []
+    print("serl: note: verl's keys: online DPO (--spin_mode online), as verl's SPIN recipe trains; "
+          "--spin_mode spin is SPIN's own human-answer mode", file=sys.stderr)
+    return ["--spin_mode", "online"]
+
+
+def _skip(argv: list[str], i: int) -> int:
+    """The index after the word at ``i`` and its values."""
+    return _values(argv, i)[1] if argv[i].startswith("--") and "=" not in argv[i] else i + 1
 
 
 def _note_textarena(vals: list[str]) -> None:

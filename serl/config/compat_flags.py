@@ -50,7 +50,6 @@ VERL_KEYS = {
     "algorithm.dpo_loss_type": ("dpo_loss", None),
     "trainer.ref_update_freq": ("ref_update", "steps"),
     "trainer.total_training_steps": ("steps", None),
-    "trainer.save_freq": ("save_steps", None),
     "trainer.test_freq": ("eval_steps", None),
     "trainer.default_local_dir": ("run_dir", None),
     "trainer.project_name": ("wandb_project", None),
@@ -68,6 +67,34 @@ VERL_KEYS = {
     "actor_rollout_ref.rollout.temperature": ("temperature", None),
     "actor_rollout_ref.rollout.top_p": ("top_p", None),
     "actor_rollout_ref.model.enable_gradient_checkpointing": ("gradient_checkpointing", None),
+    "actor_rollout_ref.actor.ppo_micro_batch_size": ("micro_train_batch_size", None),  # verl's older name
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size": ("micro_rollout_batch_size", None),
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": ("micro_rollout_batch_size", None),
+    "actor_rollout_ref.rollout.tensor_model_parallel_size": ("vllm_tensor_parallel_size", None),
+    "actor_rollout_ref.rollout.gpu_memory_utilization": ("vllm_gpu_memory_utilization", None),
+    "trainer.save_freq": ("save_steps", "freq"),  # verl: -1 = never, serl: 0
+    "trainer.logger": ("use_wandb", "logger"),  # verl: ['console', 'wandb']
+}
+
+# verl's keys (run_spin.sh's among them) accepted with a note: why each changes nothing in serl.
+# "when": the one value the note holds for (verl's own default), or None for any value.
+_NO_HDFS = "serl keeps everything in its run directory (--run_dir) and copies nothing to HDFS"
+VERL_NOTED = {
+    "actor_rollout_ref.actor.ppo_mini_batch_size": (None, "serl makes one optimizer step of a step's pairs "
+                                                          "(--train_batch_size splits it)"),
+    "actor_rollout_ref.ref.log_prob_micro_batch_size": (None, "the reference's log-probs use "
+                                                              "--micro_rollout_batch_size, as the policy's"),
+    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": (None, "the reference's log-probs use "
+                                                                      "--micro_rollout_batch_size, as the policy's"),
+    "algorithm.kl_ctrl.kl_coef": (None, "DPO has no KL penalty: its --beta (algorithm.dpo_beta) is the pull to "
+                                        "the reference"),
+    "trainer.val_before_train": ("true", "serl evaluates before the first step whenever the run has an "
+                                         "evaluation set"),
+    "trainer.default_hdfs_dir": ("null", _NO_HDFS),
+    "trainer.n_gpus_per_node": (None, "serl uses the GPUs it finds (with --ray: --actor_num_gpus_per_node and "
+                                      "--vllm_num_engines place them)"),
+    "trainer.nnodes": ("1", "serl runs on this machine (with --ray: --actor_num_nodes)"),
+    "trainer.log_freq": ("1", "serl logs every step"),
 }
 
 # OpenRLHF 0.11's dotted flags (openrlhf/cli/train_ppo_ray.py) with a serl meaning -> serl's flag
@@ -188,6 +215,50 @@ TINKER_REFUSED = {
 }
 
 
+# SeRL's template flags serl reads (not with --recipe spiral, whose --eval_temperature is its own)
+SERL_NOTED = {
+    "critic_learning_rate": "serl trains no critic (its estimators, SeRL's reinforce among them, need none); "
+                            "OpenRLHF ignores it for them too",
+    "deepspeed_enable_sleep": "serl's learner keeps its states in place between rollout and update "
+                              "(--adam_offload keeps the optimizer's on the CPU)",
+}
+
+
+def _serl_template(name: str, vals: list[str]) -> list[str] | None:
+    """SeRL's evaluation and self-reward flags in serl's words, or None when ``name`` is none of them."""
+    if name in SERL_NOTED:
+        _note(name, vals, SERL_NOTED[name])
+        return []
+    if name == "self_reward_method":
+        if vals != ["bon_maj"]:
+            raise ConfigError(f"--self_reward_method: serl's label-free reward is SeRL's majority vote (bon_maj, "
+                              f"--reward_mode majority); got {' '.join(vals) or 'no value'}")
+        return ["--reward_mode", "majority"]
+    if name == "eval_temperature":
+        if len(vals) == 1 and _is_zero(vals[0]):
+            _note(name, vals, "serl's evaluation during training is greedy (pass@1), as temperature 0 is")
+            return []
+        raise ConfigError(f"--eval_temperature: serl's evaluation is greedy pass@1, and its --eval_k extra "
+                          f"answers are sampled at --temperature; got {' '.join(vals) or 'no value'} "
+                          f"(--recipe spiral has an --eval_temperature of its own, for games)")
+    if name == "eval_n_samples_per_prompt":
+        if len(vals) != 1 or not vals[0].strip().isdigit() or int(vals[0]) < 1:
+            raise ConfigError(f"--eval_n_samples_per_prompt: expected a whole number >= 1, got "
+                              f"{' '.join(vals) or 'no value'}")
+        if int(vals[0]) == 1:
+            _note(name, vals, "serl's evaluation answers each problem once, greedily (pass@1)")
+            return []
+        return ["--eval_k", str(int(vals[0]))]  # K sampled answers: maj@K and pass@K beside greedy pass@1
+    return None
+
+
+def _is_zero(word: str) -> bool:
+    try:
+        return float(word) == 0
+    except ValueError:
+        return False
+
+
 def _note(flag: str, vals: list[str], why: str) -> None:
     print(f"serl: note: --{flag} {' '.join(vals)}".rstrip() + f": {why}", file=sys.stderr)
 
@@ -212,6 +283,13 @@ def translate(name: str, vals: list[str], argv: list[str], recipe: str) -> list[
         return []
     if recipe == "spiral" and name in TINKER_REFUSED:
         raise ConfigError(f"--{name}: {TINKER_REFUSED[name]}")
+    if recipe != "spiral" and name in (*TINKER, *TINKER_REFUSED):
+        raise ConfigError(f"--{name}: a key of spiral-rl's Tinker trainer; serl reads it with --recipe spiral "
+                          f"(add --recipe spiral)")
+    if recipe != "spiral":
+        words = _serl_template(name, vals)
+        if words is not None:
+            return words
     if name in DOTTED:
         return [f"--{DOTTED[name]}", *vals]
     if name in NOTED:

@@ -13,10 +13,37 @@ from serl.config.options import TrainConfig
 
 
 class _Parser(argparse.ArgumentParser):
+    refused: list[str] | None = None  # set: names refused are collected here, to be reported at once
+
     def error(self, message):  # exit 2 with one line naming the field (no usage dump: --help has it)
         if message.startswith("unrecognized arguments: "):
             message += self._unknown_hint(message.split(": ", 1)[1].split())
         self.exit(2, f"serl: error: {message}\n")
+
+    def refuse(self, message: str) -> None:
+        if self.refused is None:
+            self.error(message)
+        self.refused.append(message)
+
+    def unknown(self, words: list[str]) -> list[str]:
+        """One message per unknown flag (with its values), each saying why."""
+        import difflib
+
+        known = [o for o, a in self._option_string_actions.items() if a.help != argparse.SUPPRESS]
+        out, k = [], 0
+        while k < len(words):
+            j = k + 1
+            while j < len(words) and not words[j].startswith("--"):
+                j += 1
+            flag = words[k].split("=")[0]
+            if flag.startswith("--"):
+                near = difflib.get_close_matches(flag, known, n=1, cutoff=0.75)
+                out.append(f"{' '.join(words[k:j])}: not an option of {self.prog}" +
+                           (f" (did you mean {near[0]}?)" if near else ""))
+            else:
+                out.append(f"{' '.join(words[k:j])}: unexpected word (serl reads --flag VALUE and key=value)")
+            k = j
+        return out
 
     def _unknown_hint(self, words: list[str]) -> str:
         """Why an unknown flag is refused, and the nearest serl option."""
@@ -29,13 +56,25 @@ class _Parser(argparse.ArgumentParser):
                 f"; not an option of {self.prog}: `{self.prog} --help` lists serl's options, docs/compat.md the "
                 f"names of SeRL/OpenRLHF, spiral-rl, verl and SPELL that serl maps, notes or refuses")
 
+    def report(self) -> None:
+        """Exit 2 with every refusal collected, one line each."""
+        if not self.refused:
+            return
+        where = (f"`{self.prog} --help` lists serl's options, docs/compat.md the names of SeRL/OpenRLHF, "
+                 f"spiral-rl, verl and SPELL that serl maps, notes or refuses")
+        if len(self.refused) == 1:  # an unknown name gets the pointers; a known one's message says it all
+            more = f"; {where}" if ": not an option of" in self.refused[0] else ""
+            self.exit(2, f"serl: error: {self.refused[0]}{more}\n")
+        lines = "".join(f"  {m}\n" for m in self.refused)
+        self.exit(2, f"serl: error: {len(self.refused)} options refused, all listed here ({where}):\n{lines}")
+
 
 class _ForeignOption(argparse.Action):
     """A flag that belongs to another recipe: refused, naming its owner."""
 
     def __call__(self, parser, namespace, values, option_string=None):
-        parser.error(f"{option_string} belongs to recipe '{self.default}', not to recipe "
-                     f"'{parser.recipe}' (add --recipe {self.default})")
+        parser.refuse(f"{option_string} belongs to recipe '{self.default}', not to recipe "
+                      f"'{parser.recipe}' (add --recipe {self.default})")
 
 
 class _UnusedOption(argparse.Action):
@@ -44,7 +83,7 @@ class _UnusedOption(argparse.Action):
     def __call__(self, parser, namespace, values, option_string=None):
         from serl.config.sections import refusal
 
-        parser.error(f"{option_string} {refusal(parser.recipe, self.default)}")
+        parser.refuse(f"{option_string} {refusal(parser.recipe, self.default)}")
 
 
 def build_parser(cls=None, prog: str = "serl train") -> argparse.ArgumentParser:
@@ -148,13 +187,14 @@ def recipe_from_args(argv: list[str]) -> str:
     return "serl"
 
 
-def parse_args(argv: list[str] | None = None, cls=None, saved: bool = False
+def parse_args(argv: list[str] | None = None, cls=None, saved: bool = False, refused: list[str] | None = None
                ) -> tuple[TrainConfig, argparse.Namespace]:
     """Defaults < YAML (--config) < command-line flags, for the recipe they name.
 
     Returns the recipe's config (common options plus its own). Raises ConfigError on
     bad values; unknown flags, other recipes' flags and flags of sections the recipe does
-    not honour exit 2 (argparse). ``saved``: --config is the run's own config.yaml (resume).
+    not honour exit 2 (argparse), all of them in one message. ``saved``: --config is the run's own
+    config.yaml (resume); ``refused``: what ``serl.config.compat.rewrite`` refused, reported with them.
     """
     from serl.config.registry import config_class
 
@@ -162,7 +202,10 @@ def parse_args(argv: list[str] | None = None, cls=None, saved: bool = False
     if cls is None:
         cls = config_class(recipe_from_args(argv))
     ap = build_parser(cls)
-    ns = ap.parse_args(argv)
+    ap.refused = list(refused or ())
+    ns, unknown = ap.parse_known_args(argv)
+    ap.refused += ap.unknown(unknown)
+    ap.report()  # every refused name at once: a template's flags are cleared in one run, not one a run
     values = load_yaml(ns.config, cls, saved=saved) if ns.config else {}
     for f in dataclasses.fields(cls):
         v = getattr(ns, f.name, None)  # None: not given, or an option this recipe does not use

@@ -21,7 +21,9 @@ from typing import Iterable
 import torch
 
 from serl.engines.base import Completion, Sampling
-from serl.engines.vllm_quirks import WORKER_EXTENSION, EngineDied, death_message, is_engine_dead_error, oom_kills
+from serl.engines.own_group import kill_new, own_process_group, stop_ends_start
+from serl.engines.vllm_quirks import (WORKER_EXTENSION, EngineDied, death_message, is_engine_dead_error, log_size,
+                                      oom_kills)
 
 
 def vllm_available() -> bool:
@@ -78,11 +80,15 @@ class VLLMGenerator:
         self._mirror = None
         before = _children()
         self._oom_kills = oom_kills()
+        self._log_offset = log_size()  # this engine's lines in RUN_DIR/engine.log begin here
         try:
-            # the engine's processes keep the log file as their stderr, and start with tcmalloc
-            with engine_stderr(), _engine_preload(self.on_cpu):
+            # the engine's processes keep the log file as their stderr, and start with tcmalloc, in a
+            # process group of their own: a terminal's Ctrl-C is the run's to handle (serl.engines.own_group)
+            with engine_stderr(), _engine_preload(self.on_cpu), own_process_group(), \
+                    stop_ends_start(before, _children):  # a Ctrl-C while it starts ends the start
                 self.llm = LLM(**kwargs)
         except BaseException:
+            kill_new(_children() - before)  # a start stopped half-way (Ctrl-C) leaves no engine behind
             shutil.rmtree(self._shm, ignore_errors=True)
             if os.environ.get("SERL_ENGINE_LOG"):
                 logging.getLogger(__name__).error("the engine's own output, its errors included, is in %s",
@@ -169,7 +175,8 @@ class VLLMGenerator:
         except Exception as e:
             dead = _gone(self._engine)
             if dead or is_engine_dead_error(e):
-                raise EngineDied(death_message(dead, self._oom_kills, oom_kills(), self.on_cpu)) from e
+                raise EngineDied(death_message(dead, self._oom_kills, oom_kills(), self.on_cpu,
+                                                 getattr(self, "_log_offset", 0))) from e
             raise
 
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:

@@ -84,10 +84,14 @@ def oom_kills() -> int | None:
     return total if found else None
 
 
-def death_message(dead: list[str], oom_before: int | None, oom_after: int | None, on_cpu: bool) -> str:
+def death_message(dead: list[str], oom_before: int | None, oom_after: int | None, on_cpu: bool,
+                  log_offset: int = 0) -> str:
     """One message for a dead engine. ``dead``: the engine processes found gone (e.g.
     "VLLM::Worker pid 1234"), empty when vLLM only said so."""
     what = f" ({', '.join(dead)})" if dead else ""
+    by = stop_signal(log_offset)
+    if by:  # stopped, not starved: no advice about memory
+        return f"the vLLM engine process stopped on {by}{what}; the run was asked to stop"
     if oom_before is not None and oom_after is not None and oom_after > oom_before:
         cause = (f"Cause: memory. The kernel's out-of-memory killer ran while the engine was up "
                  f"(its oom_kill count went from {oom_before} to {oom_after}).")
@@ -104,6 +108,38 @@ def death_message(dead: list[str], oom_before: int | None, oom_after: int | None
                "(--generate_max_len, --prompt_max_len, --rollout_batch_size, --n_samples_per_prompt), "
                "or generate without vLLM (--generator hf).")
     return f"the vLLM engine process died{what}. {cause} To go on: {fix}"
+
+
+def log_size() -> int:
+    """The engine log's size now (0 when there is none): where a new engine's lines begin."""
+    import os
+
+    try:
+        return os.path.getsize(os.environ.get("SERL_ENGINE_LOG", ""))
+    except OSError:
+        return 0
+
+
+def stop_signal(log_offset: int = 0) -> str | None:
+    """The stop signal behind an engine's death, if any: one this process received (serl.run.stop),
+    or one vLLM's engine logged receiving ("trigger received signal=SIGINT") in RUN_DIR/engine.log
+    after ``log_offset`` (its size when this engine started)."""
+    import os
+    import re
+
+    from serl.run import stop
+
+    if stop.received:
+        return stop.received
+    path = os.environ.get("SERL_ENGINE_LOG")
+    try:
+        with open(path, "rb") if path else open(os.devnull, "rb") as f:
+            f.seek(log_offset)
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return None
+    found = re.findall(r"received signal=(SIG[A-Z]+)", text)
+    return found[-1] if found else None
 
 
 def is_engine_dead_error(exc: BaseException) -> bool:

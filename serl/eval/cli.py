@@ -41,7 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=0,
                    help="math: evaluate only the first N problems of each benchmark (0 = all)")
     p.add_argument("--output_dir", required=True, help="where generations.jsonl and results.json go")
-    p.add_argument("--k", type=int, default=8, help="samples per problem for maj@K / pass@K (0 = greedy only)")
+    p.add_argument("--k", type=int, default=8, help="samples per problem for maj@K / pass@K, on top of the greedy pass@1 "
+                        "(default 8; 0 = greedy only)")
     p.add_argument("--no_greedy", action="store_true", help="skip the greedy pass (pass@1)")
     p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature for the K samples")
     p.add_argument("--top_p", type=float, default=0.95, help="nucleus sampling for the K samples")
@@ -121,12 +122,29 @@ def _check_args(args) -> str | None:
     out = Path(args.output_dir)
     if out.exists() and not out.is_dir():
         return f"--output_dir {out} exists and is not a directory"
+    other = _results_of_another_model(out, args.model)
+    if other:
+        return (f"--output_dir {out} holds the results of model {other}, not {args.model}: give each model "
+                f"its own folder")
     base = out.resolve()
     while not base.exists():  # the folder is made at the end: check now that it can be
         base = base.parent
     if not base.is_dir() or not os.access(base, os.W_OK):
         return f"--output_dir {out}: cannot write under {base}"
     return None
+
+
+def _results_of_another_model(out: Path, model: str) -> str | None:
+    """The model whose results are in ``out`` already, when it is not ``model`` (two models whose
+    paths end alike, runs/*/model, must not share a folder)."""
+    try:
+        earlier = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    theirs = str(earlier.get("model", "")) if isinstance(earlier, dict) else ""
+    same = theirs == model or (os.path.exists(model) and os.path.exists(theirs)
+                               and os.path.samefile(model, theirs))
+    return None if same or not theirs else theirs
 
 
 def _route_engine_log(args) -> dict:
@@ -240,7 +258,8 @@ def run(args, generator=None, tokenizer=None) -> dict:
     out = Path(args.output_dir)
     write_atomic(out / "generations.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
     write_atomic(out / "results.json", json.dumps(results, indent=2, ensure_ascii=False) + "\n")
-    table = format_table(results, args.k)
+    table = f"model: {args.model}" + (f" ({model_path})" if str(model_path) != args.model else "") + "\n" + \
+        format_table(results, args.k)  # a table printed or kept names what it measured
     write_atomic(out / "table.txt", table + "\n")
     generator.finished()
     print(table)
@@ -250,13 +269,28 @@ def run(args, generator=None, tokenizer=None) -> dict:
 def cli_main(argv: list[str] | None = None) -> int:
     from serl.engines.vllm_quirks import EngineDied
 
+    from serl.run.stop import stop_at_once, stop_name
+
     try:
-        return _main(argv)
+        with stop_at_once():  # SIGTERM as Ctrl-C: one line, exit 130, finished chunks kept
+            return _main(argv)
+    except KeyboardInterrupt as e:
+        out = _output_dir(argv)
+        kept = f"; finished chunks are kept in {out}: the same command continues from them" if out else ""
+        print(f"serl eval: stopped by {stop_name(e)}{kept}", file=sys.stderr)
+        return 130
     except EngineDied as e:  # one clear message, as `serl train` gives (SERL_DEBUG=1: the traceback)
         if os.environ.get("SERL_DEBUG"):
             raise
         print(f"serl eval: error: {e}\n(SERL_DEBUG=1 prints the traceback)", file=sys.stderr)
         return 1
+
+
+def _output_dir(argv: list[str] | None) -> str | None:
+    try:
+        return build_parser().parse_known_args(argv)[0].output_dir
+    except SystemExit:
+        return None
 
 
 def _main(argv: list[str] | None) -> int:

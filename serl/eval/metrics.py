@@ -42,17 +42,38 @@ def breakdown(keys: list[str | None], columns: dict[str, list[float]]) -> dict[s
 
 def generate_in_chunks(generator, prompts: list[str], n: int, sampling: Sampling,
                        label: str, chunk: int = 64, log=sys.stderr) -> list[list[Completion]]:
-    """``generator.generate`` over chunks of prompts, with one progress line per chunk
-    (a long vLLM call is otherwise silent for many minutes)."""
+    """``generator.generate`` over chunks of prompts, with one progress line per chunk and a line
+    every ``SERL_PROGRESS_EVERY`` seconds (30) while a chunk runs (a long vLLM call is otherwise silent
+    for minutes). Speeds count only what this run generated: a resumed chunk's answers were read back
+    (``serl.eval.resume.Resumable.last_fresh``), and its tokens and time are not counted."""
+    from serl.report.progress import Heartbeat
+
     out: list[list[Completion]] = []
-    start = time.perf_counter()
-    tokens = 0
+    tokens, busy, read_back = 0, 0.0, 0
     for i in range(0, len(prompts), max(1, chunk)):
-        groups = generator.generate(prompts[i:i + chunk], n, sampling)
-        out.extend(groups)
-        tokens += sum(len(c.token_ids) for g in groups for c in (g[:1] if sampling.greedy else g))
+        part = prompts[i:i + chunk]
+        t0 = time.perf_counter()
+        beat = None
         if log is not None:
-            secs = time.perf_counter() - start
-            print(f"[eval] {label}: {len(out)}/{len(prompts)} prompts, {tokens} tokens, "
-                  f"{secs:.0f} s ({tokens / max(secs, 1e-9):.0f} tok/s)", file=log, flush=True)
+            done = len(out)
+            beat = Heartbeat(lambda secs, done=done, k=len(part): print(
+                f"[eval] {label}: {done}/{len(prompts)} prompts, generating the next {k}: {secs:.0f} s so far",
+                file=log, flush=True))
+        try:
+            groups = generator.generate(part, n, sampling)
+        finally:
+            if beat is not None:
+                beat.stop()
+        fresh = getattr(generator, "last_fresh", None) or [True] * len(groups)
+        read_back += fresh.count(False)
+        if any(fresh):
+            busy += time.perf_counter() - t0
+        out.extend(groups)
+        tokens += sum(len(c.token_ids) for g, new in zip(groups, fresh) if new
+                      for c in (g[:1] if sampling.greedy else g))
+        if log is not None:
+            again = f", {read_back} read back from the earlier run" if read_back else ""
+            speed = f" ({tokens / busy:.0f} tok/s)" if busy > 0 and tokens else ""
+            print(f"[eval] {label}: {len(out)}/{len(prompts)} prompts, {tokens} tokens generated{again}, "
+                  f"{busy:.0f} s{speed}", file=log, flush=True)
     return out

@@ -45,6 +45,7 @@ class Resumable:
             if self.done and log is not None:
                 print(f"[eval] resuming: {len(self.done)} finished prompt(s) found in {self.path}", file=log, flush=True)
         self.reused = 0
+        self.last_fresh: list[bool] = []
 
     def generate(self, prompts, n, sampling):
         keys = []
@@ -53,6 +54,7 @@ class Resumable:
             keys.append(_key(self.model, p, n, sampling, self.seen.get(base, 0)))
             self.seen[base] = self.seen.get(base, 0) + 1
         todo = [i for i, k in enumerate(keys) if k not in self.done]
+        self.last_fresh = [k not in self.done for k in keys]  # which answers this call generated (speeds)
         fresh = self.generator.generate([prompts[i] for i in todo], n, sampling) if todo else []
         self.reused += len(prompts) - len(todo)
         if fresh:

@@ -70,6 +70,19 @@ class Recipe:
         return problems
 
     @classmethod
+    def eval_metric_names(cls, cfg, eval_set) -> set[str] | None:
+        """The metrics ``evaluate`` will log for ``eval_set``, known before the model loads (so that
+        --save_best is checked then); None when a recipe evaluates its own way."""
+        if cls.evaluate is not Recipe.evaluate:
+            return None
+        names = {"time/eval"}
+        for bench in {p.benchmark for p in eval_set}:
+            names.add(f"eval/{bench}/pass@1")
+            if cfg.eval_k:
+                names.update(f"eval/{bench}/{m}@{cfg.eval_k}" for m in ("maj", "pass", "mean"))
+        return names
+
+    @classmethod
     def needs_reference(cls, cfg) -> bool:
         """Whether the run needs a reference model besides the one a KL term needs (the
         plan adds that one itself); SPIN: its DPO reference."""

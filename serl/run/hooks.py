@@ -144,7 +144,10 @@ class Evaluation(Hook):
 
             self.keeper = BestKeeper(self.cfg.save_best, loop.run_dir, direction(self.cfg.save_best))
         if loop.done == 0:
-            got = evaluate(loop.recipe, self.problems, loop.logger, 0)
+            from serl.run.stop import abandonable
+
+            with abandonable():  # nothing trained yet: a stop need not wait for it
+                got = evaluate(loop.recipe, self.problems, loop.logger, 0)
             if self.keeper is not None:
                 self.keeper.check(got)
 

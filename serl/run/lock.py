@@ -4,8 +4,9 @@
 it until the run ends.  A second process on the same directory (a new run or a
 ``--resume``) is refused in one line that names the holder's pid.  The kernel
 drops the lock when its holder dies, however it dies (SIGKILL included), so a
-lock file left by a killed run never blocks ``--resume``; the file itself stays
-and is ignored (removing it could race a process that is opening it).
+lock file left by a killed run never blocks ``--resume``. A run that ends removes the file
+while it still holds the lock; a process that opened the file just before then finds, once
+it has the lock, that the path no longer names the file it locked, and starts over.
 """
 from __future__ import annotations
 
@@ -25,10 +26,23 @@ class RunLock:
     def __init__(self, path: Path, fd: int):
         self.path, self.fd = path, fd
 
-    def release(self) -> None:
+    def release(self, remove: bool = True) -> None:
         if self.fd >= 0:
+            if remove:  # still held: nobody can take the file between this and the close
+                try:
+                    os.unlink(self.path)
+                except OSError:
+                    pass
             os.close(self.fd)  # closing the only descriptor drops the flock
             self.fd = -1
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    try:
+        a, b = os.fstat(fd), os.stat(path)
+    except OSError:
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
 def _holder(fd: int) -> str:
@@ -44,19 +58,24 @@ def lock_run_dir(run_dir: Path, new: bool, leftovers: tuple[str, ...] = ()) -> R
     ``leftovers`` (files this start or a failed one writes before the lock, e.g. engine.log;
     anything more means a run that started meanwhile and already finished wrote into it)."""
     run_dir = Path(run_dir)
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        path = run_dir / LOCK_NAME
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as e:
-        raise ConfigError(f"run_dir: cannot write in {run_dir}: {e.strerror}; choose a writable directory") from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        who = _holder(fd)
-        os.close(fd)
-        raise ConfigError(f"run_dir: {run_dir} is in use by {who} (a serl run holds {path}); wait for it "
-                          f"to end or stop it, then --resume {run_dir}; or choose another directory") from None
+    path = run_dir / LOCK_NAME
+    while True:
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise ConfigError(f"run_dir: cannot write in {run_dir}: {e.strerror}; choose a writable "
+                              f"directory") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            who = _holder(fd)
+            os.close(fd)
+            raise ConfigError(f"run_dir: {run_dir} is in use by {who} (a serl run holds {path}); wait for it "
+                              f"to end or stop it, then --resume {run_dir}; or choose another directory") from None
+        if _same_file(fd, path):
+            break
+        os.close(fd)  # the run that held it ended and removed it meanwhile: lock the path's file now
     if new and any(p.name not in (LOCK_NAME, *leftovers) for p in run_dir.iterdir()):
         os.close(fd)
         raise ConfigError(f"run_dir: {run_dir} already exists and is not empty "

@@ -16,57 +16,30 @@ budget, the collapse guard, evaluation, the report) at named points::
 """
 from __future__ import annotations
 
+import copy
 import logging
-import signal
-import threading
 from pathlib import Path
 
 from serl.run import state as run_state
 from serl.run.checkpoint import disk_space_guard, load_trainer_state, newest_step, save_checkpoint
 from serl.run.resume import run_config
+from serl.run.stop import CtrlC, StepAbandoned  # noqa: F401 (CtrlC: the runner's, from here)
 
 log = logging.getLogger("serl")
 
 
 class Interrupted(Exception):
-    """Ctrl-C ended the run; ``serl train`` prints the message and exits 130."""
+    """Ctrl-C or SIGTERM ended the run; ``serl train`` prints the message and exits 130."""
 
     def __init__(self, run_dir: Path, message: str):
         super().__init__(f"{message}; resume with serl train --resume {run_dir}")
 
 
-def stopped_at_once(run_dir: Path) -> Interrupted:
+def stopped_at_once(run_dir: Path, name: str = "Ctrl-C") -> Interrupted:
     """A second Ctrl-C (or one before the loop): say where the run stands, without a traceback."""
     kept = newest_step(run_dir) if run_dir.is_dir() else 0
-    return Interrupted(run_dir, "stopped by Ctrl-C" + (f"; the newest checkpoint is step {kept}" if kept
-                                                       else "; no checkpoint yet"))
-
-
-class CtrlC:
-    """The first Ctrl-C (SIGINT) asks the run to stop after the step in progress, with a
-    checkpoint; a second one stops at once (KeyboardInterrupt), from the newest checkpoint.
-    Only in the main thread (elsewhere signals cannot be caught)."""
-
-    def __init__(self):
-        self.requested = False
-        self.previous = None
-
-    def __enter__(self):
-        if threading.current_thread() is threading.main_thread():
-            self.previous = signal.signal(signal.SIGINT, self._on_sigint)
-        return self
-
-    def _on_sigint(self, signum, frame):
-        if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
-        signal.signal(signal.SIGINT, signal.default_int_handler)  # the next one raises KeyboardInterrupt
-        log.warning("Ctrl-C: stopping after this step, with a checkpoint (Ctrl-C again to stop at once)")
-
-    def __exit__(self, *exc):
-        if self.previous is not None:
-            signal.signal(signal.SIGINT, self.previous)
-        return False
+    return Interrupted(run_dir, f"stopped by {name}" + (f"; the newest checkpoint is step {kept}" if kept
+                                                        else "; no checkpoint yet"))
 
 
 class Loop:
@@ -77,6 +50,7 @@ class Loop:
         self.run_dir, self.logger, self.hooks = run_dir, logger, list(hooks)
         self.skipped_long = skipped_long  # rows prepare() left out as too long (serl.data.lengths)
         self.done = 0                     # the last finished step: what a checkpoint saves
+        self.before = None                # the state after the step before, while a step runs (Ctrl-C)
 
     def restore(self, ckpt: Path | None) -> None:
         """Continue from checkpoint ``ckpt`` (None: a fresh start)."""
@@ -94,14 +68,20 @@ class Loop:
 
     def run(self, ctrl_c: CtrlC | None = None) -> None:
         """The steps, then the final model."""
-        for h in self.hooks:
-            h.start(self)
+        try:
+            for h in self.hooks:
+                h.start(self)
+        except StepAbandoned as e:  # a stop during the evaluation before the first step: nothing to keep
+            raise stopped_at_once(self.run_dir, e.name) from None
         for step in range(self.done + 1, self.cfg.steps + 1):
             if any(h.blocks(self) for h in self.hooks):
                 break
-            last = self.step(step, ctrl_c)
+            try:
+                last = self.step(step, ctrl_c)
+            except StepAbandoned as e:  # the step was still collecting: the run keeps the one before
+                raise self.abandoned(step, e.name) from None
             if ctrl_c is not None and ctrl_c.requested and not last:
-                raise Interrupted(self.run_dir, f"stopped by Ctrl-C after step {step} (checkpoint saved)")
+                raise Interrupted(self.run_dir, f"stopped by {ctrl_c.requested} after step {step} (checkpoint saved)")
             if last:
                 break
         for h in self.hooks:
@@ -110,6 +90,10 @@ class Loop:
 
     def step(self, step: int, ctrl_c: CtrlC | None = None) -> bool:
         """One step with its hooks and checkpoint; True when it is the run's last."""
+        # what a checkpoint of the step before keeps, should a signal drop this one while it collects
+        self.before = None
+        if ctrl_c is not None and step > 1 and self.can_abandon():
+            self.before = self.snapshot(step - 1)
         m = self.frame.step(step)
         self.done = step
         if self.skipped_long:  # only when some were
@@ -127,13 +111,33 @@ class Loop:
             self.save(step)
         return last
 
-    def save(self, step: int) -> None:
+    def save(self, step: int, state: dict | None = None) -> None:
+        state = state or self.snapshot(step)
+        save_checkpoint(self.run_dir, step, self.engines.learner, state, keep=self.cfg.max_ckpt_num,
+                        run_config=run_config(self.cfg))
+
+    def snapshot(self, step: int) -> dict:
+        """The run state after ``step``, copied: the recipe's own lists change as the next step runs."""
         state = run_state.capture(self.recipe, step, self.frame)
         for h in self.hooks:
             if h.name:
                 state[h.name] = h.state_dict()
-        save_checkpoint(self.run_dir, step, self.engines.learner, state, keep=self.cfg.max_ckpt_num,
-                        run_config=run_config(self.cfg))
+        return copy.deepcopy(state)
+
+    def can_abandon(self) -> bool:
+        """Only the synchronous frame collects in this thread with the learner untouched."""
+        from serl.run.step import SyncFrame
+
+        return isinstance(self.frame, SyncFrame)
+
+    def abandoned(self, step: int, name: str) -> Exception:
+        """A signal dropped ``step`` while it collected: keep step - 1 (a checkpoint unless it has one)."""
+        done = step - 1
+        if done >= 1 and newest_step(self.run_dir) != done and self.before is not None:
+            self.save(done, self.before)
+        if done >= 1 and newest_step(self.run_dir) == done:
+            return Interrupted(self.run_dir, f"stopped by {name} after step {done} (checkpoint saved)")
+        return stopped_at_once(self.run_dir, name)
 
     def save_final(self) -> None:
         """--save_model: weights, config, tokenizer (LoRA: the adapter; optimizer state stays in the

@@ -24,7 +24,8 @@ from serl.errors import ConfigError
 from serl.data.lengths import run_tokenizer
 from serl.errors import DataError
 from serl.engines.vllm_quirks import EngineDied
-from serl.run.loop import CtrlC, Loop, stopped_at_once
+from serl.run.loop import CtrlC, Interrupted, Loop, stopped_at_once
+from serl.run.stop import stop_name
 from serl.models.resolve import resolve_model
 from serl.errors import ModelError
 from serl.config.plan import plan_run
@@ -66,6 +67,10 @@ def prepare(cfg: TrainConfig, run_dir: Path | None = None):
     if cfg.save_best and not eval_set:
         raise ConfigError(f"save_best: {cfg.save_best} needs an evaluation during training (--eval_data or "
                           f"--eval_benchmarks, or the recipe's own), and this run has none")
+    names = recipe.eval_metric_names(cfg, eval_set) if cfg.save_best else None
+    if names is not None and cfg.save_best not in names:  # before the model loads, not after its first evaluation
+        raise ConfigError(f"save_best: the evaluation has no metric {cfg.save_best!r}; it has: "
+                          f"{', '.join(sorted(names))}")
     return data, model_path, eval_set, run_dir
 
 
@@ -118,11 +123,13 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None, prepared
         finished = True
     except EngineDied as e:
         keep_traceback(e, run_dir)
+        if ctrl_c.requested:  # the engine went down with the signal that stops the run: say that
+            raise stopped_at_once(run_dir, ctrl_c.requested) from None
         raise
     except RemoteRewardError as e:  # the step that asked was not trained: say what the run keeps
         raise RemoteRewardError(f"{e}; {resume_hint(run_dir)}") from None
-    except KeyboardInterrupt:  # a second Ctrl-C (or one before the loop): no traceback, say where it stands
-        raise stopped_at_once(run_dir) from None
+    except KeyboardInterrupt as e:  # a second Ctrl-C (or one before the loop): no traceback, say where it stands
+        raise stopped_at_once(run_dir, stop_name(e)) from None
     finally:
         ctrl_c.__exit__()
         close(loop, engines, logger)
@@ -130,6 +137,11 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None, prepared
             lock.release()
     try:
         loop.closed(time.time() - t_start)  # the report and the summary (serl.run.hooks.Report)
+    except KeyboardInterrupt as e:  # the training is done and saved: only the report is missing
+        done = Interrupted(run_dir, "")
+        done.args = (f"stopped by {stop_name(e)} while writing the report; the training finished and is saved "
+                     f"(serl report {run_dir} writes the report)",)
+        raise done from None
     finally:
         lock.release()
     return run_dir

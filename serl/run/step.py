@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 
 from serl.run.checkpoint import fault_point
+from serl.run.stop import abandonable
 from serl.report.progress import heartbeat, stage
 
 log = logging.getLogger("serl")
@@ -69,7 +70,8 @@ class SyncFrame:
         times = start_times()
         fault_point("generate", step)
         with timed("step", r.progress):
-            batch, metrics, local = collect(r, step)
+            with abandonable():  # a first Ctrl-C or SIGTERM drops the step here (serl.run.stop)
+                batch, metrics, local = collect(r, step)
             if batch is not None:
                 update(r, self.learner, batch, metrics, step, times)
                 r.sync_weights()

@@ -146,3 +146,21 @@ def test_eval_prints_one_message_and_exits_1(monkeypatch, capsys):
     monkeypatch.setenv("SERL_DEBUG", "1")
     with pytest.raises(EngineDied):
         cli.cli_main(argv)
+
+
+def test_an_engine_stopped_by_a_signal_is_not_called_a_memory_failure(tmp_path, monkeypatch):
+    from serl.run import stop
+
+    log = tmp_path / "engine.log"
+    log.write_text("old run: [shutdown] EngineCore: trigger received signal=SIGINT\n")
+    monkeypatch.setenv("SERL_ENGINE_LOG", str(log))
+    monkeypatch.setattr(stop, "received", None)
+    offset = log.stat().st_size  # an earlier engine's lines in the same log do not count
+    assert "memory" in death_message(["VLLM::Worker pid 7"], 0, 0, True, offset)
+    with open(log, "a") as f:
+        f.write("INFO vllm.v1.engine.core: [shutdown] EngineCore: trigger received signal=SIGTERM\n")
+    msg = death_message(["VLLM::Worker pid 7"], 0, 0, True, offset)
+    assert "stopped on SIGTERM" in msg and "memory" not in msg
+    monkeypatch.setattr(stop, "received", "Ctrl-C")  # this process got one: the engine went with it
+    msg = death_message([], 0, 0, True, offset)
+    assert "stopped on Ctrl-C" in msg and "memory" not in msg

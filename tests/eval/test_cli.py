@@ -100,7 +100,8 @@ def test_real_model_math_hf(tmp_path, math_dir, smol_path):
         sub = out / f"{name}.jsonl"
         sub.write_text("".join(json.dumps(r) + "\n" for r in rows if r["benchmark"] == name))
         assert _maj_from_file(sub, 3) == pytest.approx(res["benchmarks"][name]["maj@3"])
-    assert (out / "table.txt").read_text().splitlines()[0].split()[:3] == ["benchmark", "n", "pass@1"]
+    table = (out / "table.txt").read_text().splitlines()
+    assert table[0].startswith(f"model: {smol_path}") and table[1].split()[:3] == ["benchmark", "n", "pass@1"]
 
 
 @pytest.mark.slow

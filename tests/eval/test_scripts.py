@@ -96,12 +96,12 @@ FAKE_PYTHON = "#!/bin/sh\necho \"$*\" >> {out}\n"
 @pytest.mark.parametrize("script, env, expected", [
     ("Math-Benchmarks/scripts/vllm_gen_outputs_greedy_template.sh",
      {"MODEL_PATH_LIST": "m/a m/b", "DATA_NAME": "math_500,gsm8k", "DATA_DIR": "/d"},
-     ["--model m/a", "--benchmarks math_500,gsm8k --data_dir /d", "--k 0", "/a/math_greedy"]),
+     ["--model m/a", "--benchmarks math_500,gsm8k --data_dir /d", "--k 0", "/m_a/math_greedy"]),
     ("Math-Benchmarks/scripts/vllm_gen_outputs_n_sampling_template.sh",
      {"MODEL_PATH_LIST": "m/a,m/b", "DATA_NAME": "svamp", "N_SAMPLING": "16"},
-     ["--model m/a", "--benchmarks svamp", "--k 16", "/a/math_maj16"]),
+     ["--model m/a", "--benchmarks svamp", "--k 16", "/m_a/math_maj16"]),
     ("MMLU-Pro/scripts/eval_models_template.sh", {"models": "m/a m/b"},
-     ["--model m/a", "--benchmarks mmlu_pro", "/a/mmlu_pro"]),
+     ["--model m/a", "--benchmarks mmlu_pro", "/m_a/mmlu_pro"]),
 ])
 def test_serl_s_evaluation_script_names_run_serl_eval_per_model(script, env, expected, tmp_path):
     """SeRL's README names evaluation/Math-Benchmarks/scripts/*_template.sh and MMLU-Pro's: each runs
@@ -116,7 +116,7 @@ def test_serl_s_evaluation_script_names_run_serl_eval_per_model(script, env, exp
     assert r.returncode == 0, r.stderr
     a, b = out.read_text().splitlines()
     assert all(x in a for x in expected) and a.endswith("--limit 3"), a
-    assert "--model m/b" in b and f"{tmp_path / 'o'}/b/" in b
+    assert "--model m/b" in b and f"{tmp_path / 'o'}/m_b/" in b
 
 
 def test_serl_s_scoring_script_names_show_serl_s_tables(tmp_path):

@@ -13,7 +13,9 @@ serl_each_model() {  # serl_each_model SCRIPT [serl eval args]: SCRIPT once per 
   _script=$1; shift
   _models=$(printf '%s' "${MODEL_PATH_LIST:-${MODEL:-smollm2}}" | tr ',' ' ')
   for _m in $(printf '%s' "$_models"); do
-    MODEL="$_m" OUT_ROOT="${OUT_ROOT:-$SERL_EVAL_DIR/eval_outputs}/$(basename "$_m")" \
+    # the whole path names the folder: runs/a/model and runs/b/model must not share one
+    _name=$(printf '%s' "$_m" | sed -e 's#^\./##' -e 's#/*$##' -e 's#^/##' -e 's#/#_#g')
+    MODEL="$_m" OUT_ROOT="${OUT_ROOT:-$SERL_EVAL_DIR/eval_outputs}/$_name" \
       bash "$SERL_EVAL_DIR/$_script" "$@" || return $?
   done
 }

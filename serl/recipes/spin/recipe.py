@@ -69,9 +69,15 @@ class SpinRecipe(Recipe):
         """The problems, with labels where given and, in spin mode, the human answers."""
         spin = cfg.spin_mode == "spin"  # online mode trains on its own answers only
         load_source(cfg)  # --remote_rm_url's file is loaded once, before anything is written
-        problems = read_seeds(cfg.prompt_data, cfg.input_key, cfg.label_key or None,
-                              limit=cfg.max_samples or None, output_key=cfg.output_key if spin else None,
-                              split=cfg.prompt_split)
+        try:
+            problems = read_seeds(cfg.prompt_data, cfg.input_key, cfg.label_key or None,
+                                  limit=cfg.max_samples or None, output_key=cfg.output_key if spin else None,
+                                  split=cfg.prompt_split)
+        except DataError as e:  # prompts without human answers: verl's online DPO needs none
+            if spin and f"'{cfg.output_key}'" in str(e):
+                raise DataError(f"{e}; or train on the model's own answers with --spin_mode online (verl's "
+                                f"SPIN recipe: online DPO, no human answers)") from None
+            raise
         if cfg.spin_mode == "online" and cfg.reward_mode == "rule":
             bad = next((i for i, p in enumerate(problems) if p.label is None), None)
             if bad is not None:
