@@ -21,7 +21,10 @@ def nested(a: float, n: int = 100) -> list[int]:
     return [1] * k + [0] * (n - k)
 
 
-def run_rule(seq, rule=Rule(), n=100):
+OLD = Rule(patience=1, rule="per_check")  # the rule before issue 61: every check at alpha, one bad check fires
+
+
+def run_rule(seq, rule=OLD, n=100):
     st = GuardState()
     return [judge(st, rule, step, a, nested(a, n)) for step, a in enumerate(seq)], st
 
@@ -41,17 +44,17 @@ def test_drop_p_by_hand(before, now, want):
 # ---- the rule ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("seq,rule,verdicts,best_step", [
     # the scripted collapse: best 0.80 at the third check; 0.60 is 0.20 below it, p = 2^-20
-    ([0.70, 0.78, 0.80, 0.79, 0.60], Rule(), ["best", "best", "best", "hold", "fire"], 2),
+    ([0.70, 0.78, 0.80, 0.79, 0.60], OLD, ["best", "best", "best", "hold", "fire"], 2),
     # a healthy run: noisy, rising, its dips stay under the margin (0.09 is not 0.10)
-    ([0.60, 0.66, 0.63, 0.70, 0.65, 0.74, 0.72, 0.78, 0.69, 0.80], Rule(),
+    ([0.60, 0.66, 0.63, 0.70, 0.65, 0.74, 0.72, 0.78, 0.69, 0.80], OLD,
      ["best", "best", "hold", "best", "hold", "best", "hold", "best", "hold", "best"], 9),
     # exactly the margin below the best fires (0.8 - 0.1 is 0.7000000000000001 in floats)
-    ([0.80, 0.70], Rule(), ["best", "fire"], 0),
-    ([0.80, 0.71], Rule(), ["best", "hold"], 0),
+    ([0.80, 0.70], OLD, ["best", "fire"], 0),
+    ([0.80, 0.71], OLD, ["best", "hold"], 0),
     # patience 2: a good check in between resets the count
-    ([0.80, 0.65, 0.75, 0.65, 0.60], Rule(patience=2), ["best", "bad", "hold", "bad", "fire"], 0),
+    ([0.80, 0.65, 0.75, 0.65, 0.60], Rule(patience=2, rule="per_check"), ["best", "bad", "hold", "bad", "fire"], 0),
     # a wider margin leaves the 0.20 drop alone
-    ([0.70, 0.78, 0.80, 0.79, 0.60], Rule(margin=0.25), ["best", "best", "best", "hold", "hold"], 2),
+    ([0.70, 0.78, 0.80, 0.79, 0.60], Rule(margin=0.25, patience=1, rule="per_check"), ["best", "best", "best", "hold", "hold"], 2),
 ])
 def test_rule_on_scripted_sequences(seq, rule, verdicts, best_step):
     got, st = run_rule(seq, rule)
@@ -67,8 +70,8 @@ def test_a_drop_that_is_not_significant_does_not_fire():
     assert drop_p(best, now) == pytest.approx(386 / 1024)
     for alpha, want in ((0.05, "hold"), (1.0, "fire")):
         st = GuardState()
-        judge(st, Rule(alpha=alpha), 0, 0.5, best)
-        assert judge(st, Rule(alpha=alpha), 2, 0.4, now) == want
+        judge(st, Rule(alpha=alpha, patience=1, rule="per_check"), 0, 0.5, best)
+        assert judge(st, Rule(alpha=alpha, patience=1, rule="per_check"), 2, 0.4, now) == want
 
 
 def test_frozen_best_is_not_replaced():
@@ -207,9 +210,9 @@ def test_resume_round_trip(tmp_path, cut):
 def test_signals_are_read_from_the_step_metrics():
     m = {"reward/agreement": 0.9, "actor/entropy": 0.08, "reward/clusters": 1.5, "batch/rolled_out": 16,
          "filter/difficulty/too_easy": 13}
-    assert CollapseGuard.signals(m) == {"guard/vote_agreement": 0.9, "guard/entropy": 0.08,
-                                        "guard/clusters": 1.5, "guard/too_easy_share": 13 / 16}
-    assert CollapseGuard.signals({}) == {}
+    assert CollapseGuard.step_signals(m) == {"guard/vote_agreement": 0.9, "guard/entropy": 0.08,
+                                             "guard/clusters": 1.5, "guard/too_easy_share": 13 / 16}
+    assert CollapseGuard.step_signals({}) == {}
 
 
 def test_describe(tmp_path):
