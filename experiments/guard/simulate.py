@@ -86,6 +86,7 @@ def beta_params(mean: float, delta: float) -> tuple[float, float]:
     return mean * k, (1 - mean) * k
 
 
+OLD, NEW = "old: per check, patience 1", "new: spent, patience 2"
 RULES = {  # name: (rule, patience); ``spent`` spreads alpha over the schedule's checks
     "old: per check, patience 1": ("per_check", 1),
     "per check, patience 2": ("per_check", 2),
@@ -105,14 +106,14 @@ def first_fire(outcomes: np.ndarray, rule: Rule) -> int:
 
 
 def simulate(rng, n_checks: int, rule: Rule, runs: int, mean: float, delta: float,
-             drop: float = 0.0, over: int = 1, start: int = 0) -> list[int]:
+             drop: float = 0.0, over: int = 1, start: int = 0, items: int = N_ITEMS) -> list[int]:
     a, b = beta_params(mean, delta)
     shrink = np.clip((np.arange(n_checks) - start + 1) / over, 0, 1) * drop / mean if drop else np.zeros(n_checks)
     fires = []
     for _ in range(runs):
-        p = rng.beta(a, b, N_ITEMS)
+        p = rng.beta(a, b, items)
         probs = p[None, :] * (1 - shrink[:, None])
-        fires.append(first_fire(rng.random((n_checks, N_ITEMS)) < probs, rule))
+        fires.append(first_fire(rng.random((n_checks, items)) < probs, rule))
     return fires
 
 
@@ -137,30 +138,32 @@ def run_all(runs: int, power_runs: int, seed: int) -> dict:
     t0 = time.time()
     for label, delta in (("measured mean", m["delta_mean"]), ("measured max", m["delta_max"])):
         for n in (15, 50):
-            for name, (kind, patience) in RULES.items():
+            for name, (kind, patience), items in [(x, y, N_ITEMS) for x, y in RULES.items()] + [(NEW, RULES[NEW], 128)]:
                 rule = Rule(margin=0.10, patience=patience, alpha=0.05, rule=kind, checks=n)
-                fires = simulate(rng, n, rule, runs, mean, delta)
+                fires = simulate(rng, n, rule, runs, mean, delta, items=items)
                 k = sum(f >= 0 for f in fires)
                 out["false_alarm"].append({"delta": delta, "delta_from": label, "checks": n, "rule": name,
+                                           "items": items,
                                            "level": rule.level(), "patience": patience, "fired": k, "runs": runs,
                                            "rate": k / runs, "ci": wilson(k, runs)})
-                print(f"false alarm  delta {delta:.3f} checks {n:2d}  {name:28s} {k / runs:.4f}", flush=True)
+                print(f"false alarm  delta {delta:.3f} checks {n:2d}  {name:28s} {items:3d} items {k / runs:.4f}", flush=True)
     start = 5  # five healthy checks, then the collapse
     for n in (15, 50):
         for drop in (0.10, 0.20, 0.30):
             for over in (1, 4):
-                for name in ("old: per check, patience 1", "new: spent, patience 2"):
+                for name, items in ((OLD, N_ITEMS), (NEW, N_ITEMS), (NEW, 128)):
                     kind, patience = RULES[name]
                     rule = Rule(margin=0.10, patience=patience, alpha=0.05, rule=kind, checks=n)
-                    fires = simulate(rng, n, rule, power_runs, mean, m["delta_mean"], drop, over, start)
+                    fires = simulate(rng, n, rule, power_runs, mean, m["delta_mean"], drop, over, start, items)
                     early = sum(0 <= f < start for f in fires)
                     lags = [f - start + 1 for f in fires if f >= start]  # 1: at the collapse's first check
                     out["power"].append({
-                        "checks": n, "drop": drop, "over": over, "start": start, "rule": name, "runs": power_runs,
+                        "checks": n, "drop": drop, "over": over, "start": start, "rule": name, "items": items,
+                        "runs": power_runs,
                         "before_collapse": early / power_runs, "caught": len(lags) / power_runs,
                         "caught_by_over_plus_2": sum(x <= over + 2 for x in lags) / power_runs,
                         "median_lag": float(np.median(lags)) if lags else None})
-                    print(f"power checks {n} drop {drop} over {over} {name:28s} caught {len(lags) / power_runs:.3f}",
+                    print(f"power checks {n} drop {drop} over {over} {name:28s} {items:3d} items caught {len(lags) / power_runs:.3f}",
                           flush=True)
     out["seconds"] = round(time.time() - t0, 1)
     return out
@@ -177,21 +180,22 @@ def table(res: dict) -> str:
              f"pairs of checks.", "",
              "**False alarms: the share of runs whose policy does not get worse in which the guard acts at "
              "least once** (95% Wilson interval):", "",
-             "| items flipping between checks | checks | rule | level per check | false alarms per run |",
-             "|---|---|---|---|---|"]
+             "| items flipping between checks | checks | rule | probe items | level per check | false alarms per run |",
+             "|---|---|---|---|---|---|"]
     for r in res["false_alarm"]:
         lo, hi = r["ci"]
-        lines.append(f"| {r['delta']:.3f} ({r['delta_from']}) | {r['checks']} | {r['rule']} | {r['level']:.4g} | "
+        lines.append(f"| {r['delta']:.3f} ({r['delta_from']}) | {r['checks']} | {r['rule']} | {r['items']} | "
+                     f"{r['level']:.4g} | "
                      f"**{100 * r['rate']:.1f} %** [{100 * lo:.1f}, {100 * hi:.1f}] |")
     lines += ["", f"**Power: a collapse after {res['power'][0]['start']} healthy checks**, the mean agreement "
               f"falling by X points over K checks and staying down (items flipping {m['delta_mean']:.3f}). "
               "'caught' = fired at or after the collapse's first check; 'by K+2' = within the K checks of the "
               "fall and two more; lag = checks from the collapse's start to the firing (1 = its first check).", "",
-              "| checks | X (points) | K (checks) | rule | fired before the collapse | caught | caught by K+2 | "
-              "median lag |", "|---|---|---|---|---|---|---|---|"]
+              "| checks | X (points) | K (checks) | rule | probe items | fired before the collapse | caught | "
+              "caught by K+2 | median lag |", "|---|---|---|---|---|---|---|---|---|"]
     for r in res["power"]:
         lag = "-" if r["median_lag"] is None else f"{r['median_lag']:g}"
-        lines.append(f"| {r['checks']} | {100 * r['drop']:.0f} | {r['over']} | {r['rule']} | "
+        lines.append(f"| {r['checks']} | {100 * r['drop']:.0f} | {r['over']} | {r['rule']} | {r['items']} | "
                      f"{100 * r['before_collapse']:.1f} % | {100 * r['caught']:.1f} % | "
                      f"{100 * r['caught_by_over_plus_2']:.1f} % | {lag} |")
     return "\n".join(lines)
