@@ -10,7 +10,7 @@ import pytest
 from serl.config.parser import parse_args
 from serl.errors import ConfigError
 from serl.report.summary import describe
-from serl.run.guard import BEST_DIR, BEST_META, CollapseGuard, GuardState, Rule, act, drop_p, judge
+from serl.run.guard import BEST_DIR, BEST_META, ITEMS_FILE, CollapseGuard, GuardState, Rule, act, drop_p, judge
 from serl.run.guard_anchor import ANCHOR_FILE, anchor_header, read_anchor, select_probe, write_anchor
 
 
@@ -330,7 +330,8 @@ def test_guarded_run_rolls_back_and_stops(tmp_path, tiny_train_args, serl_train,
     monkeypatch.setenv("SERL_GUARD_SCRIPT", "1,0,0")
     args = [*tiny_train_args, "--run_dir", run, "--steps", "3", "--enable_self_evolution", "false",
             "--collapse_guard", "rollback", "--guard_probe", "2", "--guard_k", "2", "--guard_every", "1",
-            "--guard_max_rollbacks", "1", "--guard_alpha", "1", "--save_model", "true", "--report", "true"]
+            "--guard_max_rollbacks", "1", "--guard_alpha", "1", "--guard_patience", "1", "--save_model", "true",
+            "--report", "true"]
     r = serl_train(*args)
     assert r.returncode == 0, r.stderr[-3000:]
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
@@ -340,6 +341,9 @@ def test_guarded_run_rolls_back_and_stops(tmp_path, tiny_train_args, serl_train,
     assert checks[-1]["guard/lr_scale"] == 0.5 and checks[-1]["guard/best_step"] == 0
     assert all(x["guard/probe_s"] > 0 and x["guard/probe_n"] >= 1 for x in checks)
     assert any("guard/vote_agreement" in x for x in rows)
+    assert all("guard/flip_rate" in x and "guard/level" in x and "guard/lost" in x for x in checks[1:])
+    kept = [json.loads(x) for x in (run / ITEMS_FILE).read_text().splitlines()]
+    assert [k["step"] for k in kept] == [0, 1, 2] and all(len(k["answers"]) == len(k["items"]) for k in kept)
     assert max(x["step"] for x in rows) == 2  # stopped before step 3
     anchor = [json.loads(x) for x in (run / ANCHOR_FILE).read_text().splitlines()]
     assert anchor[0]["kind"] == "serl-guard-anchor" and len(anchor) == 3
@@ -442,7 +446,8 @@ class StringChecker:
 def test_anchor_and_probe_score_by_hand(tmp_path, smol_tokenizer, labelled, want_score, want_items):
     probe = [(0, "Question zero", "#### 2"), (1, "Question one", None), (2, "Question two", "6")]
     cfg = SimpleNamespace(**{**vars(cfg_for(guard_k=3)), "collapse_guard": "watch", "guard_labels": labelled,
-                             "guard_anchor": "", "guard_margin": 0.1, "guard_patience": 1, "guard_alpha": 0.05})
+                             "guard_anchor": "", "guard_margin": 0.1, "guard_patience": 1, "guard_alpha": 0.05,
+                             "guard_every": 1})
     gen = ScriptedGenerator(smol_tokenizer, {"Question zero": "so \\boxed{2}", "Question one": "",
                                              "Question two": "\\boxed{6}"})
     engines = SimpleNamespace(generator=gen, learner=FakeLearner(), checker=StringChecker())
@@ -454,4 +459,4 @@ def test_anchor_and_probe_score_by_hand(tmp_path, smol_tokenizer, labelled, want
     gen.answers["Question two"] = "\\boxed{7}"
     score, items, extra = g.score()
     assert (score, items) == (want_score, want_items)
-    assert extra == {"guard/probe_n": 2, "guard/probe_cut": 0.0}
+    assert extra == {"guard/probe_n": 2, "guard/probe_cut": 0.0, "_answers": ["2", "7"], "_idx": [0, 2]}

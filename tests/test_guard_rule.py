@@ -46,6 +46,7 @@ def test_levels():
     assert Rule(alpha=0.05, rule="per_check", checks=51).level() == 0.05
     assert Rule(alpha=0.05, rule="spent", checks=51).level() == pytest.approx(0.05 / 51)
     assert Rule(alpha=0.05, rule="spent", checks=0).level() == 0.05  # nothing planned: one check
+    assert Rule(alpha=1.0, rule="spent", checks=51).level() == 1.0    # --guard_alpha 1: no test
 
 
 def items(agree: int, lost: int, gained: int, n: int = 64) -> tuple[list[int], list[int]]:

@@ -35,8 +35,8 @@ class Rule:
     checks: int = 1            # the planned checks ``spent`` spreads alpha over
 
     def level(self) -> float:
-        """The p-value a single check must fall below."""
-        return self.alpha / max(1, self.checks) if self.rule == "spent" else self.alpha
+        """The p-value a single check must fall below (alpha 1: no test, under either rule)."""
+        return self.alpha / max(1, self.checks) if self.rule == "spent" and self.alpha < 1 else self.alpha
 
 
 def planned_checks(steps: int, every: int) -> int:
