@@ -208,6 +208,12 @@ def test_a_resume_keeps_the_rule(tmp_path):
         guard(tmp_path, [], guard_rule="per_check").load_state_dict(state)
     with pytest.raises(ConfigError, match="guard_rule"):
         guard(tmp_path, [], guard_alpha=0.1).load_state_dict(state)
+    # a resume with a larger --steps keeps the plan the run started with (5 checks), with a warning
+    longer = guard(tmp_path, [], steps=20)
+    longer.load_state_dict(state)
+    assert longer.rule.checks == 5 and longer.st.rule["checks"] == 5
+    with pytest.raises(ConfigError, match="guard_checks"):
+        guard(tmp_path, [], guard_checks=9).load_state_dict(state)   # a plan given now that is not the run's
     old = {k: v for k, v in state.items() if k not in ("rule", "last_answers")}  # saved before issue 61
     with pytest.raises(ConfigError, match="per_check"):
         guard(tmp_path, []).load_state_dict(old)

@@ -173,19 +173,29 @@ class CollapseGuard:
         return asdict(self.st)
 
     def rule_record(self) -> dict:
-        """What a resume must keep: the rule, its per-check level and the rollback's floor."""
-        return {"rule": self.rule.rule, "level": self.rule.level(), "checks": self.rule.checks,
+        """What a resume must keep: the rule, its budget, the checks it is spread over, the
+        rollback's floor."""
+        return {"rule": self.rule.rule, "alpha": self.rule.alpha, "checks": self.rule.checks,
                 "lr_floor": getattr(self.cfg, "guard_lr_floor", 0.0)}
 
     def load_state_dict(self, state: dict | None) -> None:
         if not state:
             return
-        saved = state.get("rule") or {"rule": "per_check"}  # saved by serl before issue 61
-        if saved.get("rule") != self.rule.rule or ("level" in saved and saved != self.rule_record()):
+        saved = dict(state.get("rule") or {"rule": "per_check"})  # saved by serl before issue 61
+        now = self.rule_record()
+        given = getattr(self.cfg, "guard_checks", 0)
+        if "checks" in saved and not given:  # the plan made at the start holds, even if --steps grew since
+            now["checks"] = self.rule.checks = saved["checks"]
+        if saved.get("rule") != now["rule"] or ("alpha" in saved and saved != now):
             raise ConfigError(f"collapse guard: this run decides by {saved} (its checkpoint's guard state), "
-                              f"the resume would decide by {self.rule_record()}; resume with the run's "
-                              f"--guard_rule, --guard_alpha, --guard_checks and --guard_lr_floor")
-        self.st = GuardState(**{**state, "rule": self.rule_record()})
+                              f"the resume would decide by {now}; resume with the run's --guard_rule, "
+                              f"--guard_alpha, --guard_checks and --guard_lr_floor")
+        planned = planned_checks(getattr(self.cfg, "steps", 1), self.cfg.guard_every)
+        if self.rule.rule == "spent" and planned > self.rule.checks:
+            log.warning("collapse guard: --steps now plans %d checks, the run's false-alarm budget was spread over "
+                        "%d when it started; the checks beyond those spend past it (plan with --guard_checks at "
+                        "the start of a run that will be extended)", planned, self.rule.checks)
+        self.st = GuardState(**{**state, "rule": now})
         self.learner.lr_scale = self.st.lr_scale
         meta = self.run_dir / BEST_DIR / BEST_META
         kept = json.loads(meta.read_text())["step"] if meta.is_file() else None
@@ -207,7 +217,7 @@ class CollapseGuard:
         check, and the vote agreement's least-squares slope per step over the last 2 x guard_every steps."""
         out = {}
         for j, name in ((0, "vote_agreement"), (1, "entropy")):
-            last = [r[j] for r in self.recent[len(self.recent) - self.since_check:] if r[j] is not None]
+            last = [r[j] for r in self.recent[max(0, len(self.recent) - self.since_check):] if r[j] is not None]
             if self.since_check and last:
                 out[f"guard/{name}_mean"] = sum(last) / len(last)
         trend = slope([r[0] for r in self.recent if r[0] is not None])
