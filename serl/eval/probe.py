@@ -86,14 +86,14 @@ def verdict(s: dict) -> str:
     counts = (f"maj@{k} {v:.1%} against greedy {g:.1%} on {s['labelled']} labelled problems "
               f"({s['vote_only_right']} right only by the vote, {s['greedy_only_right']} only by greedy, "
               f"McNemar p = {s['mcnemar_p']:.2g})")
+    noise = "" if s["mcnemar_p"] < 0.05 else " (on this sample the gap is within the noise: label more seeds to confirm)"
     if v < g:
         return (f"the vote is right less often than greedy: {counts}. Label-free training cannot help this model "
-                f"on this data: it would reward answers that are worse than the model's own")
+                f"on this data: it would reward answers that are worse than the model's own{noise}")
     if v == g:
         return (f"the vote is right exactly as often as greedy: {counts}. The vote has nothing to teach here "
                 f"beyond what greedy already answers")
-    caveat = "" if s["mcnemar_p"] < 0.05 else "; the margin is within the noise of this sample, so label more seeds"
-    return f"the vote beats greedy by {100 * d:+.1f} points: {counts}. The precondition holds{caveat}"
+    return f"the vote beats greedy by {100 * d:+.1f} points: {counts}. The precondition holds{noise}"
 
 
 # ---- the measurement --------------------------------------------------------------------------------

@@ -63,10 +63,12 @@ def test_verdicts():
     s = summarize(items([1, 1, 1, 1, 1, 1, 0, 0, 0, 0], [1, 1, 1, 0, 0, 0, 1, 0, 0, 0]), 8)
     assert (s["maj@8_acc"], s["greedy_acc"], s["vote_only_right"], s["greedy_only_right"]) == (0.4, 0.6, 1, 3)
     assert "Label-free training cannot help this model on this data" in verdict(s)
+    assert "label more seeds to confirm" in verdict(s)               # 1 against 3: p = 0.625
     # the vote wins clearly: 9 gained, 0 lost of 20 (p = 2^-8)
     s = summarize(items([0] * 9 + [1] * 5 + [0] * 6, [1] * 9 + [1] * 5 + [0] * 6), 8)
     assert s["mcnemar_p"] == pytest.approx(2 / 512) and s["vote_minus_greedy"] == pytest.approx(0.45)
     assert verdict(s).startswith("the vote beats greedy by +45.0 points") and "label more seeds" not in verdict(s)
+    assert "precondition holds" in verdict(s)
     # wins by one problem: within the noise
     s = summarize(items([0, 1, 1], [1, 1, 1]), 8)
     assert "label more seeds" in verdict(s)
