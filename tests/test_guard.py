@@ -10,7 +10,7 @@ import pytest
 from serl.config.parser import parse_args
 from serl.errors import ConfigError
 from serl.report.summary import describe
-from serl.run.guard import BEST_DIR, BEST_META, CollapseGuard, GuardState, Rule, act, drop_p, judge
+from serl.run.guard import BEST_DIR, BEST_META, ITEMS_FILE, CollapseGuard, GuardState, Rule, act, drop_p, judge
 from serl.run.guard_anchor import ANCHOR_FILE, anchor_header, read_anchor, select_probe, write_anchor
 
 
@@ -21,7 +21,10 @@ def nested(a: float, n: int = 100) -> list[int]:
     return [1] * k + [0] * (n - k)
 
 
-def run_rule(seq, rule=Rule(), n=100):
+OLD = Rule(patience=1, rule="per_check")  # the rule before issue 61: every check at alpha, one bad check fires
+
+
+def run_rule(seq, rule=OLD, n=100):
     st = GuardState()
     return [judge(st, rule, step, a, nested(a, n)) for step, a in enumerate(seq)], st
 
@@ -41,17 +44,17 @@ def test_drop_p_by_hand(before, now, want):
 # ---- the rule ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("seq,rule,verdicts,best_step", [
     # the scripted collapse: best 0.80 at the third check; 0.60 is 0.20 below it, p = 2^-20
-    ([0.70, 0.78, 0.80, 0.79, 0.60], Rule(), ["best", "best", "best", "hold", "fire"], 2),
+    ([0.70, 0.78, 0.80, 0.79, 0.60], OLD, ["best", "best", "best", "hold", "fire"], 2),
     # a healthy run: noisy, rising, its dips stay under the margin (0.09 is not 0.10)
-    ([0.60, 0.66, 0.63, 0.70, 0.65, 0.74, 0.72, 0.78, 0.69, 0.80], Rule(),
+    ([0.60, 0.66, 0.63, 0.70, 0.65, 0.74, 0.72, 0.78, 0.69, 0.80], OLD,
      ["best", "best", "hold", "best", "hold", "best", "hold", "best", "hold", "best"], 9),
     # exactly the margin below the best fires (0.8 - 0.1 is 0.7000000000000001 in floats)
-    ([0.80, 0.70], Rule(), ["best", "fire"], 0),
-    ([0.80, 0.71], Rule(), ["best", "hold"], 0),
+    ([0.80, 0.70], OLD, ["best", "fire"], 0),
+    ([0.80, 0.71], OLD, ["best", "hold"], 0),
     # patience 2: a good check in between resets the count
-    ([0.80, 0.65, 0.75, 0.65, 0.60], Rule(patience=2), ["best", "bad", "hold", "bad", "fire"], 0),
+    ([0.80, 0.65, 0.75, 0.65, 0.60], Rule(patience=2, rule="per_check"), ["best", "bad", "hold", "bad", "fire"], 0),
     # a wider margin leaves the 0.20 drop alone
-    ([0.70, 0.78, 0.80, 0.79, 0.60], Rule(margin=0.25), ["best", "best", "best", "hold", "hold"], 2),
+    ([0.70, 0.78, 0.80, 0.79, 0.60], Rule(margin=0.25, patience=1, rule="per_check"), ["best", "best", "best", "hold", "hold"], 2),
 ])
 def test_rule_on_scripted_sequences(seq, rule, verdicts, best_step):
     got, st = run_rule(seq, rule)
@@ -67,8 +70,8 @@ def test_a_drop_that_is_not_significant_does_not_fire():
     assert drop_p(best, now) == pytest.approx(386 / 1024)
     for alpha, want in ((0.05, "hold"), (1.0, "fire")):
         st = GuardState()
-        judge(st, Rule(alpha=alpha), 0, 0.5, best)
-        assert judge(st, Rule(alpha=alpha), 2, 0.4, now) == want
+        judge(st, Rule(alpha=alpha, patience=1, rule="per_check"), 0, 0.5, best)
+        assert judge(st, Rule(alpha=alpha, patience=1, rule="per_check"), 2, 0.4, now) == want
 
 
 def test_frozen_best_is_not_replaced():
@@ -207,9 +210,9 @@ def test_resume_round_trip(tmp_path, cut):
 def test_signals_are_read_from_the_step_metrics():
     m = {"reward/agreement": 0.9, "actor/entropy": 0.08, "reward/clusters": 1.5, "batch/rolled_out": 16,
          "filter/difficulty/too_easy": 13}
-    assert CollapseGuard.signals(m) == {"guard/vote_agreement": 0.9, "guard/entropy": 0.08,
-                                        "guard/clusters": 1.5, "guard/too_easy_share": 13 / 16}
-    assert CollapseGuard.signals({}) == {}
+    assert CollapseGuard.step_signals(m) == {"guard/vote_agreement": 0.9, "guard/entropy": 0.08,
+                                             "guard/clusters": 1.5, "guard/too_easy_share": 13 / 16}
+    assert CollapseGuard.step_signals({}) == {}
 
 
 def test_describe(tmp_path):
@@ -327,7 +330,8 @@ def test_guarded_run_rolls_back_and_stops(tmp_path, tiny_train_args, serl_train,
     monkeypatch.setenv("SERL_GUARD_SCRIPT", "1,0,0")
     args = [*tiny_train_args, "--run_dir", run, "--steps", "3", "--enable_self_evolution", "false",
             "--collapse_guard", "rollback", "--guard_probe", "2", "--guard_k", "2", "--guard_every", "1",
-            "--guard_max_rollbacks", "1", "--guard_alpha", "1", "--save_model", "true", "--report", "true"]
+            "--guard_max_rollbacks", "1", "--guard_alpha", "1", "--guard_patience", "1", "--save_model", "true",
+            "--report", "true"]
     r = serl_train(*args)
     assert r.returncode == 0, r.stderr[-3000:]
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
@@ -337,6 +341,9 @@ def test_guarded_run_rolls_back_and_stops(tmp_path, tiny_train_args, serl_train,
     assert checks[-1]["guard/lr_scale"] == 0.5 and checks[-1]["guard/best_step"] == 0
     assert all(x["guard/probe_s"] > 0 and x["guard/probe_n"] >= 1 for x in checks)
     assert any("guard/vote_agreement" in x for x in rows)
+    assert all("guard/flip_rate" in x and "guard/level" in x and "guard/lost" in x for x in checks[1:])
+    kept = [json.loads(x) for x in (run / ITEMS_FILE).read_text().splitlines()]
+    assert [k["step"] for k in kept] == [0, 1, 2] and all(len(k["answers"]) == len(k["items"]) for k in kept)
     assert max(x["step"] for x in rows) == 2  # stopped before step 3
     anchor = [json.loads(x) for x in (run / ANCHOR_FILE).read_text().splitlines()]
     assert anchor[0]["kind"] == "serl-guard-anchor" and len(anchor) == 3
@@ -439,7 +446,8 @@ class StringChecker:
 def test_anchor_and_probe_score_by_hand(tmp_path, smol_tokenizer, labelled, want_score, want_items):
     probe = [(0, "Question zero", "#### 2"), (1, "Question one", None), (2, "Question two", "6")]
     cfg = SimpleNamespace(**{**vars(cfg_for(guard_k=3)), "collapse_guard": "watch", "guard_labels": labelled,
-                             "guard_anchor": "", "guard_margin": 0.1, "guard_patience": 1, "guard_alpha": 0.05})
+                             "guard_anchor": "", "guard_margin": 0.1, "guard_patience": 1, "guard_alpha": 0.05,
+                             "guard_every": 1})
     gen = ScriptedGenerator(smol_tokenizer, {"Question zero": "so \\boxed{2}", "Question one": "",
                                              "Question two": "\\boxed{6}"})
     engines = SimpleNamespace(generator=gen, learner=FakeLearner(), checker=StringChecker())
@@ -451,4 +459,4 @@ def test_anchor_and_probe_score_by_hand(tmp_path, smol_tokenizer, labelled, want
     gen.answers["Question two"] = "\\boxed{7}"
     score, items, extra = g.score()
     assert (score, items) == (want_score, want_items)
-    assert extra == {"guard/probe_n": 2, "guard/probe_cut": 0.0}
+    assert extra == {"guard/probe_n": 2, "guard/probe_cut": 0.0, "_answers": ["2", "7"], "_idx": [0, 2]}

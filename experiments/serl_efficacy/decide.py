@@ -49,10 +49,13 @@ STEP_FLAGS = ["--init_kl_coef", "0", "--vllm_enforce_eager", "false"]  # issue 4
 # the guard's other settings are its defaults (docs/guard.md).
 GUARD_ACT = ["--collapse_guard", "rollback", "--guard_every", "4", "--guard_max_rollbacks", "2"]
 GUARD_WATCH = ["--collapse_guard", "watch", "--guard_every", "4"]
+# The guard's rule as the design fixed it before any arm ran: every check at p < 0.05, one bad check
+# fires. serl's default changed since (issue 61, docs/guard.md); arms a and a0 keep this one.
+OLD_RULE = ["--guard_rule", "per_check", "--guard_patience", "1"]
 ARMS4 = {
     "c": ("rule reward, seed labels", ARMS["c"][1]),
-    "a": ("SeRL, guard acting (rollback)", ARMS["a"][1] + GUARD_ACT),
-    "a0": ("SeRL, guard watching only", ARMS["a"][1] + GUARD_WATCH),
+    "a": ("SeRL, guard acting (rollback)", ARMS["a"][1] + GUARD_ACT + OLD_RULE),
+    "a0": ("SeRL, guard watching only", ARMS["a"][1] + GUARD_WATCH + OLD_RULE),
     "d": ("no training", None),
 }
 FULL = dict(TASK_FULL, steps=200, eval_every=25, max_minutes=300.0)

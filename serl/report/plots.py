@@ -245,7 +245,8 @@ def plot_guard(run, claimed: set[str]):
     score = [(k.split("/")[1].replace("_", " "), s[k]) for k in ("guard/agreement", "guard/label_acc", "guard/best")
              if k in s]
     side = [(k.split("/")[1].replace("_", " "), s[k]) for k in ("guard/vote_agreement", "guard/too_easy_share",
-                                                                  "guard/entropy", "guard/probe_cut") if k in s]
+                                                                  "guard/entropy", "guard/probe_cut",
+                                                                  "guard/flip_rate") if k in s]
     acts = [(k.split("/")[1].replace("_", " "), s[k]) for k in ("guard/fired", "guard/action", "guard/rollbacks")
             if k in s]
     return panels_plot("Collapse guard", [("Probe score (decides)", "share of probe", score, False),

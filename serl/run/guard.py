@@ -9,11 +9,9 @@ sampled once at the start). A policy that gets better keeps most anchor answers 
 the vote was right it was mostly right, by the vote's precondition maj@K > greedy); one
 that collapses leaves them.
 
-The rule (``judge``), on each check's agreement a_t and per-item outcomes:
-  - a new best: a_t > a* (before the guard fired in watch mode); the policy is saved;
-  - a bad check: a_t <= a* - margin, and the one-sided exact McNemar test of the items
-    that agreed at a*'s step but not now, against the reverse, gives p < alpha;
-  - ``patience`` bad checks in a row fire the guard.
+The rule (``serl.run.guard_rule``): a check is bad when its agreement is ``margin`` below the
+best so far and a one-sided exact McNemar test of the drop gives p below the check's share of
+the run's false-alarm budget; ``patience`` bad checks in a row fire the guard.
 Actions: watch (log only), stop (end; the final model is the kept best policy), rollback
 (reload the best policy, scale the learning rate, go on; after ``max_rollbacks`` stop).
 The runner calls ``CollapseGuard`` between steps (``serl.run.runner``); probe work is not
@@ -24,7 +22,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import shutil
 import time
@@ -35,6 +32,8 @@ from pathlib import Path
 from serl.config.options import _f
 from serl.errors import ConfigError
 from serl.run.guard_anchor import ANCHOR_FILE, anchor_header, read_anchor, select_probe, write_anchor
+from serl.run.guard_rule import (EPS, RULES, GuardState, Rule, act, cut_lr, drop_p, flip_rate, judge,  # noqa: F401
+                                 lost_gained, planned_checks, slope)
 
 log = logging.getLogger("serl")
 
@@ -42,7 +41,7 @@ MODES = ("off", "watch", "stop", "rollback")
 BEST_DIR = "guard_best"
 BEST_META = "guard_best.json"
 ACTIONS = {"none": 0, "watch": 1, "stop": 2, "rollback": 3}  # guard/action's codes
-EPS = 1e-9  # agreements are fractions of the probe: compare them without float noise
+ITEMS_FILE = "guard_items.jsonl"  # one line per check: per-item outcomes and greedy answers
 SCRIPT_ENV = "SERL_GUARD_SCRIPT"  # test hook: comma-separated agreements replace the measured ones
 
 
@@ -65,9 +64,19 @@ class GuardOptions:
     guard_k: int = _f(8, "guard: answers the untrained model samples per probe prompt for its vote (the anchor)")
     guard_every: int = _f(2, "guard: check the policy's greedy answers on the probe every N steps (and at the end)")
     guard_margin: float = _f(0.10, "guard: a check is bad when agreement fell this far below its best")
-    guard_patience: int = _f(1, "guard: bad checks in a row that fire it")
-    guard_alpha: float = _f(0.05, "guard: a bad check also needs one-sided McNemar p below this (1 = no test)")
-    guard_lr_scale: float = _f(0.5, "guard rollback: multiply the learning rate by this at each rollback")
+    guard_patience: int = _f(2, "guard: bad checks in a row that fire it (was 1 before the spent rule)")
+    guard_alpha: float = _f(0.05, "guard: false-alarm budget; with --guard_rule spent for the whole run, with "
+                                  "per_check for each check (a bad check needs one-sided McNemar p below its "
+                                  "share; 1 = no test)")
+    guard_rule: str = _f("spent", "guard: spent (--guard_alpha spread over the run's planned checks) or "
+                                  "per_check (every check at --guard_alpha: the rule before issue 61)",
+                         choices=RULES)
+    guard_checks: int = _f(0, "guard: planned checks --guard_alpha is spread over (0 = from --steps and "
+                              "--guard_every)")
+    guard_lr_scale: float = _f(0.5, "guard rollback: multiply the learning rate by this at each rollback "
+                                    "(1 = no cut)")
+    guard_lr_floor: float = _f(0.0, "guard rollback: the cumulative LR scale never goes below this "
+                                    "(0 = no floor)")
     guard_max_rollbacks: int = _f(2, "guard rollback: after this many rollbacks the next firing stops the run")
     guard_anchor: str = _f("", "guard: reuse this anchor file (another run's guard_anchor.jsonl; same probe, "
                                "model, --generate_max_len and --system_prompt) instead of sampling one")
@@ -82,6 +91,10 @@ class GuardOptions:
             raise ConfigError(f"guard_margin: must lie in (0, 1), got {self.guard_margin}")
         if not 0.0 < self.guard_alpha <= 1.0:
             raise ConfigError(f"guard_alpha: must lie in (0, 1], got {self.guard_alpha}")
+        if self.guard_checks < 0:
+            raise ConfigError(f"guard_checks: must be >= 0 (0 = from --steps), got {self.guard_checks}")
+        if not 0.0 <= self.guard_lr_floor <= 1.0:
+            raise ConfigError(f"guard_lr_floor: must lie in [0, 1], got {self.guard_lr_floor}")
         if not 0.0 < self.guard_lr_scale <= 1.0:
             raise ConfigError(f"guard_lr_scale: must lie in (0, 1], got {self.guard_lr_scale}")
         if self.guard_max_rollbacks < 0:
@@ -90,65 +103,6 @@ class GuardOptions:
             raise ConfigError(f"collapse_guard: {self.collapse_guard} reloads the kept policy into the learner, "
                               f"which only the one-process torch learner can (got --learner {self.learner}"
                               f"{' with --ray' if self.ray else ''}); use watch, or --learner torch")
-
-
-# ---- the rule: pure functions on a state ---------------------------------------------------------
-@dataclass
-class Rule:
-    margin: float = 0.10
-    patience: int = 1
-    alpha: float = 0.05
-
-
-@dataclass
-class GuardState:
-    best: float | None = None      # best agreement so far (a*)
-    best_step: int = -1            # its step (s*); its policy is in RUN_DIR/guard_best
-    best_items: list = field(default_factory=list)  # per-probe-item 0/1 at s*, for McNemar
-    below: int = 0                 # bad checks in a row
-    fired: bool = False
-    fired_step: int = -1           # the first firing
-    rollbacks: int = 0
-    stopped: bool = False          # the guard ended the run (a resume trains no further)
-    lr_scale: float = 1.0
-    checks: int = 0
-
-
-def drop_p(before: list[int], now: list[int]) -> float:
-    """One-sided exact McNemar: P(X >= b) for X ~ Binomial(b + c, 1/2), where b items agreed
-    before but not now and c the reverse; 1.0 when none changed."""
-    b = sum(1 for x, y in zip(before, now) if x and not y)
-    c = sum(1 for x, y in zip(before, now) if y and not x)
-    n = b + c
-    return sum(math.comb(n, k) for k in range(b, n + 1)) / 2 ** n if n else 1.0
-
-
-def judge(st: GuardState, rule: Rule, step: int, score: float, items: list[int], frozen: bool = False) -> str:
-    """Update ``st`` with one check; returns "best", "hold", "bad" or "fire". ``frozen``: the
-    best is kept as it is (watch mode after firing)."""
-    st.checks += 1
-    if st.best is None or (score > st.best + EPS and not frozen):
-        st.best, st.best_step, st.best_items, st.below = score, step, list(items), 0
-        return "best"
-    bad = score <= st.best - rule.margin + EPS and drop_p(st.best_items, items) < rule.alpha
-    st.below = st.below + 1 if bad else 0
-    if bad and st.below >= rule.patience:
-        st.below = 0
-        return "fire"
-    return "bad" if bad else "hold"
-
-
-def act(st: GuardState, mode: str, step: int, max_rollbacks: int) -> str:
-    """What a firing does in ``mode``: "watch", "rollback" or "stop" (recorded in ``st``)."""
-    if not st.fired:
-        st.fired, st.fired_step = True, step
-    if mode == "watch":
-        return "watch"
-    if mode == "rollback" and st.rollbacks < max_rollbacks:
-        st.rollbacks += 1
-        return "rollback"
-    st.stopped = True
-    return "stop"
 
 
 # ---- the probe and its anchor ------------------------------------------------------------------
@@ -204,8 +158,12 @@ class CollapseGuard:
         self.model_path = model_path
         self.probe, self.anchor = prepared
         self.mode = cfg.collapse_guard
-        self.rule = Rule(cfg.guard_margin, cfg.guard_patience, cfg.guard_alpha)
-        self.st = GuardState()
+        checks = getattr(cfg, "guard_checks", 0) or planned_checks(getattr(cfg, "steps", 1), cfg.guard_every)
+        self.rule = Rule(cfg.guard_margin, cfg.guard_patience, cfg.guard_alpha,
+                         getattr(cfg, "guard_rule", "spent"), checks)
+        self.st = GuardState(rule=self.rule_record())
+        self.recent: list[tuple[float | None, float | None]] = []  # (vote agreement, entropy) per step
+        self.since_check = 0  # steps since the last check (what the per-check means average over)
         self.last_metrics: dict = {}
         script = os.environ.get(SCRIPT_ENV, "")
         self.script = [float(x) for x in script.split(",") if x.strip()]
@@ -214,10 +172,30 @@ class CollapseGuard:
     def state_dict(self) -> dict:
         return asdict(self.st)
 
+    def rule_record(self) -> dict:
+        """What a resume must keep: the rule, its budget, the checks it is spread over, the
+        rollback's floor."""
+        return {"rule": self.rule.rule, "alpha": self.rule.alpha, "checks": self.rule.checks,
+                "lr_floor": getattr(self.cfg, "guard_lr_floor", 0.0)}
+
     def load_state_dict(self, state: dict | None) -> None:
         if not state:
             return
-        self.st = GuardState(**state)
+        saved = dict(state.get("rule") or {"rule": "per_check"})  # saved by serl before issue 61
+        now = self.rule_record()
+        given = getattr(self.cfg, "guard_checks", 0)
+        if "checks" in saved and not given:  # the plan made at the start holds, even if --steps grew since
+            now["checks"] = self.rule.checks = saved["checks"]
+        if saved.get("rule") != now["rule"] or ("alpha" in saved and saved != now):
+            raise ConfigError(f"collapse guard: this run decides by {saved} (its checkpoint's guard state), "
+                              f"the resume would decide by {now}; resume with the run's --guard_rule, "
+                              f"--guard_alpha, --guard_checks and --guard_lr_floor")
+        planned = planned_checks(getattr(self.cfg, "steps", 1), self.cfg.guard_every)
+        if self.rule.rule == "spent" and planned > self.rule.checks:
+            log.warning("collapse guard: --steps now plans %d checks, the run's false-alarm budget was spread over "
+                        "%d when it started; the checks beyond those spend past it (plan with --guard_checks at "
+                        "the start of a run that will be extended)", planned, self.rule.checks)
+        self.st = GuardState(**{**state, "rule": now})
         self.learner.lr_scale = self.st.lr_scale
         meta = self.run_dir / BEST_DIR / BEST_META
         kept = json.loads(meta.read_text())["step"] if meta.is_file() else None
@@ -226,8 +204,30 @@ class CollapseGuard:
                         "replaced at the next new best", BEST_DIR, kept, self.st.best_step)
 
     # ---- secondary signals (logged, never decide) -------------------------------------------
+    def signals(self, m: dict) -> dict:
+        """Each step's candidate signals; the step's vote agreement and entropy are also kept
+        for the next check's means and trend (``window_signals``)."""
+        out = self.step_signals(m)
+        self.recent = (self.recent + [(m.get("reward/agreement"), m.get("actor/entropy"))])[-2 * self.cfg.guard_every:]
+        self.since_check += 1
+        return out
+
+    def window_signals(self) -> dict:
+        """At a check: the vote agreement's and the entropy's means over the steps since the last
+        check, and the vote agreement's least-squares slope per step over the last 2 x guard_every steps."""
+        out = {}
+        for j, name in ((0, "vote_agreement"), (1, "entropy")):
+            last = [r[j] for r in self.recent[max(0, len(self.recent) - self.since_check):] if r[j] is not None]
+            if self.since_check and last:
+                out[f"guard/{name}_mean"] = sum(last) / len(last)
+        trend = slope([r[0] for r in self.recent if r[0] is not None])
+        if trend is not None:
+            out["guard/vote_agreement_trend"] = trend
+        self.since_check = 0
+        return out
+
     @staticmethod
-    def signals(m: dict) -> dict:
+    def step_signals(m: dict) -> dict:
         out = {}
         for key, name in (("reward/agreement", "vote_agreement"), ("actor/entropy", "entropy"),
                           ("reward/clusters", "clusters")):
@@ -297,7 +297,8 @@ class CollapseGuard:
         recs = out["records"]
         items = [int(r["correct"]) for r in recs]
         extra = {"guard/probe_n": len(items),
-                 "guard/probe_cut": sum(r["finish_reason"] == "length" for r in recs) / max(1, len(recs))}
+                 "guard/probe_cut": sum(r["finish_reason"] == "length" for r in recs) / max(1, len(recs)),
+                 "_answers": [r["answer"] for r in recs], "_idx": [r["idx"] for r in recs]}
         return sum(items) / max(1, len(items)), items, extra
 
     def check(self, step: int, final: bool, extra_s: float = 0.0) -> str:
@@ -312,8 +313,17 @@ class CollapseGuard:
             hits = round(self.script[self.st.checks] * len(items))
             items = [1] * hits + [0] * (len(items) - hits)
             score = hits / max(1, len(items))
+        answers, idx = m.pop("_answers", None), m.pop("_idx", None)
+        m.update(self.window_signals())
+        if answers is not None:
+            flips = flip_rate(self.st.last_answers, answers)
+            if flips is not None:
+                m["guard/flip_rate"] = flips
+            self.st.last_answers = list(answers)
         frozen = self.mode == "watch" and self.st.fired
         p = drop_p(self.st.best_items, items) if self.st.best is not None else 1.0
+        if self.st.best is not None:
+            m["guard/lost"], m["guard/gained"] = lost_gained(self.st.best_items, items)
         verdict = judge(self.st, self.rule, step, score, items, frozen=frozen)
         action = "none"
         if verdict == "best":
@@ -326,10 +336,19 @@ class CollapseGuard:
                   "guard/fired": int(self.st.fired), "guard/action": ACTIONS[action],
                   "guard/rollbacks": self.st.rollbacks, "guard/bad_checks": self.st.below, "guard/drop_p": p,
                   "guard/lr_scale": self.st.lr_scale, "guard/labelled": int(self.cfg.guard_labels),
+                  "guard/level": self.rule.level(),
                   "guard/probe_s": time.perf_counter() - t0 + extra_s})
+        self.keep_items(step, items, answers, idx)
         self.logger.log(step, m)
         self.last_metrics = m
         return "stop" if action == "stop" else ""
+
+    def keep_items(self, step: int, items: list[int], answers, idx) -> None:
+        """One line per check in RUN_DIR/guard_items.jsonl (after a resume a step may appear
+        twice: the last line counts), so flip rates and the rule can be studied after the run."""
+        row = {"step": step, "items": items, "answers": answers, "idx": idx}
+        with open(self.run_dir / ITEMS_FILE, "a", encoding="utf-8") as f:
+            f.write(json.dumps(row) + "\n")
 
     # ---- the kept policy and the actions --------------------------------------------------
     def save_best(self, step: int, score: float) -> None:
@@ -361,7 +380,8 @@ class CollapseGuard:
         if action == "watch":
             log.warning("%s (watch mode: no action; %s stays frozen)", what, BEST_DIR)
         elif action == "rollback":
-            self.st.lr_scale *= self.cfg.guard_lr_scale
+            self.st.lr_scale = cut_lr(self.st.lr_scale, self.cfg.guard_lr_scale,
+                                      getattr(self.cfg, "guard_lr_floor", 0.0))
             self.learner.lr_scale = self.st.lr_scale
             self.restore_best()
             log.warning("%s: rolled back to step %d's policy (rollback %d of %d), learning rate x%g",
