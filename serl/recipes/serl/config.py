@@ -47,6 +47,9 @@ class SerlOptions:
                                                 "--reward.stop_properly_penalty_coef)")
     min_majority_share: float = _f(0.0, "leave out of the loss a voted group whose majority share is below "
                                         "this: no clear majority, no signal (CuMa; 0 = off)")
+    no_majority_penalty: float = _f(0.0, "instead of masking a group below min_majority_share, zero its rewards "
+                                         "and subtract this from every advantage of it (RESTRAIN's negative "
+                                         "rollout penalization; 0 = mask)")
     agreement_weight_power: float = _f(0.0, "multiply a voted group's advantages by its majority share to "
                                             "this power (RESTRAIN-style prompt weight; 0 = off)")
     curriculum: str = _f("none", "agreement: before step 1, roll out every seed once and train the seeds in "
@@ -135,6 +138,11 @@ class Config(SerlOptions, RemoteRewardOptions, GuardOptions, TrainConfig):
             if v and self.reward_mode == "rule" and not self.remote_rm_url:
                 raise ConfigError(f"{name}: acts on groups scored by the vote, and --reward_mode rule votes on "
                                   f"none; use --reward_mode majority or auto")
+        if self.no_majority_penalty < 0:
+            raise ConfigError(f"no_majority_penalty: must be >= 0 (it is subtracted), got {self.no_majority_penalty}")
+        if self.no_majority_penalty and not self.min_majority_share:
+            raise ConfigError("no_majority_penalty: acts on the groups below --min_majority_share, which is 0 "
+                              "(off); set both")
         if self.curriculum != "none" and self.enable_self_evolution:
             raise ConfigError("curriculum: orders the seed problems by a probe rollout's vote share, but with "
                               "--enable_self_evolution the trained problems are generated ones, unknown before "

@@ -246,11 +246,13 @@ class SerlRecipe(Recipe):
         label-free options (serl.recipes.serl.shaping) act here: voted groups without a clear
         majority are left out, cut answers scored, advantages weighted by majority share."""
         cfg = self.cfg
-        if cfg.min_majority_share:
-            masked = [no_majority(r.score, cfg.min_majority_share) for r in rollouts]
-            metrics["train/masked_no_majority"] = sum(masked)
-            rollouts = [r for r, m in zip(rollouts, masked) if not m]
-        prompt_ids, response_ids, rewards, group_ids, keep, cut, weights = [], [], [], [], [], [], []
+        low = [no_majority(r.score, cfg.min_majority_share) for r in rollouts]
+        if cfg.min_majority_share and not cfg.no_majority_penalty:  # CuMa: no clear majority, no signal
+            metrics["train/masked_no_majority"] = sum(low)
+            rollouts, low = [r for r, m in zip(rollouts, low) if not m], [False] * (len(rollouts) - sum(low))
+        elif cfg.min_majority_share:  # RESTRAIN: a negative signal instead
+            metrics["train/penalized_no_majority"] = sum(low)
+        prompt_ids, response_ids, rewards, group_ids, keep, cut, weights, penalized = [], [], [], [], [], [], [], []
         for g, r in enumerate(rollouts):
             w = agreement_weight(r.score, cfg.agreement_weight_power)
             for c, rew in zip(r.group, r.score.rewards):
@@ -260,10 +262,11 @@ class SerlRecipe(Recipe):
                     keep.append(len(response_ids))
                 prompt_ids.append(list(c.prompt_ids))
                 response_ids.append(list(c.token_ids))
-                rewards.append(rew)
+                rewards.append(0.0 if low[g] else rew)
                 group_ids.append(g)
                 cut.append(truncated(c))
                 weights.append(w)
+                penalized.append(low[g])
         metrics["train/masked_truncated"] = len(response_ids) - len(keep)
         if not keep:
             return None
@@ -286,7 +289,9 @@ class SerlRecipe(Recipe):
             self.cfg.advantage_estimator, torch.tensor(rewards, dtype=torch.float32),
             torch.tensor(group_ids), mask, kl=kl,
             kl_coef=self.plan.kl_coef if kl is not None else 0.0, gamma=self.cfg.gamma)
-        if cfg.agreement_weight_power:  # after whitening: the weight scales the group's whole advantage
+        if any(penalized):  # after the estimator and its whitening: -delta on every token of the group
+            adv = adv - cfg.no_majority_penalty * torch.tensor(penalized, dtype=adv.dtype)[:, None] * mask
+        if cfg.agreement_weight_power:  # then the weight scales the group's whole advantage (RESTRAIN's u_x)
             adv = adv * torch.tensor(weights)[:, None]
             metrics["train/agreement_weight_mean"] = float(np.mean([weights[i] for i in keep]))
         metrics["train/sequences"] = len(keep)
