@@ -41,7 +41,7 @@ from serl.rewards.remote import load_source, score_for
 
 class SerlRecipe(Recipe):
     resume_fixed = ("enable_self_evolution", "reward_difficulty_bounds", "instructions_num_per_iteration",
-                    "overlong_filter", "curriculum") + GUARD_OPTIONS
+                    "overlong_filter") + GUARD_OPTIONS
 
     @classmethod
     def prepare(cls, cfg):
@@ -139,7 +139,7 @@ class SerlRecipe(Recipe):
         if "seed_order" in state:  # a checkpoint of serl before run_state: the seeds by pool id
             where = {it.id: i for i, it in enumerate(self.pool.seeds())}
             state = state | {"seeds": [where[i] for i in state["seed_order"]]}
-        if state.get("curriculum") is not None:  # the probe ran: its order, not a shuffle
+        if state.get("curriculum") is not None and self.cfg.curriculum == "agreement":  # the probe's order
             self.curriculum = [float(x) for x in state["curriculum"]]
             self.seeds = CurriculumPasses(easy_first(self.curriculum), self.rng)
         self.seeds.load_state_dict(state["seeds"])

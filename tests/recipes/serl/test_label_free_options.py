@@ -224,3 +224,21 @@ def test_defaults_change_nothing():
     cfg = SerlConfig()
     assert (cfg.overlong_buffer_len, cfg.stop_properly_penalty_coef, cfg.min_majority_share,
             cfg.no_majority_penalty, cfg.agreement_weight_power, cfg.curriculum) == (0, 1.0, 0.0, 0.0, 0.0, "none")
+
+
+@pytest.mark.parametrize("curriculum,want", [("agreement", [2, 3, 1, 0, 2]), ("none", None)])
+def test_resume_keeps_the_probed_order(curriculum, want):
+    """The checkpoint holds the probe's shares: a resume continues their order without probing;
+    one with --curriculum none finishes the pass it is in, then shuffles."""
+    from serl.data.passes import Passes
+
+    cfg = SerlConfig(curriculum=curriculum, enable_self_evolution=False)
+    fake = SimpleNamespace(cfg=cfg, rng=random.Random(0), seeds=Passes(4, random.Random(0)), curriculum=None,
+                           difficulty=SimpleNamespace(), instruct=SimpleNamespace(load_state_dict=lambda s: None),
+                           pool=None)
+    SerlRecipe.load_state_dict(fake, {"seeds": [2, 3], "difficulty": {}, "curriculum": [0.5, 0.875, 0.5, 0.25]})
+    if want:
+        assert fake.curriculum == [0.5, 0.875, 0.5, 0.25] and fake.seeds.take(5) == want
+    else:
+        assert fake.curriculum is None and not isinstance(fake.seeds, CurriculumPasses)
+        assert fake.seeds.take(2) == [2, 3]
