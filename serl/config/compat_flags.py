@@ -101,6 +101,9 @@ VERL_NOTED = {
 DOTTED = {
     "actor.model_name_or_path": "model",
     "reward.remote_url": "remote_rm_url",
+    "reward.overlong_buffer_len": "overlong_buffer_len",  # SeRL recipe (issue 62)
+    "reward.overlong_penalty_factor": "overlong_penalty_factor",
+    "reward.stop_properly_penalty_coef": "stop_properly_penalty_coef",
     "data.prompt_dataset": "prompt_data",
     "data.input_key": "input_key",
     "data.label_key": "label_key",

@@ -36,6 +36,25 @@ class SerlOptions:
     rouge_threshold: float = _f(0.7, "reject a new problem whose ROUGE-L F1 with a known one exceeds this")
     overlong_filter: bool = _f(False, "leave responses cut off by --generate_max_len out of the loss (DAPO); "
                                       "their votes still count")
+    # issue 62: the label-free options (docs/algorithms.md, "Label-free options")
+    overlong_buffer_len: int = _f(0, "DAPO's soft overlong penalty: answers longer than generate_max_len minus "
+                                     "this lose up to overlong_penalty_factor of reward, linearly (0 = off; "
+                                     "OpenRLHF's --reward.overlong_buffer_len)")
+    overlong_penalty_factor: float = _f(1.0, "the soft overlong penalty at generate_max_len (OpenRLHF's "
+                                             "--reward.overlong_penalty_factor)")
+    stop_properly_penalty_coef: float = _f(1.0, "a cut answer's reward is multiplied by this (in [0, 1]; 1 = "
+                                                "unchanged), or set to it when negative (ProRL; OpenRLHF's "
+                                                "--reward.stop_properly_penalty_coef)")
+    min_majority_share: float = _f(0.0, "leave out of the loss a voted group whose majority share is below "
+                                        "this: no clear majority, no signal (CuMa; 0 = off)")
+    no_majority_penalty: float = _f(0.0, "instead of masking a group below min_majority_share, zero its rewards "
+                                         "and subtract this from every advantage of it (RESTRAIN's negative "
+                                         "rollout penalization; 0 = mask)")
+    agreement_weight_power: float = _f(0.0, "multiply a voted group's advantages by its majority share to "
+                                            "this power (RESTRAIN-style prompt weight; 0 = off)")
+    curriculum: str = _f("none", "agreement: before step 1, roll out every seed once and train the seeds in "
+                                 "order of vote share, highest first, every pass (CuMa's easy-first; "
+                                 "needs --enable_self_evolution false)", choices=("none", "agreement"))
 
 
 @dataclass
@@ -86,12 +105,48 @@ class Config(SerlOptions, RemoteRewardOptions, GuardOptions, TrainConfig):
                               f"--steps), got {self.instructions_num_per_iteration}")
         if self.prompt_max_len < 1:
             raise ConfigError(f"prompt_max_len: must be >= 1, got {self.prompt_max_len}")
+        self.validate_label_free()
         if self.reward_mode == "rule" and self.enable_self_evolution:
             raise ConfigError("reward_mode: rule needs a label for every problem it trains on, but with "
                               "--enable_self_evolution the problems are generated and have none; use "
                               "--reward_mode majority or auto (auto: the rule reward where a problem has a "
                               "label, the vote elsewhere), or --enable_self_evolution false to train the "
                               "labelled seeds")
+
+    def validate_label_free(self) -> None:
+        """The issue-62 options: ranges, and the combinations that would be silent."""
+        if not 0 <= self.overlong_buffer_len <= self.generate_max_len:
+            raise ConfigError(f"overlong_buffer_len: must lie in [0, generate_max_len = {self.generate_max_len}], "
+                              f"got {self.overlong_buffer_len}")
+        if self.overlong_penalty_factor < 0:
+            raise ConfigError(f"overlong_penalty_factor: must be >= 0, got {self.overlong_penalty_factor}")
+        if self.stop_properly_penalty_coef > 1:
+            raise ConfigError(f"stop_properly_penalty_coef: must be in [0, 1] (a scale) or negative (the reward "
+                              f"of a cut answer), got {self.stop_properly_penalty_coef}")
+        scored = [f"--{n}" for n, on in (("overlong_buffer_len", self.overlong_buffer_len > 0),
+                                         ("stop_properly_penalty_coef", self.stop_properly_penalty_coef != 1))
+                  if on]
+        if self.overlong_filter and scored:
+            raise ConfigError(f"{' and '.join(scored)} score cut answers, --overlong_filter leaves them out of "
+                              f"the loss: choose one (a masked answer's penalised reward would still move its "
+                              f"group's baseline)")
+        for name in ("min_majority_share", "agreement_weight_power"):
+            v = getattr(self, name)
+            if not (0.0 <= v <= 1.0 if name == "min_majority_share" else v >= 0.0):
+                raise ConfigError(f"{name}: must be {'in [0, 1]' if name == 'min_majority_share' else '>= 0'}, "
+                                  f"got {v}")
+            if v and self.reward_mode == "rule" and not self.remote_rm_url:
+                raise ConfigError(f"{name}: acts on groups scored by the vote, and --reward_mode rule votes on "
+                                  f"none; use --reward_mode majority or auto")
+        if self.no_majority_penalty < 0:
+            raise ConfigError(f"no_majority_penalty: must be >= 0 (it is subtracted), got {self.no_majority_penalty}")
+        if self.no_majority_penalty and not self.min_majority_share:
+            raise ConfigError("no_majority_penalty: acts on the groups below --min_majority_share, which is 0 "
+                              "(off); set both")
+        if self.curriculum != "none" and self.enable_self_evolution:
+            raise ConfigError("curriculum: orders the seed problems by a probe rollout's vote share, but with "
+                              "--enable_self_evolution the trained problems are generated ones, unknown before "
+                              "they are rolled out; add --enable_self_evolution false")
 
 
 SerlConfig = Config

@@ -12,6 +12,7 @@ line), generated ones by the prompt-length filter; few-shot prompts leave out th
 """
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -30,7 +31,9 @@ from serl.instruct.filters import PromptLengthFilter
 from serl.instruct.pool import POOL_FILE
 from serl.instruct.rollouts import STEP_COUNTS, accumulate, batch_metrics, finalize, round_sums
 from serl.report.progress import stage
-from serl.recipes.base import Recipe, masked_overlong, response_mask
+from serl.recipes.base import Recipe, masked_overlong, response_mask, truncated
+from serl.recipes.serl.shaping import (CurriculumPasses, agreement_weight, easy_first, no_majority,
+                                       score_cut_answers, vote_share)
 from serl.run.context import RunContext
 from serl.rewards import GroupScore, checker_counts
 from serl.rewards.remote import load_source, score_for
@@ -85,6 +88,8 @@ class SerlRecipe(Recipe):
         self.instruct = SelfInstruct(self.generator, self.tok, self.pool, icfg, filters)
         self.seeds = Passes(len(self.pool.seeds()), self.rng)  # epochs over the seeds, reshuffled
         self.carry: list[Rollout] = []  # kept groups beyond the last batch, trained next step
+        self.curriculum: list[float] | None = None  # --curriculum agreement: each seed's probe vote share
+        self.drawn: list[float] = []  # the probe shares of this step's seeds
         self.prompt_lens: dict[str, int] = {}
 
     def prompt_tokens(self, text: str) -> int:
@@ -97,11 +102,16 @@ class SerlRecipe(Recipe):
     def collect(self, step: int):
         self.counts, metrics = dict.fromkeys(STEP_COUNTS, 0), {}
         verify_before, carried = checker_counts(self.checker), len(self.carry)
+        if self.cfg.curriculum == "agreement" and self.curriculum is None:
+            self.probe_curriculum(metrics)
+        self.drawn = []
         rollouts, self.carry, rounds = fill_batch(                          # 1-4. rounds of: grow the
             self.cfg.rollout_batch_size, self.carry,                        # pool, roll out, reward,
             lambda: self.round(step, metrics), self.cfg.max_refill_rounds)  # difficulty-filter
         tally = (self.counts, min(carried, len(rollouts)), len(self.carry), verify_before, checker_counts(self.checker))
         metrics["filter/rounds"], metrics["train/batch_prompts"] = rounds, len(rollouts)
+        if self.drawn:
+            metrics["curriculum/share"] = float(np.mean(self.drawn))
         batch = self.make_batch(rollouts, metrics) if rollouts else None               # 5. advantages
         # this collect's counters and pool, for its after_update (the update leaves the pool alone)
         return batch, metrics, {"tally": tally, "pool_stats": self.pool.stats()}
@@ -122,12 +132,16 @@ class SerlRecipe(Recipe):
     # ---- its own checkpointed state (step, RNGs and the generator: serl.run.state) -------
     def state_dict(self) -> dict:
         return {"seeds": self.seeds.state_dict(), "difficulty": dict(vars(self.difficulty)),
-                "carry": [r.state() for r in self.carry], "instruct": self.instruct.state_dict()}
+                "carry": [r.state() for r in self.carry], "instruct": self.instruct.state_dict(),
+                "curriculum": self.curriculum}
 
     def load_state_dict(self, state: dict) -> None:
         if "seed_order" in state:  # a checkpoint of serl before run_state: the seeds by pool id
             where = {it.id: i for i, it in enumerate(self.pool.seeds())}
             state = state | {"seeds": [where[i] for i in state["seed_order"]]}
+        if state.get("curriculum") is not None and self.cfg.curriculum == "agreement":  # the probe's order
+            self.curriculum = [float(x) for x in state["curriculum"]]
+            self.seeds = CurriculumPasses(easy_first(self.curriculum), self.rng)
         self.seeds.load_state_dict(state["seeds"])
         vars(self.difficulty).update(state["difficulty"])
         self.carry = [Rollout.from_state(r, self.pool) for r in state.get("carry", [])]
@@ -155,15 +169,41 @@ class SerlRecipe(Recipe):
     def next_seeds(self, need: int) -> list[PoolItem]:
         items, seeds, skipped_in_a_row = [], self.pool.seeds(), 0
         while len(items) < need:
-            item = seeds[self.seeds.next()]
+            k = self.seeds.next()
+            item = seeds[k]
             fits = self.prompt_tokens(item.text) <= self.prompt_max_len
             items += [item] if fits else []
+            if fits and self.curriculum is not None:
+                self.drawn.append(self.curriculum[k])
             skipped_in_a_row = 0 if fits else skipped_in_a_row + 1
             self.counts["batch/skipped_long"] += not fits
             if skipped_in_a_row > len(seeds):
                 raise DataError(f"{self.cfg.prompt_data}: no seed problem fits in --prompt_max_len "
                                 f"{self.prompt_max_len} tokens (chat template and instruction included)")
         return items
+
+    def probe_curriculum(self, metrics: dict) -> None:
+        """CuMa's easy-first order: every seed rolled out once by the untrained policy and voted
+        on; the seeds are then trained in order of vote share, highest first, every pass."""
+        seeds, n = self.pool.seeds(), self.cfg.n_samples_per_prompt
+        fit = [i for i, it in enumerate(seeds) if self.prompt_tokens(it.text) <= self.prompt_max_len]
+        shares = [-1.0] * len(seeds)  # a seed that does not fit goes last (next_seeds skips it)
+        chunk = self.cfg.gen_batch_size or self.cfg.rollout_batch_size
+        with self.timed("curriculum"), stage("curriculum probe", len(fit) * n, "samples", self.progress) as st:
+            for k in range(0, len(fit), chunk):
+                part = fit[k:k + chunk]
+                groups = self.sample([self.chat_prompt(seeds[i].text) for i in part], n)
+                scores = score_for(self.cfg, self.checker, self.tok, groups, [seeds[i].label for i in part])
+                for i, sc in zip(part, scores):
+                    shares[i] = vote_share(sc)
+                st.update(sum(len(g) for g in groups))
+        self.curriculum = shares
+        self.seeds = CurriculumPasses(easy_first(shares), self.rng)
+        metrics["curriculum/probed"] = len(fit)
+        metrics["curriculum/probe_share_mean"] = float(np.mean([shares[i] for i in fit])) if fit else 0.0
+        with open(self.run_dir / "curriculum.jsonl", "w") as f:  # the order, for a reader of the run
+            for i in easy_first(shares):
+                f.write(json.dumps({"id": seeds[i].id, "share": shares[i]}) + "\n")
 
     def rollout(self, items: list[PoolItem]) -> list[list[Completion]]:
         if not items:
@@ -202,21 +242,39 @@ class SerlRecipe(Recipe):
 
     def make_batch(self, rollouts: list[Rollout], metrics: dict) -> TrainBatch | None:
         """Log-probs, KL and advantages for the kept groups (whitening sees only these);
-        with ``overlong_filter``, truncated responses are then left out of the loss."""
-        prompt_ids, response_ids, rewards, group_ids, keep = [], [], [], [], []
+        with ``overlong_filter``, truncated responses are then left out of the loss. The
+        label-free options (serl.recipes.serl.shaping) act here: voted groups without a clear
+        majority are left out, cut answers scored, advantages weighted by majority share."""
+        cfg = self.cfg
+        low = [no_majority(r.score, cfg.min_majority_share) for r in rollouts]
+        if cfg.min_majority_share and not cfg.no_majority_penalty:  # CuMa: no clear majority, no signal
+            metrics["train/masked_no_majority"] = sum(low)
+            rollouts, low = [r for r, m in zip(rollouts, low) if not m], [False] * (len(rollouts) - sum(low))
+        elif cfg.min_majority_share:  # RESTRAIN: a negative signal instead
+            metrics["train/penalized_no_majority"] = sum(low)
+        prompt_ids, response_ids, rewards, group_ids, keep, cut, weights, penalized = [], [], [], [], [], [], [], []
         for g, r in enumerate(rollouts):
+            w = agreement_weight(r.score, cfg.agreement_weight_power)
             for c, rew in zip(r.group, r.score.rewards):
                 if not c.token_ids:
                     continue
-                if not masked_overlong(c, self.cfg.overlong_filter):
+                if not masked_overlong(c, cfg.overlong_filter):
                     keep.append(len(response_ids))
                 prompt_ids.append(list(c.prompt_ids))
                 response_ids.append(list(c.token_ids))
-                rewards.append(rew)
+                rewards.append(0.0 if low[g] else rew)
                 group_ids.append(g)
+                cut.append(truncated(c))
+                weights.append(w)
+                penalized.append(low[g])
         metrics["train/masked_truncated"] = len(response_ids) - len(keep)
         if not keep:
             return None
+        if cfg.overlong_buffer_len or cfg.stop_properly_penalty_coef != 1.0:
+            rewards, m = score_cut_answers(rewards, [len(r) for r in response_ids], cut, cfg.generate_max_len,
+                                           cfg.overlong_buffer_len, cfg.overlong_penalty_factor,
+                                           cfg.stop_properly_penalty_coef)
+            metrics.update(m)
         # The learner takes the old log-probs from its own forward pass (and before its first
         # mini-batch); they are computed here only for the KL penalty in the reward.
         with self.timed("logprobs"):
@@ -231,6 +289,11 @@ class SerlRecipe(Recipe):
             self.cfg.advantage_estimator, torch.tensor(rewards, dtype=torch.float32),
             torch.tensor(group_ids), mask, kl=kl,
             kl_coef=self.plan.kl_coef if kl is not None else 0.0, gamma=self.cfg.gamma)
+        if any(penalized):  # after the estimator and its whitening: -delta on every token of the group
+            adv = adv - cfg.no_majority_penalty * torch.tensor(penalized, dtype=adv.dtype)[:, None] * mask
+        if cfg.agreement_weight_power:  # then the weight scales the group's whole advantage (RESTRAIN's u_x)
+            adv = adv * torch.tensor(weights)[:, None]
+            metrics["train/agreement_weight_mean"] = float(np.mean([weights[i] for i in keep]))
         metrics["train/sequences"] = len(keep)
         # the tokens each scoring pass and the update run over, prompts included (bench/roofline.py)
         metrics["train/logprob_tokens"] = sum(len(p) + n for p, n in zip(prompt_ids, lens))
