@@ -27,7 +27,8 @@ pytestmark = pytest.mark.slow
 # with AMX (bf16 matrix tiles) decode differently from those without (kl/mean differs by 2e-4
 # relative at step 2 between the two, with identical code).
 # AVX2-only CPUs (no AVX-512) run other fp32 kernels again: their learner numbers differ from the AVX-512
-# record by ~1e-6 relative, so they get a record of their own (none is kept yet: the test skips there).
+# record by ~1e-6 relative, so they get a record of their own (golden_metrics.avx2.jsonl: made with 42c7a96,
+# the commit before issue 59, on an AVX2-only AMD EPYC on 2026-12-07).
 _FLAGS = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
 AMX = " amx_bf16" in _FLAGS
 AVX2_ONLY = " avx512f" not in _FLAGS and not AMX
