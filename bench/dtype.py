@@ -32,7 +32,7 @@ def learner_step(path: str, bf16: bool, args, warmup: bool) -> dict:
     from serl.engines.learner_core import LearnerConfig
     from serl.engines.torch_learner import TorchLearner
 
-    cfg = LearnerConfig(lr=1e-6, warmup_ratio=0.0, total_steps=1000, micro_batch_size=args.batch, bf16=bf16)
+    cfg = LearnerConfig(actor_learning_rate=1e-6, lr_warmup_ratio=0.0, total_steps=1000, micro_batch_size=args.batch, bf16=bf16)
     ln = TorchLearner(path, cfg, need_ref=False)
     batch = make_batch(ln, args.batch, args.prompt_len, args.response_len, ln.policy.config.vocab_size, 0)
     if warmup:

@@ -83,7 +83,7 @@ def bench_update(model_path: str, bf16: bool, args) -> list[dict]:
     cpu: dict[str, list[float]] = {n: [] for n in args.paths}
     for _ in range(args.steps):
         for name in args.paths:
-            cfg = LearnerConfig(lr=1e-6, warmup_ratio=0.0, total_steps=1000, micro_batch_size=args.micro_batch,
+            cfg = LearnerConfig(actor_learning_rate=1e-6, lr_warmup_ratio=0.0, total_steps=1000, micro_batch_size=args.micro_batch,
                                 bf16=bf16, **PATHS[name])
             learner = TorchLearner(model_path, cfg, need_ref=False)
             if batch is None:

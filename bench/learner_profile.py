@@ -104,8 +104,8 @@ def main(argv=None) -> int:
     for item in a.set:
         k, _, v = item.partition("=")
         extra[k] = _value(v)
-    cfg = LearnerConfig(lr=1e-6, warmup_ratio=0.0, total_steps=1000, micro_batch_size=a.micro_batch, bf16=True,
-                        grad_checkpointing=a.grad_ckpt, lora_rank=a.lora_rank,
+    cfg = LearnerConfig(actor_learning_rate=1e-6, lr_warmup_ratio=0.0, total_steps=1000, micro_batch_size=a.micro_batch, bf16=True,
+                        gradient_checkpointing=a.grad_ckpt, lora_rank=a.lora_rank,
                         lora_alpha=2.0 * a.lora_rank if a.lora_rank else 16.0, **extra)
     learner = TorchLearner(resolve_model(a.model), cfg, need_ref=True)
     batch = batch_for(learner, a)

@@ -57,7 +57,7 @@ def _learner(rank: int, args):
 
     from serl.engines.torch_learner import LearnerConfig, TorchLearner
 
-    cfg = LearnerConfig(lr=1e-4, warmup_ratio=0.0, total_steps=100, micro_batch_size=args.micro_batch, seed=0,
+    cfg = LearnerConfig(actor_learning_rate=1e-4, lr_warmup_ratio=0.0, total_steps=100, micro_batch_size=args.micro_batch, seed=0,
                         lora_rank=rank, lora_alpha=2.0 * rank if rank else 16.0)
     ln = TorchLearner(smollm2_path(), cfg, need_ref=False)
     g = torch.Generator().manual_seed(0)

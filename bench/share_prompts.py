@@ -62,7 +62,7 @@ def main() -> int:
     path = resolve_model(args.model)
     tok = load_tokenizer(path)
     prompts, responses = make_batch(tok, args)
-    cfg = LearnerConfig(lr=1e-6, warmup_ratio=0.0, total_steps=100, micro_batch_size=args.micro,
+    cfg = LearnerConfig(actor_learning_rate=1e-6, lr_warmup_ratio=0.0, total_steps=100, micro_batch_size=args.micro,
                         bf16=not args.fp32, lora_rank=args.lora_rank, lora_alpha=2.0 * max(args.lora_rank, 1))
     ln = TorchLearner(path, cfg, need_ref=False)
     layouts, lp = {}, {}

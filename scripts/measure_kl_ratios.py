@@ -52,7 +52,7 @@ def main(argv=None) -> int:
     import torch
 
     from serl.algos import objectives
-    from serl.train import main as train_main
+    from serl.cli.train import main as train_main
 
     updates: list = []  # one tensor of Δ per learner update (optimizer step)
     orig = objectives.OBJECTIVES["ppo_clip"]

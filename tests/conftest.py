@@ -6,6 +6,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+
 import xdist_units  # tests/xdist_units.py
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,16 +60,52 @@ def smol_tokenizer(smol_path):
 
 
 # The smallest real SeRL run: three steps of a tiny batch on the transformers generator, no plots.
-TINY_TRAIN = ["--generator", "hf", "--steps", "3", "--rollout_batch_size", "2", "--n_samples_per_prompt", "2",
-              "--instructions_num_per_iteration", "2", "--few_shot_generation", "4",
-              "--few_shot_generation_batch_size", "2", "--instruction_max_len", "64",
-              "--instruction_max_attempts", "2", "--generate_max_len", "24", "--max_refill_rounds", "1",
-              "--reward_difficulty_bounds", "0", "1", "--actor_learning_rate", "1e-5", "--progress", "quiet",
-              "--save_model", "false", "--save_steps", "1", "--max_ckpt_num", "2",
-              "--prompt_data", str(ROOT / "dataset/arith_seed.jsonl"),
-              "--report", "false",  # the plots take 9-11 s a run here; tests of the report keep them
-              # fp32 on every machine kind: the golden records were made so, and auto would pick bf16 where native
-              "--bf16", "false", "--generator_dtype", "float32"]
+TINY_TRAIN = [
+    "--generator",
+    "hf",
+    "--steps",
+    "3",
+    "--rollout_batch_size",
+    "2",
+    "--n_samples_per_prompt",
+    "2",
+    "--instructions_num_per_iteration",
+    "2",
+    "--few_shot_generation",
+    "4",
+    "--few_shot_generation_batch_size",
+    "2",
+    "--instruction_max_len",
+    "64",
+    "--instruction_max_attempts",
+    "2",
+    "--generate_max_len",
+    "24",
+    "--max_refill_rounds",
+    "1",
+    "--reward_difficulty_bounds",
+    "0",
+    "1",
+    "--actor_learning_rate",
+    "1e-5",
+    "--progress",
+    "quiet",
+    "--save_model",
+    "false",
+    "--save_steps",
+    "1",
+    "--max_ckpt_num",
+    "2",
+    "--prompt_data",
+    str(ROOT / "dataset/arith_seed.jsonl"),
+    "--report",
+    "false",  # the plots take 9-11 s a run here; tests of the report keep them
+    # fp32 on every machine kind: the golden records were made so, and auto would pick bf16 where native
+    "--bf16",
+    "false",
+    "--generator_dtype",
+    "float32",
+]
 
 
 @pytest.fixture(scope="session")
@@ -81,8 +118,14 @@ def _serl_train(*args, fault=None, threads_before=False):
     if threads_before:  # torch's own thread count, as when the record was made, even under xdist
         env = {k: v for k, v in env.items() if k not in THREAD_VARS}
         env.update({k: v for k, v in THREADS_BEFORE.items() if v is not None})
-    return subprocess.run([sys.executable, "-m", "serl.cli", "train", *map(str, args)], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=900)
+    return subprocess.run(
+        [sys.executable, "-m", "serl.cli", "train", *map(str, args)],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
 
 
 @pytest.fixture(scope="session")
@@ -98,9 +141,19 @@ def tiny_path(tmp_path_factory):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, head_dim=8,
-                      tie_word_embeddings=True, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    cfg = LlamaConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        tie_word_embeddings=True,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
     path = tmp_path_factory.mktemp("tiny") / "model"
     LlamaForCausalLM(cfg).save_pretrained(str(path))
     return str(path)
@@ -114,8 +167,9 @@ class _Started:
         out.mkdir(parents=True, exist_ok=True)
         # output to files, not pipes: a pipe nobody reads stops the run once it is full
         with open(out / "stdout", "w") as so, open(out / "stderr", "w") as se:
-            self.proc = subprocess.Popen([sys.executable, "-m", "serl.cli", "train", *args], env=env, cwd=ROOT,
-                                         stdout=so, stderr=se, text=True)
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "serl.cli", "train", *args], env=env, cwd=ROOT, stdout=so, stderr=se, text=True
+            )
 
     def wait(self, timeout: float = 1800) -> subprocess.CompletedProcess:
         try:
@@ -124,8 +178,9 @@ class _Started:
             self.proc.kill()
             self.proc.wait()
             raise
-        return subprocess.CompletedProcess(self.args, rc, (self.out / "stdout").read_text(),
-                                           (self.out / "stderr").read_text())
+        return subprocess.CompletedProcess(
+            self.args, rc, (self.out / "stdout").read_text(), (self.out / "stderr").read_text()
+        )
 
 
 @pytest.fixture(scope="session")
@@ -206,8 +261,20 @@ def train_here(capsys):
 
 MATH_DIR = ROOT.parent / "shared" / "data" / "serl_math_benchmarks"  # tests/eval/conftest.py's math_dir
 # Evaluation on two math benchmarks before training, every 2 steps and at the end; the best step's policy kept.
-TINY_EVAL = ["--eval_benchmarks", "gsm8k,svamp", "--eval_data_dir", str(MATH_DIR), "--eval_limit", "2",
-             "--eval_k", "2", "--eval_steps", "2", "--save_best", "eval/gsm8k/mean@2"]
+TINY_EVAL = [
+    "--eval_benchmarks",
+    "gsm8k,svamp",
+    "--eval_data_dir",
+    str(MATH_DIR),
+    "--eval_limit",
+    "2",
+    "--eval_k",
+    "2",
+    "--eval_steps",
+    "2",
+    "--save_best",
+    "eval/gsm8k/mean@2",
+]
 
 
 @pytest.fixture(scope="session")
@@ -218,6 +285,7 @@ def tiny_serl_run(tmp_path_factory, smol_path):
     training rows are those of a run without it. Returns (dir, the CompletedProcess, evaluated)."""
     run = tmp_path_factory.mktemp("tiny_serl") / "run"
     evaluated = MATH_DIR.is_dir()
-    r = _serl_train("--run_dir", run, *TINY_TRAIN, "--device", "cpu", *(TINY_EVAL if evaluated else []),
-                    threads_before=True)  # the golden record's numerics depend on the thread count
+    r = _serl_train(
+        "--run_dir", run, *TINY_TRAIN, "--device", "cpu", *(TINY_EVAL if evaluated else []), threads_before=True
+    )  # the golden record's numerics depend on the thread count
     return SimpleNamespace(dir=run, result=r, evaluated=evaluated)

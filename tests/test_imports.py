@@ -1,5 +1,6 @@
 """The import graph of serl/: no loop between modules (at module level or inside a
 function), and nothing under serl/engines/ imports the recipes."""
+
 from __future__ import annotations
 
 import ast
@@ -81,7 +82,11 @@ def test_no_import_loop():
 
 def test_engines_do_not_import_the_recipes():
     g = graph()
-    up = {str(p.relative_to(PKG.parent)): sorted(str(q.relative_to(PKG.parent)) for q in deps
-                                               if (PKG / "recipes") in q.parents)
-          for p, deps in g.items() if (PKG / "engines") in p.parents}
+    up = {
+        str(p.relative_to(PKG.parent)): sorted(
+            str(q.relative_to(PKG.parent)) for q in deps if (PKG / "recipes") in q.parents
+        )
+        for p, deps in g.items()
+        if (PKG / "engines") in p.parents
+    }
     assert {k: v for k, v in up.items() if v} == {}

@@ -1,6 +1,7 @@
 """README.md's tutorial commands, run as a fresh clone runs them: a `git clone`, its `.venv` (what
 scripts/install.sh makes; here a link to this one), the environment activated as the README says,
 nothing else on PATH. Every command reaches serl; the first SeRL command trains, cut to one tiny step."""
+
 import os
 import re
 import shutil
@@ -12,11 +13,39 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
 # the command's own flags, then these (later flags win): one tiny SeRL step, as tests/conftest.py's TINY_TRAIN
-TINY = ["--steps", "1", "--generator", "hf", "--rollout_batch_size", "2", "--n_samples_per_prompt", "2",
-        "--generate_max_len", "16", "--instructions_num_per_iteration", "2", "--few_shot_generation", "4",
-        "--few_shot_generation_batch_size", "2", "--instruction_max_len", "64", "--instruction_max_attempts", "2",
-        "--max_refill_rounds", "1", "--reward_difficulty_bounds", "0", "1", "--progress", "quiet",
-        "--report", "false", "--save_model", "false"]
+TINY = [
+    "--steps",
+    "1",
+    "--generator",
+    "hf",
+    "--rollout_batch_size",
+    "2",
+    "--n_samples_per_prompt",
+    "2",
+    "--generate_max_len",
+    "16",
+    "--instructions_num_per_iteration",
+    "2",
+    "--few_shot_generation",
+    "4",
+    "--few_shot_generation_batch_size",
+    "2",
+    "--instruction_max_len",
+    "64",
+    "--instruction_max_attempts",
+    "2",
+    "--max_refill_rounds",
+    "1",
+    "--reward_difficulty_bounds",
+    "0",
+    "1",
+    "--progress",
+    "quiet",
+    "--report",
+    "false",
+    "--save_model",
+    "false",
+]
 
 
 def readme_commands() -> list[str]:
@@ -52,8 +81,13 @@ def activation() -> str:
 
 def _run(clone: Path, command: str, *extra: str) -> subprocess.CompletedProcess:
     # the clone's code, not the one the shared environment's editable install points at
-    env = {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root"), "PYTHONPATH": str(clone),
-           "WANDB_MODE": "offline", "TOKENIZERS_PARALLELISM": "false"}
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": os.environ.get("HOME", "/root"),
+        "PYTHONPATH": str(clone),
+        "WANDB_MODE": "offline",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
     script = f"{activation()} && {command} {' '.join(extra)}"
     return subprocess.run(["bash", "-c", script], cwd=clone, env=env, capture_output=True, text=True, timeout=1800)
 

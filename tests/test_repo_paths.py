@@ -1,5 +1,6 @@
 """No tracked file names one machine's location of the shared data: tests find it
 relative to the repository (ROOT.parent / "shared" / "data") and skip when absent."""
+
 import re
 import subprocess
 from pathlib import Path
@@ -25,12 +26,15 @@ def _tracked_text_files() -> list[Path]:
     return files
 
 
-@pytest.mark.parametrize("text, bad", [
-    ('DATA = Path("/srv/shared/data")', True),
-    ("SEED = '/home/me/shared/data/seed.jsonl'", True),
-    ('DATA = ROOT.parent / "shared" / "data"', False),
-    ("--data_dir ../shared/data/serl_math_benchmarks", False),
-])
+@pytest.mark.parametrize(
+    "text, bad",
+    [
+        ('DATA = Path("/srv/shared/data")', True),
+        ("SEED = '/home/me/shared/data/seed.jsonl'", True),
+        ('DATA = ROOT.parent / "shared" / "data"', False),
+        ("--data_dir ../shared/data/serl_math_benchmarks", False),
+    ],
+)
 def test_pattern(text, bad):
     assert bool(ABSOLUTE_SHARED.search(text)) is bad
 

@@ -1,6 +1,7 @@
 """The scripts work from a clone without activating anything: they find the project's .venv
 themselves (scripts/_venv.sh, evaluation/_common.sh); `ray job submit` goes through in one line or
 says why not (scripts/train/_fit.sh's serl_submit)."""
+
 import os
 import subprocess
 from pathlib import Path
@@ -18,16 +19,28 @@ def _venv():
 
 
 def test_an_evaluation_script_finds_the_venv_s_python(tmp_path):
-    r = subprocess.run(["bash", str(ROOT / "evaluation/math_greedy.sh"), "--k", "-3"], cwd=tmp_path,
-                       env=BARE, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        ["bash", str(ROOT / "evaluation/math_greedy.sh"), "--k", "-3"],
+        cwd=tmp_path,
+        env=BARE,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 2 and "--k must be >= 0" in r.stderr, r.stderr[-2000:]
     assert "No module named" not in r.stderr
 
 
 def test_a_training_template_finds_the_venv_s_serl(tmp_path):
     env = dict(BARE, GPUS="8", PRETRAIN="smollm2", SAVE_PATH=str(tmp_path / "run"))
-    r = subprocess.run(["bash", str(ROOT / "scripts/train/train_spin.sh"), "--no_such_flag", "1"], cwd=tmp_path,
-                       env=env, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        ["bash", str(ROOT / "scripts/train/train_spin.sh"), "--no_such_flag", "1"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 2 and "--no_such_flag 1: not an option of serl train" in r.stderr, r.stderr[-2000:]
     assert "command not found" not in r.stderr
 
@@ -35,7 +48,7 @@ def test_a_training_template_finds_the_venv_s_serl(tmp_path):
 def test_the_data_defaults_are_the_documented_files():
     for path in (ROOT / "scripts/train").glob("train_*.sh"):
         text = path.read_text()
-        assert 'DATA_DIR:-data}' not in text and "train_with_idx.jsonl}" not in text, path.name
+        assert "DATA_DIR:-data}" not in text and "train_with_idx.jsonl}" not in text, path.name
 
 
 def test_a_ray_address_nobody_answers_is_one_line(tmp_path):
@@ -43,10 +56,22 @@ def test_a_ray_address_nobody_answers_is_one_line(tmp_path):
     fake.parent.mkdir()
     fake.write_text("#!/bin/sh\necho 'Traceback (most recent call last): ...' >&2\nexit 1\n")  # as ray does
     fake.chmod(0o755)
-    env = dict(BARE, PATH=f"{fake.parent}:/usr/bin:/bin", GPUS="8", PRETRAIN="smollm2",
-               RAY_ADDRESS="http://127.0.0.1:9", SAVE_PATH=str(tmp_path / "run"))
-    r = subprocess.run(["bash", str(ROOT / "scripts/train/train_spin.sh")], cwd=tmp_path, env=env,
-                       capture_output=True, text=True, timeout=300)
+    env = dict(
+        BARE,
+        PATH=f"{fake.parent}:/usr/bin:/bin",
+        GPUS="8",
+        PRETRAIN="smollm2",
+        RAY_ADDRESS="http://127.0.0.1:9",
+        SAVE_PATH=str(tmp_path / "run"),
+    )
+    r = subprocess.run(
+        ["bash", str(ROOT / "scripts/train/train_spin.sh")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert r.stderr.strip().splitlines()[-1].startswith("no Ray cluster answers at RAY_ADDRESS=http://127.0.0.1:9")
 
@@ -59,10 +84,22 @@ def test_a_submitted_job_runs_this_environment_s_serl(tmp_path):
     (venv / "bin" / "serl").write_text("#!/bin/sh\nexit 0\n")
     for f in ("ray", "serl"):
         (venv / "bin" / f).chmod(0o755)
-    env = dict(BARE, SERL_VENV=str(venv), GPUS="8", PRETRAIN="smollm2", RAY_ADDRESS="http://127.0.0.1:8265",
-               SAVE_PATH=str(tmp_path / "run"))
-    r = subprocess.run(["bash", str(ROOT / "scripts/train/train_spin.sh")], cwd=tmp_path, env=env,
-                       capture_output=True, text=True, timeout=300)
+    env = dict(
+        BARE,
+        SERL_VENV=str(venv),
+        GPUS="8",
+        PRETRAIN="smollm2",
+        RAY_ADDRESS="http://127.0.0.1:8265",
+        SAVE_PATH=str(tmp_path / "run"),
+    )
+    r = subprocess.run(
+        ["bash", str(ROOT / "scripts/train/train_spin.sh")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     words = out.read_text().splitlines()
     assert words[:2] == ["job", "submit"] and words[words.index("--") + 1] == str(venv / "bin" / "serl")

@@ -7,6 +7,7 @@ that directory are not processed, so the editable serl's finder is not loaded th
 the test checks that ``serl`` is imported from the venv. Every command runs in a
 directory outside the checkout, with the default and documented data paths.
 """
+
 import importlib.util
 import json
 import os
@@ -23,10 +24,33 @@ ROOT = Path(__file__).resolve().parents[1]
 SOURCES = ("pyproject.toml", "setup.py", "README.md", "LICENSE", "serl", "dataset", "prompts", "configs")
 # One step of SeRL on the seeds (no self-instruction: a random model writes no problems),
 # small enough that the run is mostly start-up.
-TINY = ["--generator", "hf", "--steps", "1", "--rollout_batch_size", "1", "--n_samples_per_prompt", "2",
-        "--enable_self_evolution", "false", "--generate_max_len", "8", "--max_refill_rounds", "1",
-        "--reward_difficulty_bounds", "0", "1", "--micro_train_batch_size", "2", "--progress", "quiet",
-        "--save_model", "false", "--save_steps", "0"]
+TINY = [
+    "--generator",
+    "hf",
+    "--steps",
+    "1",
+    "--rollout_batch_size",
+    "1",
+    "--n_samples_per_prompt",
+    "2",
+    "--enable_self_evolution",
+    "false",
+    "--generate_max_len",
+    "8",
+    "--max_refill_rounds",
+    "1",
+    "--reward_difficulty_bounds",
+    "0",
+    "1",
+    "--micro_train_batch_size",
+    "2",
+    "--progress",
+    "quiet",
+    "--save_model",
+    "false",
+    "--save_steps",
+    "0",
+]
 
 
 def _run(cmd, cwd, env, timeout=600):
@@ -77,7 +101,7 @@ def venv(tmp_path_factory):
     env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
     pip = [sys.executable, "-m", "pip"]
     _run([*pip, "wheel", "-q", "--no-deps", "--no-index", "--no-build-isolation", "-w", tmp / "dist", src], tmp, env)
-    wheel, = (tmp / "dist").glob("serl-*.whl")
+    (wheel,) = (tmp / "dist").glob("serl-*.whl")
     # No pip of its own: the borrowed site-packages provides pip's module.
     _run([sys.executable, "-m", "venv", "--without-pip", tmp / "venv"], tmp, env)
     py = tmp / "venv" / "bin" / "python"
@@ -94,8 +118,10 @@ def venv(tmp_path_factory):
 
 def test_wheel_holds_the_shipped_files_and_imports_from_the_venv(venv):
     py, _, env, outside = venv
-    code = ("import json, serl, serl.shipped as s; print(json.dumps([serl.__file__] + "
-            "[str(s.shipped_dir(k)) for k in s.KINDS]))")
+    code = (
+        "import json, serl, serl.shipped as s; print(json.dumps([serl.__file__] + "
+        "[str(s.shipped_dir(k)) for k in s.KINDS]))"
+    )
     paths = json.loads(_run([py, "-c", code], outside, env).stdout)
     venv_dir = py.parents[1].resolve()
     # serl and its files come from the fresh venv: not the checkout's serl, nor its folders
@@ -145,9 +171,19 @@ def tiny_model(tmp_path_factory, smol_tokenizer):
 
     torch.manual_seed(0)
     tok = smol_tokenizer
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, head_dim=8, tie_word_embeddings=True,
-                      pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
+    cfg = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        tie_word_embeddings=True,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+    )
     path = tmp_path_factory.mktemp("tiny_smol") / "model"
     LlamaForCausalLM(cfg).save_pretrained(str(path))
     tok.save_pretrained(str(path))
@@ -160,9 +196,29 @@ def test_instruct_and_a_tiny_train_run_outside_the_checkout(venv, tiny_model):
     # the two commands side by side, one intra-op thread each (on two cores: the time of the longer)
     env = dict(env, OMP_NUM_THREADS="1")
     # serl instruct: the default model, the documented seed path and the packaged template
-    instruct = _start([serl, "instruct", "--seeds", "dataset/arith_seed.jsonl", "--out", "new.jsonl", "-n", "1",
-                       "--n_shots", "2", "--prompts_per_call", "1", "--max_attempts", "2", "--max_new_tokens", "64"],
-                      outside, env, "instruct")
+    instruct = _start(
+        [
+            serl,
+            "instruct",
+            "--seeds",
+            "dataset/arith_seed.jsonl",
+            "--out",
+            "new.jsonl",
+            "-n",
+            "1",
+            "--n_shots",
+            "2",
+            "--prompts_per_call",
+            "1",
+            "--max_attempts",
+            "2",
+            "--max_new_tokens",
+            "64",
+        ],
+        outside,
+        env,
+        "instruct",
+    )
     # serl train with the default seed file (dataset/arith_seed.jsonl), one tiny step
     train = _start([serl, "train", "--model", tiny_model, "--run_dir", "run", *TINY], outside, env, "train")
     _wait(instruct)

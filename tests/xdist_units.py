@@ -8,21 +8,42 @@ long one at the end; only the order of work depends on that list, never a result
 xdist's own `loadgroup` (the `xdist_group` mark) renames `item._nodeid`, which pytest 9 no longer
 reads, so its groups never formed here; `tests/conftest.py` installs this scheduler instead.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TOGETHER = {"tests/distributed/": "distributed", "tests/recipes/serl/test_golden_metrics.py": "tiny_serl_run",
-            "tests/eval/test_train_eval.py": "tiny_serl_run", "tests/test_resume_edited.py": "tiny_serl_run"}
+TOGETHER = {
+    "tests/distributed/": "distributed",
+    "tests/recipes/serl/test_golden_metrics.py": "tiny_serl_run",
+    "tests/eval/test_train_eval.py": "tiny_serl_run",
+    "tests/run/test_resume_edited.py": "tiny_serl_run",
+}
 # from the suite's `--durations`, longest first (a minute or more each on a 2-core machine)
-LONGEST = ["distributed", "tests/test_resume.py", "tests/test_seed_commands.py", "tests/recipes/spell/test_spell_run.py",
-           "tests/test_async_run.py", "tests/recipes/spin/test_spin_run.py", "tiny_serl_run",
-           "tests/recipes/serl/test_serl_lora.py", "tests/test_run_lock.py", "tests/recipes/test_docs_recipe.py",
-           "tests/rewards/test_server_dies.py", "tests/test_ctrl_c.py", "tests/recipes/spin/test_spin_lora.py",
-           "tests/eval/test_cli.py", "tests/recipes/spiral/test_spiral_run.py", "tests/test_e2e.py",
-           "tests/test_guard.py", "tests/engines/test_vllm_generator.py", "tests/test_model_parts.py",
-           "tests/test_wheel.py", "tests/eval/test_scripts.py"]
+LONGEST = [
+    "distributed",
+    "tests/run/test_resume.py",
+    "tests/config/test_seed_commands.py",
+    "tests/recipes/spell/test_spell_run.py",
+    "tests/run/test_async_run.py",
+    "tests/recipes/spin/test_spin_run.py",
+    "tiny_serl_run",
+    "tests/recipes/serl/test_serl_lora.py",
+    "tests/run/test_lock.py",
+    "tests/recipes/test_docs_recipe.py",
+    "tests/rewards/test_server_dies.py",
+    "tests/run/test_ctrl_c.py",
+    "tests/recipes/spin/test_spin_lora.py",
+    "tests/eval/test_cli.py",
+    "tests/recipes/spiral/test_spiral_run.py",
+    "tests/run/test_e2e.py",
+    "tests/run/test_guard.py",
+    "tests/engines/test_vllm_generator.py",
+    "tests/models/test_parts.py",
+    "tests/test_wheel.py",
+    "tests/eval/test_scripts.py",
+]
 
 
 def unit(path: str) -> str:

@@ -214,7 +214,7 @@ def eval_latest(arm: str, out: Path, ev, timings: Timings, base: str, step: int 
     run_dir = out / f"arm_{arm}"
     if not run_dir.is_dir() or latest_checkpoint(run_dir) is None:
         sys.exit(f"--eval_latest {arm}: {run_dir} has no complete checkpoint")
-    from serl.errors import ConfigError
+    from serl import ConfigError
     from serl.run.lock import lock_run_dir
 
     try:

@@ -63,7 +63,7 @@ def mean_of(rows: list[dict], key: str) -> float:
 
 def heldout_overlap(run_dir: Path, heldout: list[str]) -> tuple[int, int]:
     """(generated problems, of them equal to a held-out problem up to case and spacing)."""
-    from serl.instruct.pool import POOL_FILE, PromptPool
+    from serl.recipes.serl.instruct.pool import POOL_FILE, PromptPool
 
     if not (run_dir / POOL_FILE).exists():
         return 0, 0

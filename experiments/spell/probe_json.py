@@ -47,7 +47,7 @@ def run(args) -> dict:
 
     from serl.eval.stats import wilson
 
-    from serl.data.corpus import read_corpus, sample_evidence
+    from serl.recipes.spell.corpus import read_corpus, sample_evidence
     from serl.engines.base import Sampling
     from serl.engines.factory import make_generator
     from serl.models.resolve import load_tokenizer, resolve_model

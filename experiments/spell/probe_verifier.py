@@ -8,7 +8,7 @@ recipe does). Prints, per variant, the valid-verdict rate and the accuracy on th
 ones, with Wilson 95% intervals.
 
 Calibration against the rule score (issue 33): each item's candidate also gets the recipe's rule
-score (cover-EM against the gold, ``serl.rewards.qa.cover_em_many``), the signal the verifier is
+score (cover-EM against the gold, ``serl.recipes.spell.qa.cover_em_many``), the signal the verifier is
 trained to agree with. Per variant: the YES share among valid verdicts when the rule says right
 and when it says wrong, and their gap. The verifier counts as **calibrated** (``calibrated``, a
 rule fixed before any Qwen probe ran) when at most 20% of its verdicts are malformed and its YES
@@ -71,13 +71,13 @@ def probe(args) -> list[dict]:
 
     from serl.eval.stats import wilson
 
-    from serl.data.docs import make_corpus
+    from serl.recipes.spell.docs import make_corpus
     from serl.engines.base import Sampling
     from serl.engines.factory import make_generator
     from serl.models.resolve import load_tokenizer, resolve_model
     from serl.recipes.spell.prompts import verifier_prompt
-    from serl.rewards.judge import parse_judgment
-    from serl.rewards.qa import cover_em_many
+    from serl.recipes.spell.judge import parse_judgment
+    from serl.recipes.spell.qa import cover_em_many
 
     path = resolve_model(args.model)
     tok = load_tokenizer(path)

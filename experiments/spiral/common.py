@@ -18,7 +18,7 @@ if str(ROOT) not in sys.path:
 
 
 def game_prompt(show_legal_actions: bool = True, example: bool = True):
-    from serl.games.prompts import render_prompt
+    from serl.recipes.spiral.games.prompts import render_prompt
 
     return partial(render_prompt, show_legal_actions=show_legal_actions, example=example)
 

@@ -4,12 +4,12 @@
 models could not be paired. Here each model plays the same deals (seeded from --deal_seed, the
 learner alternating seats: even hands seat 0, odd hands seat 1) and each hand's outcome is written:
 the learner's seat, its payoff (chips in Kuhn Poker, +1 / -1 / 0 in TicTacToe; an invalid move
-forfeits 1, as ``serl.eval.games`` scores it), win / draw / loss, and its moves, invalid moves under
+forfeits 1, as ``serl.recipes.spiral.evaluate`` scores it), win / draw / loss, and its moves, invalid moves under
 the parser played and under the strict parser, and moves cut at the length limit. No model text is kept, so the files can be exported
 into the repository (export.py).
 
 Against the untrained model (``theta0``), one generator serves both sides: the model's own weights
-and the base's, swapped by ``serl.engines.snapshots.WeightSwitcher`` as the recipe swaps its
+and the base's, swapped by ``serl.recipes.spiral.snapshots.WeightSwitcher`` as the recipe swaps its
 population.
 """
 from __future__ import annotations
@@ -26,10 +26,10 @@ DEAL_SEED = 2_000_000  # + the run seed; the runs' own evaluations use 1_000_000
 
 def play_kept(policy, opponent, game: str, n: int, seed: int, *, kuhn_rules: str, prompt, parse) -> dict:
     """Per-hand outcomes of ``policy`` against ``opponent`` over ``n`` seeded deals."""
-    from serl.eval.games import FORFEIT
-    from serl.games import make_game
-    from serl.games.actions import parse_action
-    from serl.games.lockstep import pair_seats, play_lockstep
+    from serl.recipes.spiral.evaluate import FORFEIT
+    from serl.recipes.spiral.games import make_game
+    from serl.recipes.spiral.games.actions import parse_action
+    from serl.recipes.spiral.games.lockstep import pair_seats, play_lockstep
 
     games = [make_game(game, kuhn_rules=kuhn_rules).reset(seed + i) for i in range(n)]
     turns, episodes = play_lockstep(games, pair_seats(["opponent"] * n, "learner"),
@@ -57,9 +57,9 @@ def evaluate_model(model: str, base: str, out: Path, *, games: list[str], n_game
     if out.exists():
         return json.loads(out.read_text())
     from serl.engines.base import Sampling
-    from serl.engines.snapshots import CURRENT, WeightSwitcher, load_snapshot
-    from serl.games.actions import parser_options
-    from serl.games.lockstep import RandomPolicy, text_policy
+    from serl.recipes.spiral.snapshots import CURRENT, WeightSwitcher, load_snapshot
+    from serl.recipes.spiral.games.actions import parser_options
+    from serl.recipes.spiral.games.lockstep import RandomPolicy, text_policy
     from serl.models.resolve import resolve_model
 
     t0 = time.perf_counter()

@@ -35,7 +35,7 @@ PROBE_SEED = 7_000_000  # deals of the probe; training uses the run seed, evalua
 
 def probe_states(game: str, n: int, seed: int, kuhn_rules: str = "standard") -> list:
     """``n`` decision points of random games: one uniformly chosen state of each game."""
-    from serl.games import make_game
+    from serl.recipes.spiral.games import make_game
 
     rng, out = random.Random(seed), []
     for i in range(n):
@@ -88,7 +88,7 @@ def run_probe(model: str, games: list[str], n: int, limits: list[int], temperatu
               generator: str = "auto", seed: int = 0, system_prompt: str = "", show: int = 2) -> dict:
     from serl.engines.base import Sampling
     from serl.eval.stats import wilson
-    from serl.games.actions import parse_action, parser_options
+    from serl.recipes.spiral.games.actions import parse_action, parser_options
 
     t0 = time.perf_counter()
     tok, gen = open_generator(model, generator, seed=seed, max_model_len=1024 + max(limits))

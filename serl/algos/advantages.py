@@ -21,10 +21,11 @@ the whitening statistics (whitening would otherwise shift them to −mean/std an
 the policy for no reason). Use ``use_kl_loss`` when the KL must also act on them.
 Plain ``reinforce`` has no groups; it relies on whitening for its baseline.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 from torch import Tensor
@@ -37,9 +38,9 @@ class Estimator:
     """One registered estimator: how to score sequences and what to do with the score."""
 
     score: ScoreFn
-    token_return: bool   # True: KL-shaped discounted return; False: broadcast the score
-    whiten: bool         # default of the ``whiten`` argument
-    grouped: bool        # True: degenerate groups get zero advantage
+    token_return: bool  # True: KL-shaped discounted return; False: broadcast the score
+    whiten: bool  # default of the ``whiten`` argument
+    grouped: bool  # True: degenerate groups get zero advantage
 
 
 ADVANTAGE_ESTIMATORS: dict[str, Estimator] = {}
@@ -62,8 +63,7 @@ def canonical_estimator(name: str) -> str:
     try:
         return _ALIASES[_key(name)]
     except KeyError:
-        raise ValueError(f"unknown advantage estimator {name!r}; known: "
-                         f"{', '.join(sorted(_ALIASES))}") from None
+        raise ValueError(f"unknown advantage estimator {name!r}; known: {', '.join(sorted(_ALIASES))}") from None
 
 
 def group_stats(rewards: Tensor, gidx: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -108,10 +108,16 @@ def _score_rloo(r: Tensor, g: Tensor, eps: float) -> Tensor:
 # whitens it, OpenRLHF 0.11 does not. We default to *not* whitening RLOO: its
 # leave-one-out baseline is already unbiased per group, and subtracting a batch-wide
 # token mean re-introduces a shift that depends on response lengths.
-register_estimator("reinforce", Estimator(_score_reinforce, True, True, False),
-                   ("reinforce++", "reinforce_plus_plus", "reinforce_pp", "reinforcepp"))
-register_estimator("reinforce_baseline", Estimator(_score_centered, True, True, True),
-                   ("reinforce++_baseline", "reinforce_plus_plus_baseline", "reinforce_pp_baseline"))
+register_estimator(
+    "reinforce",
+    Estimator(_score_reinforce, True, True, False),
+    ("reinforce++", "reinforce_plus_plus", "reinforce_pp", "reinforcepp"),
+)
+register_estimator(
+    "reinforce_baseline",
+    Estimator(_score_centered, True, True, True),
+    ("reinforce++_baseline", "reinforce_plus_plus_baseline", "reinforce_pp_baseline"),
+)
 register_estimator("group_norm", Estimator(_score_group_norm, False, False, True), ("grpo",))
 register_estimator("dr_grpo", Estimator(_score_centered, False, False, True), ("dr.grpo", "drgrpo"))
 register_estimator("rloo", Estimator(_score_rloo, True, False, True), ())
@@ -158,9 +164,17 @@ def _check(rewards: Tensor, group_ids: Tensor, mask: Tensor, kl: Tensor | None) 
         raise ValueError("rewards contain NaN or inf")
 
 
-def compute_advantages(name: str, rewards: Tensor, group_ids: Tensor, mask: Tensor,
-                       kl: Tensor | None = None, kl_coef: float = 0.0, gamma: float = 1.0,
-                       whiten: bool | None = None, eps: float = 1e-6) -> Tensor:
+def compute_advantages(
+    name: str,
+    rewards: Tensor,
+    group_ids: Tensor,
+    mask: Tensor,
+    kl: Tensor | None = None,
+    kl_coef: float = 0.0,
+    gamma: float = 1.0,
+    whiten: bool | None = None,
+    eps: float = 1e-6,
+) -> Tensor:
     """Per-token advantages [B, T] (zero where ``mask`` is 0); see the module docstring.
 
     ``whiten=None`` uses the estimator's default (reinforce, reinforce_baseline: on;
@@ -193,8 +207,9 @@ def compute_advantages(name: str, rewards: Tensor, group_ids: Tensor, mask: Tens
         adv = discounted_returns(token_r, gamma) * mask_f
     else:
         if kl_coef:
-            raise ValueError(f"{canonical_estimator(name)} puts the KL in the loss "
-                             "(use_kl_loss), not in the reward: set kl_coef=0")
+            raise ValueError(
+                f"{canonical_estimator(name)} puts the KL in the loss (use_kl_loss), not in the reward: set kl_coef=0"
+            )
         adv = score[:, None] * mask_f
 
     adv = adv * keep[:, None]

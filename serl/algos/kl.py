@@ -14,6 +14,7 @@ badly off token can dominate a step: k3 at Δ = −5 is 142.4 with gradient −1
 the loss and nothing to the gradient; inside it nothing changes. docs/algorithms.md has
 the measurement the default was chosen from.
 """
+
 from __future__ import annotations
 
 import math
@@ -31,8 +32,7 @@ def canonical_kl(kind: str) -> str:
     try:
         return _ALIASES[kind.lower()]
     except KeyError:
-        raise ValueError(f"unknown KL estimator {kind!r}; expected one of "
-                         f"{sorted(_ALIASES)}") from None
+        raise ValueError(f"unknown KL estimator {kind!r}; expected one of {sorted(_ALIASES)}") from None
 
 
 def check_kl_clip(clip: float) -> float:
@@ -66,6 +66,7 @@ def kl_estimate(logp: Tensor, ref_logp: Tensor, kind: str = "k1", clip: float = 
 def padded_kl(logp: list[Tensor], ref_logp: list[Tensor], mask: Tensor, clip: float = KL_CLIP) -> Tensor:
     """Per-token k1 KL of ragged per-sequence log-probs, as a [B, T] tensor zero past each
     sequence's end (``mask``): the penalty a recipe puts in the reward."""
+
     def pad(seqs):
         out = torch.zeros_like(mask)
         for i, s in enumerate(seqs):

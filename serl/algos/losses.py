@@ -1,4 +1,5 @@
 """Policy losses as pure functions: PPO-clip (for Reinforce++/GRPO/RLOO) and DPO variants."""
+
 from __future__ import annotations
 
 import torch
@@ -9,9 +10,14 @@ LOSS_AGGREGATIONS = ("token_mean", "seq_mean", "seq_sum_const")
 LOG_RATIO_CLAMP = 20.0  # e^20 ≈ 5e8: large enough never to matter, small enough not to overflow
 
 
-def aggregate(values: Tensor, mask: Tensor, agg: str = "token_mean",
-              num_tokens: float | None = None, num_seqs: float | None = None,
-              const: float | None = None) -> Tensor:
+def aggregate(
+    values: Tensor,
+    mask: Tensor,
+    agg: str = "token_mean",
+    num_tokens: float | None = None,
+    num_seqs: float | None = None,
+    const: float | None = None,
+) -> Tensor:
     """Reduce per-token ``values`` [B, T] to a scalar.
 
     ``token_mean``: sum over every response token / number of tokens. ``seq_mean``: mean
@@ -39,10 +45,19 @@ def aggregate(values: Tensor, mask: Tensor, agg: str = "token_mean",
     raise ValueError(f"unknown loss aggregation {agg!r}; expected one of {LOSS_AGGREGATIONS}")
 
 
-def ppo_clip_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor,
-                  eps_low: float = 0.2, eps_high: float = 0.2, agg: str = "token_mean",
-                  num_tokens: float | None = None, num_seqs: float | None = None,
-                  const: float | None = None, weights: Tensor | None = None) -> tuple[Tensor, dict[str, float]]:
+def ppo_clip_loss(
+    logp: Tensor,
+    old_logp: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    eps_low: float = 0.2,
+    eps_high: float = 0.2,
+    agg: str = "token_mean",
+    num_tokens: float | None = None,
+    num_seqs: float | None = None,
+    const: float | None = None,
+    weights: Tensor | None = None,
+) -> tuple[Tensor, dict[str, float]]:
     """Clipped surrogate loss −min(ρA, clip(ρ, 1−eps_low, 1+eps_high)A) (Schulman et al. 2017).
 
     Separate low/high ε follow DAPO's "clip-higher". Metrics are over masked tokens of
@@ -51,9 +66,11 @@ def ppo_clip_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tens
     token) multiply each token's loss before aggregation: the importance weights of ``serl.algos.tis``.
     """
     if not (logp.shape == old_logp.shape == advantages.shape == mask.shape):
-        raise ValueError("logp, old_logp, advantages and mask must share one shape, got "
-                         f"{tuple(logp.shape)}, {tuple(old_logp.shape)}, "
-                         f"{tuple(advantages.shape)}, {tuple(mask.shape)}")
+        raise ValueError(
+            "logp, old_logp, advantages and mask must share one shape, got "
+            f"{tuple(logp.shape)}, {tuple(old_logp.shape)}, "
+            f"{tuple(advantages.shape)}, {tuple(mask.shape)}"
+        )
     log_ratio = (logp - old_logp).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     ratio = torch.exp(log_ratio)
     surr = ratio * advantages
@@ -77,10 +94,15 @@ def ppo_clip_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tens
 DPO_LOSS_TYPES = ("sigmoid", "hinge", "ipo")
 
 
-def dpo_loss(policy_chosen_logp: Tensor, policy_rejected_logp: Tensor,
-             ref_chosen_logp: Tensor, ref_rejected_logp: Tensor, beta: float = 0.1,
-             label_smoothing: float = 0.0, loss_type: str = "sigmoid"
-             ) -> tuple[Tensor, dict[str, float]]:
+def dpo_loss(
+    policy_chosen_logp: Tensor,
+    policy_rejected_logp: Tensor,
+    ref_chosen_logp: Tensor,
+    ref_rejected_logp: Tensor,
+    beta: float = 0.1,
+    label_smoothing: float = 0.0,
+    loss_type: str = "sigmoid",
+) -> tuple[Tensor, dict[str, float]]:
     """DPO-family loss on sequence log-probs [B], averaged over pairs.
 
     With h = (π_c − ref_c) − (π_r − ref_r), the log-ratio margin of each pair:
@@ -112,18 +134,15 @@ def dpo_loss(policy_chosen_logp: Tensor, policy_rejected_logp: Tensor,
     if not 0.0 <= label_smoothing < 0.5:
         raise ValueError(f"DPO label_smoothing must be in [0, 0.5), got {label_smoothing}")
     if label_smoothing and loss_type != "sigmoid":
-        raise ValueError(f"DPO label_smoothing applies only to loss type 'sigmoid', "
-                         f"not {loss_type!r}")
-    shapes = {tuple(t.shape) for t in (policy_chosen_logp, policy_rejected_logp,
-                                       ref_chosen_logp, ref_rejected_logp)}
+        raise ValueError(f"DPO label_smoothing applies only to loss type 'sigmoid', not {loss_type!r}")
+    shapes = {tuple(t.shape) for t in (policy_chosen_logp, policy_rejected_logp, ref_chosen_logp, ref_rejected_logp)}
     if len(shapes) != 1:
         raise ValueError(f"DPO log-probs must share one shape [B], got {sorted(shapes)}")
     chosen_ratio = policy_chosen_logp - ref_chosen_logp
     rejected_ratio = policy_rejected_logp - ref_rejected_logp
     h = chosen_ratio - rejected_ratio
     if loss_type == "sigmoid":
-        losses = (-(1.0 - label_smoothing) * F.logsigmoid(beta * h)
-                  - label_smoothing * F.logsigmoid(-beta * h))
+        losses = -(1.0 - label_smoothing) * F.logsigmoid(beta * h) - label_smoothing * F.logsigmoid(-beta * h)
     elif loss_type == "hinge":
         losses = torch.relu(1.0 - beta * h)
     else:

@@ -12,6 +12,7 @@ OpenRLHF's ``--enable_vllm_is_correction`` of type ``tis`` with a lower threshol
 
 A NaN behaviour log-prob means "not sampled by the generator" (a SPIN human answer): weight 1.
 """
+
 from __future__ import annotations
 
 import torch
@@ -33,6 +34,8 @@ def tis_metrics(w: Tensor, mask: Tensor, cap: float) -> dict[str, float]:
     m = mask.bool()
     if not m.any():
         return {"actor/is_weight_mean": 0.0, "actor/is_capped_frac": 0.0, "actor/is_weight_max": 0.0}
-    return {"actor/is_weight_mean": float(w[m].sum()),
-            "actor/is_capped_frac": float((w[m] >= cap * (1 - 1e-6)).sum()),
-            "actor/is_weight_max": float(w[m].max())}
+    return {
+        "actor/is_weight_mean": float(w[m].sum()),
+        "actor/is_capped_frac": float((w[m] >= cap * (1 - 1e-6)).sum()),
+        "actor/is_weight_max": float(w[m].max()),
+    }

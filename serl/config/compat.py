@@ -20,24 +20,27 @@ how is in ``docs/compat.md`` (one table per seed). The rules:
 
 Errors are ``ConfigError`` (exit 2), naming the word or the file and key at fault.
 """
+
 from __future__ import annotations
 
 import re
 import sys
 import time
+from collections.abc import Sequence
 
+from serl import ConfigError
 from serl.config.compat_flags import FLAGS, VERL_KEYS, VERL_NOTED, translate
 from serl.config.compat_spell import spell_words
-from serl.config.compat_spiral import NAMES as OAT_NAMES, OatFlags, oat_bool
-from serl.config.parser import _flag_value
-from serl.errors import ConfigError
-from serl.config.files import _read_yaml
+from serl.config.compat_spiral import NAMES as OAT_NAMES
+from serl.config.compat_spiral import OatFlags, oat_bool
+from serl.config.files import read_yaml
+from serl.config.parser import flag_value
 
 # key=value, as spiral-rl and verl (Hydra) write them; Hydra's +key (add) and ++key (add or override) too
 _OVERRIDE = re.compile(r"^\+{0,2}([A-Za-z_][\w\-]*(?:\.[A-Za-z_][\w\-]*)*)=(.*)$", re.S)
 
 
-def _verl(key: str, value: str, where: str, argv: list[str] = ()) -> list[str]:
+def _verl(key: str, value: str, where: str, argv: Sequence[str] = ()) -> list[str]:
     if key in VERL_NOTED:
         when, why = VERL_NOTED[key]
         if when is None or value.strip().lower() == when:
@@ -48,16 +51,22 @@ def _verl(key: str, value: str, where: str, argv: list[str] = ()) -> list[str]:
         if any(a.split("=")[0] in ("--steps", "steps", "trainer.total_training_steps") for a in argv):
             print(f"serl: note: {key}={value}: serl counts training steps; --steps decides", file=sys.stderr)
             return []
-        raise ConfigError(f"{where}: serl counts training steps, not passes over the prompts; give "
-                          f"trainer.total_training_steps=N (--steps N) instead")
+        raise ConfigError(
+            f"{where}: serl counts training steps, not passes over the prompts; give "
+            f"trainer.total_training_steps=N (--steps N) instead"
+        )
     if key not in VERL_KEYS:
-        raise ConfigError(f"{where}: '{key}' has no serl meaning and is refused (not dropped); the verl keys "
-                          f"serl maps are listed in docs/compat.md")
+        raise ConfigError(
+            f"{where}: '{key}' has no serl meaning and is refused (not dropped); the verl keys "
+            f"serl maps are listed in docs/compat.md"
+        )
     flag, how = VERL_KEYS[key]
     if how == "steps":  # verl: refresh the reference every N steps
         if not value.strip().lstrip("+").isdigit() or int(value) < 1:
-            raise ConfigError(f"{where}: '{key}' must be a whole number >= 1 (the reference becomes the "
-                              f"policy every N steps), got {value!r}")
+            raise ConfigError(
+                f"{where}: '{key}' must be a whole number >= 1 (the reference becomes the "
+                f"policy every N steps), got {value!r}"
+            )
         value = f"steps:{int(value)}"
     elif how == "freq" and value.strip() == "-1":  # verl's "never"
         value = "0"
@@ -65,8 +74,10 @@ def _verl(key: str, value: str, where: str, argv: list[str] = ()) -> list[str]:
         names = {w.strip(" '\"") for w in value.strip("[] ").split(",") if w.strip(" '\"")}
         unknown = names - {"console", "wandb"}
         if unknown:
-            raise ConfigError(f"{where}: serl logs to the console, metrics.jsonl and, with wandb, to W&B; "
-                              f"{', '.join(sorted(unknown))} is not available (--use_tensorboard DIR for TensorBoard)")
+            raise ConfigError(
+                f"{where}: serl logs to the console, metrics.jsonl and, with wandb, to W&B; "
+                f"{', '.join(sorted(unknown))} is not available (--use_tensorboard DIR for TensorBoard)"
+            )
         value = "true" if "wandb" in names else "false"
     return [f"--{flag}", value]
 
@@ -80,8 +91,8 @@ def _recipe(argv: list[str]) -> str:
         m = _OVERRIDE.match(a)
         if m and m.group(1) == "recipe":
             return m.group(2)
-    conf = _flag_value(argv, "--config")  # a flat YAML file naming the recipe
-    return str(_read_yaml(conf)[1].get("recipe") or "") if conf else ""
+    conf = flag_value(argv, "--config")  # a flat YAML file naming the recipe
+    return str(read_yaml(conf)[1].get("recipe") or "") if conf else ""
 
 
 def _values(argv: list[str], i: int) -> tuple[list[str], int]:
@@ -89,7 +100,7 @@ def _values(argv: list[str], i: int) -> tuple[list[str], int]:
     j = i + 1
     while j < len(argv) and not argv[j].startswith("--") and not _OVERRIDE.match(argv[j]):
         j += 1
-    return argv[i + 1:j], j
+    return argv[i + 1 : j], j
 
 
 def _given(argv: list[str], name: str) -> list[str] | None:
@@ -111,11 +122,21 @@ def _oat_gpus(vals: list[str], collocate: bool) -> list[str]:
     if n == 1:  # one device: serl's single process already shares it
         return []
     if n % 2 and not collocate:
-        raise ConfigError(f"--gpus {n}: OAT would make one GPU serve both halves; serl needs an even count "
-                          f"without --collocate (or add --collocate)")
+        raise ConfigError(
+            f"--gpus {n}: OAT would make one GPU serve both halves; serl needs an even count "
+            f"without --collocate (or add --collocate)"
+        )
     k = n if collocate else n // 2
-    return ["--ray", "--learner", "deepspeed", "--actor_num_gpus_per_node", str(k), "--vllm_num_engines", str(k),
-            *(["--colocate_all_models", "true"] if collocate else [])]
+    return [
+        "--ray",
+        "--learner",
+        "deepspeed",
+        "--actor_num_gpus_per_node",
+        str(k),
+        "--vllm_num_engines",
+        str(k),
+        *(["--colocate_all_models", "true"] if collocate else []),
+    ]
 
 
 _OAT_RUN = ("gpus", "total_gpus", "collocate", "rnd_seed", "no_rnd_seed", "wb_org", "wb_group")  # spiral-rl's run.sh
@@ -129,9 +150,11 @@ def _oat_run_flag(name: str, vals: list[str], collocate: bool, ray_without_gpus:
         return (["--colocate_all_models", "true"] if collocate and ray_without_gpus else []), None
     if name in ("rnd_seed", "no_rnd_seed"):  # OAT: a seed from the clock, overriding --seed
         on = oat_bool(name, vals) if name == "rnd_seed" else False
-        return [], (["--seed", str(time.time_ns() % 2 ** 31)] if on else [])  # kept in config.yaml
-    raise ConfigError(f"--{name}: serl has no flag for the W&B {name[3:]}; set "
-                      f"{'WANDB_ENTITY' if name == 'wb_org' else 'WANDB_RUN_GROUP'} in the environment")
+        return [], (["--seed", str(time.time_ns() % 2**31)] if on else [])  # kept in config.yaml
+    raise ConfigError(
+        f"--{name}: serl has no flag for the W&B {name[3:]}; set "
+        f"{'WANDB_ENTITY' if name == 'wb_org' else 'WANDB_RUN_GROUP'} in the environment"
+    )
 
 
 _VALUED = ("max_epochs", "vllm_is_truncated_threshold", "vllm_is_correction_type", "fsp_enabled", "fsp_pool_size")
@@ -141,9 +164,11 @@ def _valued(name: str, vals: list[str]) -> list[str]:
     """One of the flags in ``_VALUED`` with its values, in serl's words (or refused)."""
     if name == "max_epochs":
         if vals != ["1"]:
-            raise ConfigError(f"--max_epochs: serl trains each rollout once per step, as SeRL's scripts do "
-                              f"(--max_epochs 1); got {' '.join(vals) or 'no value'}. For more passes over "
-                              f"a rollout use --train_batch_size (mini-batches) or more --steps")
+            raise ConfigError(
+                f"--max_epochs: serl trains each rollout once per step, as SeRL's scripts do "
+                f"(--max_epochs 1); got {' '.join(vals) or 'no value'}. For more passes over "
+                f"a rollout use --train_batch_size (mini-batches) or more --steps"
+            )
         return []
     if name in ("vllm_is_truncated_threshold", "vllm_is_correction_type"):  # OpenRLHF's TIS settings
         return _openrlhf_is(name, vals)
@@ -164,8 +189,12 @@ def rewrite(argv: list[str], refused: list[str] | None = None) -> list[str]:
     argv = _expand_yaml(list(argv))
     recipe = _recipe(argv)
     if recipe == "spiral":  # OAT's flags (tyro) also come with hyphens: --gradient-checkpointing
-        argv = [("--" + a[2:].partition("=")[0].replace("-", "_") + "".join(a[2:].partition("=")[1:]))
-                if a.startswith("--") else a for a in argv]
+        argv = [
+            ("--" + a[2:].partition("=")[0].replace("-", "_") + "".join(a[2:].partition("=")[1:]))
+            if a.startswith("--")
+            else a
+            for a in argv
+        ]
     given = _given(argv, "collocate")
     collocate = recipe == "spiral" and given is not None and oat_bool("collocate", given)
     gpus = any(_given(argv, n) is not None for n in ("gpus", "total_gpus"))
@@ -198,7 +227,7 @@ def rewrite(argv: list[str], refused: list[str] | None = None) -> list[str]:
                 elif "." in key:
                     out += _verl(key, value, f"override {a!r}", argv)
                 else:
-                    argv[i:i + 1] = [f"--{key}", value]  # then read as that flag
+                    argv[i : i + 1] = [f"--{key}", value]  # then read as that flag
                     continue
                 i += 1
                 continue
@@ -221,7 +250,7 @@ def rewrite(argv: list[str], refused: list[str] | None = None) -> list[str]:
                 out.append(f"--init_kl_coef={inline}" if eq else "--init_kl_coef")
                 i += 1
                 continue
-            if name in FLAGS and (FLAGS[name][1] is None or recipe in FLAGS[name][1]):
+            if name in FLAGS and recipe in (FLAGS[name][1] or (recipe,)):  # None: every recipe
                 target = FLAGS[name][0]
                 if target == "games":
                     vals, j = ([inline], i + 1) if eq else _values(argv, i)
@@ -250,8 +279,11 @@ def _verl_mode(argv: list[str], recipe: str) -> list[str]:
         return []
     if not any("." in m.group(1) for m in map(_OVERRIDE.match, argv) if m):
         return []
-    print("serl: note: verl's keys: online DPO (--spin_mode online), as verl's SPIN recipe trains; "
-          "--spin_mode spin is SPIN's own human-answer mode", file=sys.stderr)
+    print(
+        "serl: note: verl's keys: online DPO (--spin_mode online), as verl's SPIN recipe trains; "
+        "--spin_mode spin is SPIN's own human-answer mode",
+        file=sys.stderr,
+    )
     return ["--spin_mode", "online"]
 
 
@@ -265,8 +297,11 @@ def _note_textarena(vals: list[str]) -> None:
     ids = [w.strip() for v in vals for w in v.split(",")]
     for tid in ("LiarsDice-v0", "LiarsDice-v1"):
         if tid in ids:
-            print(f"serl: note: {tid}: played as serl's liars_dice, the same bids and call with 2 dice a player "
-                  f"(TextArena's and spiral-rl's deal 5)", file=sys.stderr)
+            print(
+                f"serl: note: {tid}: played as serl's liars_dice, the same bids and call with 2 dice a player "
+                f"(TextArena's and spiral-rl's deal 5)",
+                file=sys.stderr,
+            )
 
 
 def _openrlhf_is(name: str, vals: list[str]) -> list[str]:
@@ -275,18 +310,23 @@ def _openrlhf_is(name: str, vals: list[str]) -> list[str]:
     type ``tis``; anything else is refused with the reason."""
     if name == "vllm_is_correction_type":
         if vals != ["tis"]:
-            raise ConfigError(f"--vllm_is_correction_type: serl has truncated importance sampling (tis) only; "
-                              f"got {' '.join(vals) or 'no value'}")
+            raise ConfigError(
+                f"--vllm_is_correction_type: serl has truncated importance sampling (tis) only; "
+                f"got {' '.join(vals) or 'no value'}"
+            )
         return []
     try:
         low, high = (float(v) for v in vals)
     except ValueError:
-        raise ConfigError(f"--vllm_is_truncated_threshold: expected two numbers LOW HIGH, got "
-                          f"{' '.join(vals) or 'no value'}") from None
+        raise ConfigError(
+            f"--vllm_is_truncated_threshold: expected two numbers LOW HIGH, got {' '.join(vals) or 'no value'}"
+        ) from None
     if low != 0:
-        raise ConfigError(f"--vllm_is_truncated_threshold: serl caps the importance weights from above only "
-                          f"(--importance_sampling_cap HIGH); a lower clamp of {low:g} would raise small weights, "
-                          f"so LOW must be 0")
+        raise ConfigError(
+            f"--vllm_is_truncated_threshold: serl caps the importance weights from above only "
+            f"(--importance_sampling_cap HIGH); a lower clamp of {low:g} would raise small weights, "
+            f"so LOW must be 0"
+        )
     return [f"--importance_sampling_cap={high:g}"]
 
 
@@ -294,11 +334,14 @@ def _expand_yaml(argv: list[str]) -> list[str]:
     """``--config FILE`` with nested sections -> the file's options as flags (before the
     command line's own, which still override them)."""
     for i, a in enumerate(argv):
-        path = argv[i + 1] if a == "--config" and i + 1 < len(argv) else (
-            a.split("=", 1)[1] if a.startswith("--config=") else None)
+        path = (
+            argv[i + 1]
+            if a == "--config" and i + 1 < len(argv)
+            else (a.split("=", 1)[1] if a.startswith("--config=") else None)
+        )
         if path is None:
             continue
-        p, data = _read_yaml(path)
+        p, data = read_yaml(path)
         if not any(isinstance(v, dict) for v in data.values()):
             return argv  # a flat file: the parser reads it as always
         flags: list[str] = []
@@ -330,4 +373,3 @@ def _flatten(data: dict, prefix: str = ""):
 
 def _word(v) -> str:
     return str(v).lower() if isinstance(v, bool) else str(v)
-

@@ -5,22 +5,40 @@ for, and the ``key=value`` words of spiral-rl's Tinker trainer (``train_spiral_t
 ``translate(name, vals)`` -> the serl words for ``--name vals``, or None when ``name`` is not
 one of these. A name is mapped (the serl flag), noted (accepted, one ``serl: note:`` line on
 stderr saying why it changes nothing), or refused (ConfigError naming the flag, the reason and
-serl's way). docs/compat.md has the table; tests/test_compat.py checks it. ``FLAGS`` and
+serl's way). docs/compat.md has the table; tests/config/test_compat.py checks it. ``FLAGS`` and
 ``VERL_KEYS`` (``serl.config.compat``'s tables) live here too, so that ``serl train --help`` can list the
 names of all of them (``foreign_names``) without importing ``serl.config.compat``.
 """
+
 from __future__ import annotations
 
 import sys
 
-from serl.errors import ConfigError
+from serl import ConfigError
+
+# Other spellings of serl's own options (OpenRLHF's and serl's earlier names), accepted as flags and as
+# YAML keys for every recipe, with the option's own help line. This table is their only home: the
+# options (serl.config.options) and the engine know each option by its one name (docs/options.md).
+ALIASES: dict[str, str] = {
+    "pretrain": "model",  # OpenRLHF / SeRL's scripts
+    "seed_data": "prompt_data",
+    "save_path": "run_dir",  # OpenRLHF / SeRL's scripts
+    "lr": "actor_learning_rate",
+    "tensorboard_dir": "use_tensorboard",  # OpenRLHF 0.5's name
+}
+
+
+def aliases_of(name: str) -> tuple[str, ...]:
+    """The other spellings of serl option ``name`` (``ALIASES``), for the parser and the YAML reader."""
+    return tuple(a for a, ours in ALIASES.items() if ours == name)
+
 
 # a flag of another project -> (serl flag, recipes it applies to; None = every recipe)
-FLAGS = {
-    "eval_dataset": ("eval_data", None),          # OpenRLHF: held-out prompts
-    "model_name": ("model", None),                # spiral-rl / oat
+FLAGS: dict[str, tuple[str, tuple[str, ...] | None]] = {
+    "eval_dataset": ("eval_data", None),  # OpenRLHF: held-out prompts
+    "model_name": ("model", None),  # spiral-rl / oat
     "learning_rate": ("actor_learning_rate", None),
-    "env_ids": ("games", ("spiral",)),            # spiral-rl: TextArena ids, space-separated
+    "env_ids": ("games", ("spiral",)),  # spiral-rl: TextArena ids, space-separated
     "env_id": ("games", ("spiral",)),
     "num_ppo_epochs": ("ppo_epochs", ("spiral",)),
     # spiral-rl's gamma discounts a player's earlier turns (A * gamma**k, k = its later turns), not tokens
@@ -80,19 +98,28 @@ VERL_KEYS = {
 # "when": the one value the note holds for (verl's own default), or None for any value.
 _NO_HDFS = "serl keeps everything in its run directory (--run_dir) and copies nothing to HDFS"
 VERL_NOTED = {
-    "actor_rollout_ref.actor.ppo_mini_batch_size": (None, "serl makes one optimizer step of a step's pairs "
-                                                          "(--train_batch_size splits it)"),
-    "actor_rollout_ref.ref.log_prob_micro_batch_size": (None, "the reference's log-probs use "
-                                                              "--micro_rollout_batch_size, as the policy's"),
-    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": (None, "the reference's log-probs use "
-                                                                      "--micro_rollout_batch_size, as the policy's"),
-    "algorithm.kl_ctrl.kl_coef": (None, "DPO has no KL penalty: its --beta (algorithm.dpo_beta) is the pull to "
-                                        "the reference"),
-    "trainer.val_before_train": ("true", "serl evaluates before the first step whenever the run has an "
-                                         "evaluation set"),
+    "actor_rollout_ref.actor.ppo_mini_batch_size": (
+        None,
+        "serl makes one optimizer step of a step's pairs (--train_batch_size splits it)",
+    ),
+    "actor_rollout_ref.ref.log_prob_micro_batch_size": (
+        None,
+        "the reference's log-probs use --micro_rollout_batch_size, as the policy's",
+    ),
+    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": (
+        None,
+        "the reference's log-probs use --micro_rollout_batch_size, as the policy's",
+    ),
+    "algorithm.kl_ctrl.kl_coef": (
+        None,
+        "DPO has no KL penalty: its --beta (algorithm.dpo_beta) is the pull to the reference",
+    ),
+    "trainer.val_before_train": ("true", "serl evaluates before the first step whenever the run has an evaluation set"),
     "trainer.default_hdfs_dir": ("null", _NO_HDFS),
-    "trainer.n_gpus_per_node": (None, "serl uses the GPUs it finds (with --ray: --actor_num_gpus_per_node and "
-                                      "--vllm_num_engines place them)"),
+    "trainer.n_gpus_per_node": (
+        None,
+        "serl uses the GPUs it finds (with --ray: --actor_num_gpus_per_node and --vllm_num_engines place them)",
+    ),
     "trainer.nnodes": ("1", "serl runs on this machine (with --ray: --actor_num_nodes)"),
     "trainer.log_freq": ("1", "serl logs every step"),
 }
@@ -162,8 +189,10 @@ DOTTED = {
     "logger.tensorboard_dir": "use_tensorboard",
 }
 
-_RUN_DIR = ("serl keeps a run's self-made problems (pool.jsonl), samples, metrics and evaluation results "
-            "in its run directory (--save_path / --run_dir); this folder is not written")
+_RUN_DIR = (
+    "serl keeps a run's self-made problems (pool.jsonl), samples, metrics and evaluation results "
+    "in its run directory (--save_path / --run_dir); this folder is not written"
+)
 # accepted with a note: they shape where OpenRLHF writes or how it lays out memory, not what is trained
 NOTED = {
     "filtered_data_root_dir": _RUN_DIR,
@@ -173,9 +202,9 @@ NOTED = {
     "packing_samples": "serl always packs each micro-batch into one row, attention kept inside each sequence",
     "ds.packing_samples": "serl always packs each micro-batch into one row, attention kept inside each sequence",
     "save_hf_ckpt": "serl writes the Hugging Face model at the end (RUN_DIR/model, --save_model); its "
-                    "checkpoints are for --resume",
+    "checkpoints are for --resume",
     "ckpt.save_hf": "serl writes the Hugging Face model at the end (RUN_DIR/model, --save_model); its "
-                    "checkpoints are for --resume",
+    "checkpoints are for --resume",
     "flash_attn": "serl picks the attention kernel itself (--attn_implementation to choose)",
     "logging_steps": "serl logs every step",
     "logger.logging_steps": "serl logs every step",
@@ -190,29 +219,33 @@ REFUSED = {
     "load_checkpoint": _RESUME,
     "ckpt.load_enable": _RESUME,
     "normalize_reward": "serl has no running reward normalisation; the advantage estimator "
-                        "(--advantage_estimator group_norm, rloo, ...) normalises within a group",
+    "(--advantage_estimator group_norm, rloo, ...) normalises within a group",
     "reward.normalize_enable": "serl has no running reward normalisation; the advantage estimator "
-                               "(--advantage_estimator group_norm, rloo, ...) normalises within a group",
-    "critic.model_name_or_path": "serl trains no critic: its estimators (reinforce, rloo, group_norm, ...) "
-                                 "need none",
+    "(--advantage_estimator group_norm, rloo, ...) normalises within a group",
+    "critic.model_name_or_path": "serl trains no critic: its estimators (reinforce, rloo, group_norm, ...) need none",
     "reward.model_name_or_path": "serl has no reward-model worker; rewards come from --reward_mode or "
-                                 "--remote_rm_url (an http URL or a reward file)",
+    "--remote_rm_url (an http URL or a reward file)",
 }
 
 
-_TINKER_CKPT = ("Tinker's hosted checkpoints (tinker://...) cannot be read here (Tinker is a hosted service); "
-                "serl continues its own runs with `serl train --resume RUN_DIR`")
+_TINKER_CKPT = (
+    "Tinker's hosted checkpoints (tinker://...) cannot be read here (Tinker is a hosted service); "
+    "serl continues its own runs with `serl train --resume RUN_DIR`"
+)
 # spiral-rl 0.2.0's Tinker trainer (spiral/tinker), with --recipe spiral: name -> (serl flag | None, why)
-TINKER = {
+TINKER: dict[str, tuple[str | None, str | None]] = {
     "max_tokens": ("generate_max_len", None),  # tokens a turn's response may take
     "use_async_actor_learner": ("async_train", None),
     "replay_buffer_max_staleness": ("max_staleness", None),
-    "renderer_name": (None, "serl writes its game prompt inside the model's own chat template (the "
-                            "tokenizer's), so there is no renderer to pick"),
+    "renderer_name": (
+        None,
+        "serl writes its game prompt inside the model's own chat template (the "
+        "tokenizer's), so there is no renderer to pick",
+    ),
 }
 TINKER_REFUSED = {
     "loss_fn": "serl's SPIRAL has one policy loss, PPO's clipped objective (loss_fn=ppo, accepted); Tinker's "
-               "other losses are not available",
+    "other losses are not available",
     "load_checkpoint_path": _TINKER_CKPT,
     "fsp_resume_checkpoint_base": _TINKER_CKPT,
 }
@@ -221,9 +254,9 @@ TINKER_REFUSED = {
 # SeRL's template flags serl reads (not with --recipe spiral, whose --eval_temperature is its own)
 SERL_NOTED = {
     "critic_learning_rate": "serl trains no critic (its estimators, SeRL's reinforce among them, need none); "
-                            "OpenRLHF ignores it for them too",
+    "OpenRLHF ignores it for them too",
     "deepspeed_enable_sleep": "serl's learner keeps its states in place between rollout and update "
-                              "(--adam_offload keeps the optimizer's on the CPU)",
+    "(--adam_offload keeps the optimizer's on the CPU)",
 }
 
 
@@ -234,20 +267,25 @@ def _serl_template(name: str, vals: list[str]) -> list[str] | None:
         return []
     if name == "self_reward_method":
         if vals != ["bon_maj"]:
-            raise ConfigError(f"--self_reward_method: serl's label-free reward is SeRL's majority vote (bon_maj, "
-                              f"--reward_mode majority); got {' '.join(vals) or 'no value'}")
+            raise ConfigError(
+                f"--self_reward_method: serl's label-free reward is SeRL's majority vote (bon_maj, "
+                f"--reward_mode majority); got {' '.join(vals) or 'no value'}"
+            )
         return ["--reward_mode", "majority"]
     if name == "eval_temperature":
         if len(vals) == 1 and _is_zero(vals[0]):
             _note(name, vals, "serl's evaluation during training is greedy (pass@1), as temperature 0 is")
             return []
-        raise ConfigError(f"--eval_temperature: serl's evaluation is greedy pass@1, and its --eval_k extra "
-                          f"answers are sampled at --temperature; got {' '.join(vals) or 'no value'} "
-                          f"(--recipe spiral has an --eval_temperature of its own, for games)")
+        raise ConfigError(
+            f"--eval_temperature: serl's evaluation is greedy pass@1, and its --eval_k extra "
+            f"answers are sampled at --temperature; got {' '.join(vals) or 'no value'} "
+            f"(--recipe spiral has an --eval_temperature of its own, for games)"
+        )
     if name == "eval_n_samples_per_prompt":
         if len(vals) != 1 or not vals[0].strip().isdigit() or int(vals[0]) < 1:
-            raise ConfigError(f"--eval_n_samples_per_prompt: expected a whole number >= 1, got "
-                              f"{' '.join(vals) or 'no value'}")
+            raise ConfigError(
+                f"--eval_n_samples_per_prompt: expected a whole number >= 1, got {' '.join(vals) or 'no value'}"
+            )
         if int(vals[0]) == 1:
             _note(name, vals, "serl's evaluation answers each problem once, greedily (pass@1)")
             return []
@@ -272,14 +310,19 @@ def translate(name: str, vals: list[str], argv: list[str], recipe: str) -> list[
         flag, why = TINKER[name]
         if flag:
             return [f"--{flag}", *vals]
-        _note(name, vals, why)
+        _note(name, vals, why or "")
         return []
     if recipe == "spiral" and name == "batch_size":  # Tinker: player trajectories, two a game (one group)
         if len(vals) != 1 or not vals[0].strip().isdigit() or int(vals[0]) < 2 or int(vals[0]) % 2:
-            raise ConfigError(f"--batch_size: expected an even whole number >= 2 (Tinker counts both players' "
-                              f"trajectories of each game), got {' '.join(vals) or 'no value'}")
-        _note(name, vals, f"Tinker's batch is both players of {int(vals[0]) // 2} games: serl's --games_per_step "
-                          f"{int(vals[0]) // 2}")
+            raise ConfigError(
+                f"--batch_size: expected an even whole number >= 2 (Tinker counts both players' "
+                f"trajectories of each game), got {' '.join(vals) or 'no value'}"
+            )
+        _note(
+            name,
+            vals,
+            f"Tinker's batch is both players of {int(vals[0]) // 2} games: serl's --games_per_step {int(vals[0]) // 2}",
+        )
         return ["--games_per_step", str(int(vals[0]) // 2)]
     if recipe == "spiral" and name == "loss_fn" and vals == ["ppo"]:
         _note(name, vals, "serl's SPIRAL trains with PPO's clipped objective")
@@ -287,8 +330,9 @@ def translate(name: str, vals: list[str], argv: list[str], recipe: str) -> list[
     if recipe == "spiral" and name in TINKER_REFUSED:
         raise ConfigError(f"--{name}: {TINKER_REFUSED[name]}")
     if recipe != "spiral" and name in (*TINKER, *TINKER_REFUSED):
-        raise ConfigError(f"--{name}: a key of spiral-rl's Tinker trainer; serl reads it with --recipe spiral "
-                          f"(add --recipe spiral)")
+        raise ConfigError(
+            f"--{name}: a key of spiral-rl's Tinker trainer; serl reads it with --recipe spiral (add --recipe spiral)"
+        )
     if recipe != "spiral":
         words = _serl_template(name, vals)
         if words is not None:
@@ -304,13 +348,17 @@ def translate(name: str, vals: list[str], argv: list[str], recipe: str) -> list[
         if any(a == "--steps" or a.startswith("--steps=") or a.startswith("steps=") for a in argv):
             _note(name, vals, "serl counts training steps; --steps decides")
             return []
-        raise ConfigError(f"--{name}: serl counts training steps, not passes over the prompts; give --steps N "
-                          f"instead (one pass over P prompts is P / --rollout_batch_size steps)")
+        raise ConfigError(
+            f"--{name}: serl counts training steps, not passes over the prompts; give --steps N "
+            f"instead (one pass over P prompts is P / --rollout_batch_size steps)"
+        )
     if name == "train.max_epochs":
         return ["--max_epochs", *vals]  # read by serl.config.compat's rule for --max_epochs
     if "." in name and name.split(".")[0] in {k.split(".")[0] for k in DOTTED}:
-        raise ConfigError(f"--{name}: this OpenRLHF 0.11 flag has no serl meaning and is refused (not dropped); "
-                          f"the dotted flags serl maps are listed in docs/compat.md")
+        raise ConfigError(
+            f"--{name}: this OpenRLHF 0.11 flag has no serl meaning and is refused (not dropped); "
+            f"the dotted flags serl maps are listed in docs/compat.md"
+        )
     return None
 
 

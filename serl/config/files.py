@@ -1,6 +1,7 @@
 """Config files: reading a YAML file of options for a recipe (errors name the file and,
 for bad YAML, the line; options of other recipes and of sections the recipe does not
 honour are refused), and writing a run's config.yaml atomically."""
+
 from __future__ import annotations
 
 import argparse
@@ -10,15 +11,16 @@ import re
 import typing
 from pathlib import Path
 
-from serl.errors import ConfigError
+from serl import ConfigError
+from serl.config.compat_flags import aliases_of
 
 
-def _type_of(cls, f: dataclasses.Field):
+def type_of(cls, f: dataclasses.Field):
     hints = typing.get_type_hints(cls)
     return hints[f.name]
 
 
-def _coerce(value, typ, where: str):
+def coerce(value, typ, where: str):
     try:
         if typ is bool:
             if isinstance(value, bool):
@@ -45,8 +47,8 @@ def yes_no(v) -> str:
     return {"1": "true", "yes": "true", "on": "true", "0": "false", "no": "false", "off": "false"}.get(s, s)
 
 
-def _read_yaml(path: str) -> tuple[Path, dict]:
-    p, data, _ = _read_yaml_text(path)
+def read_yaml(path: str) -> tuple[Path, dict]:
+    p, data, _ = read_yaml_text(path)
     return p, data
 
 
@@ -69,14 +71,17 @@ def _unique_key_loader():
                         continue
                     if first != key_node.start_mark.line + 1:
                         raise yaml.constructor.ConstructorError(
-                            None, None, f"key {key!r} is given twice (first on line {first}); keep one",
-                            key_node.start_mark)
+                            None,
+                            None,
+                            f"key {key!r} is given twice (first on line {first}); keep one",
+                            key_node.start_mark,
+                        )
             return super().construct_mapping(node, deep)
 
     return UniqueKeyLoader
 
 
-def _read_yaml_text(path: str) -> tuple[Path, dict, str]:
+def read_yaml_text(path: str) -> tuple[Path, dict, str]:
     """(path, mapping, raw text); errors name the file and, for bad YAML, the line."""
     import yaml
 
@@ -114,7 +119,7 @@ def _owner_of(name: str, cls) -> str | None:
     for r in recipe_names():
         other = config_class(r)
         names = {f.name for f in dataclasses.fields(other)}
-        names |= {a for f in dataclasses.fields(other) for a in f.metadata.get("aliases", ())}
+        names |= {a for f in dataclasses.fields(other) for a in aliases_of(f.name)}
         if name in names and name not in own:
             return r
     return None
@@ -129,46 +134,46 @@ def load_yaml(path: str, cls=None, saved: bool = False) -> dict:
     every option, so nothing in it is refused."""
     from serl.config.sections import ignored, refusal
 
-    p, data = _read_yaml(path)
+    p, data = read_yaml(path)
     if cls is None:
         from serl.config.registry import config_class
 
-        cls = config_class(_recipe_of(data.get("recipe"), f"{p}: option 'recipe'"))
+        cls = config_class(recipe_of(data.get("recipe"), f"{p}: option 'recipe'"))
     names = {f.name: f for f in dataclasses.fields(cls)}
-    alias = {a: f.name for f in names.values() for a in f.metadata.get("aliases", ())}
+    alias = {a: f.name for f in names.values() for a in aliases_of(f.name)}
     unused = {} if saved else ignored(cls)
     recipe = getattr(cls, "RECIPE", "serl")
-    out = {}
+    out: dict = {}
     for k, v in data.items():
         key = alias.get(k, k)
         if key not in names:
             owner = _owner_of(k, cls)
             if owner:
-                raise ConfigError(f"{p}: option '{k}' belongs to recipe '{owner}', "
-                                  f"not to recipe '{recipe}'")
+                raise ConfigError(f"{p}: option '{k}' belongs to recipe '{owner}', not to recipe '{recipe}'")
             raise ConfigError(f"{p}: unknown option '{k}'")
         if key == "use_wandb" and isinstance(v, str):  # a key in the YAML: never echoed back
             try:
-                out[key] = _wandb_flag(v)
+                out[key] = wandb_flag(v)
             except argparse.ArgumentTypeError as e:
                 raise ConfigError(f"{p}: option '{k}' {e}") from None
             continue
-        out[key] = _coerce(v, _type_of(cls, names[key]), f"{p}: option '{k}'")
+        out[key] = coerce(v, type_of(cls, names[key]), f"{p}: option '{k}'")
         if names[key].metadata.get("const") is not None:  # true/false/auto options (bf16): YAML's booleans too
             out[key] = yes_no(v)
             if out[key] not in names[key].metadata["choices"]:
-                raise ConfigError(f"{p}: option '{k}': expected one of "
-                                  f"{', '.join(names[key].metadata['choices'])}, got {v!r}")
+                raise ConfigError(
+                    f"{p}: option '{k}': expected one of {', '.join(names[key].metadata['choices'])}, got {v!r}"
+                )
         if key in unused and out[key] != _default(names[key]):
             raise ConfigError(f"{p}: option '{k}' {refusal(recipe, unused[key])}")
     return out
 
 
 def _default(f: dataclasses.Field):
-    return f.default if f.default is not dataclasses.MISSING else f.default_factory()
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
 
 
-def _recipe_of(value, where: str) -> str:
+def recipe_of(value, where: str) -> str:
     from serl.config.registry import recipe_names
 
     name = "serl" if value in (None, "") else str(value)
@@ -177,8 +182,7 @@ def _recipe_of(value, where: str) -> str:
     return name
 
 
-
-def _wandb_flag(value: str) -> bool:
+def wandb_flag(value: str) -> bool:
     """``--use_wandb`` as OpenRLHF takes it: true/false, or the W&B API key itself. A key is
     handed to W&B through ``WANDB_API_KEY`` in this process and kept nowhere else: not in
     the config, a log, the run directory or an error message."""
@@ -191,7 +195,6 @@ def _wandb_flag(value: str) -> bool:
         raise argparse.ArgumentTypeError("expects true, false or a W&B API key (the value is not shown)")
     os.environ["WANDB_API_KEY"] = value.strip()
     return True
-
 
 
 def dump(cfg, path: Path) -> None:

@@ -7,17 +7,18 @@ with a traceback and a run directory left without a checkpoint.  Each check
 here raises ``ConfigError`` naming the option, which ``serl train`` prints as
 one line (exit 2) before anything is written.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import math
 
-from serl.errors import ConfigError
+from serl import ConfigError
 
-INT_MAX = 2**31 - 1          # any count or size beyond this is a typo (and overflows C ints)
-SEED_MAX = 2**32 - 1         # numpy's and vLLM's seeds are unsigned 32-bit
-MAX_SEQUENCES = 2**20        # sequences sampled in one step (rollout_batch_size x n_samples_per_prompt)
-MAX_TOKENS = 2**20           # tokens in one prompt or one response
+INT_MAX = 2**31 - 1  # any count or size beyond this is a typo (and overflows C ints)
+SEED_MAX = 2**32 - 1  # numpy's and vLLM's seeds are unsigned 32-bit
+MAX_SEQUENCES = 2**20  # sequences sampled in one step (rollout_batch_size x n_samples_per_prompt)
+MAX_TOKENS = 2**20  # tokens in one prompt or one response
 
 # options in [lo, hi]; a None side is open; (lo, hi, lo_open) where the low end is excluded
 _RANGES = {
@@ -39,8 +40,15 @@ _RANGES = {
     "eval_limit": (0, None, False),
     "max_ckpt_num": (0, None, False),
 }
-for _name in ("actor_num_nodes", "actor_num_gpus_per_node", "ref_num_nodes", "ref_num_gpus_per_node",
-              "reward_num_nodes", "reward_num_gpus_per_node", "vllm_num_engines"):
+for _name in (
+    "actor_num_nodes",
+    "actor_num_gpus_per_node",
+    "ref_num_nodes",
+    "ref_num_gpus_per_node",
+    "reward_num_nodes",
+    "reward_num_gpus_per_node",
+    "vllm_num_engines",
+):
     _RANGES[_name] = (0, None, False)  # 0 has a meaning for some (a reference inside the learner)
 _RANGES["vllm_tensor_parallel_size"] = (1, None, False)
 
@@ -84,5 +92,7 @@ def check_numbers(cfg) -> None:
             _in_range(name, v, 0.0, None, False)
     n = getattr(cfg, "rollout_batch_size", 1) * getattr(cfg, "n_samples_per_prompt", 1)
     if n > MAX_SEQUENCES:
-        raise ConfigError(f"rollout_batch_size x n_samples_per_prompt: {n} sequences in one step is more than "
-                          f"any machine holds (at most {MAX_SEQUENCES})")
+        raise ConfigError(
+            f"rollout_batch_size x n_samples_per_prompt: {n} sequences in one step is more than "
+            f"any machine holds (at most {MAX_SEQUENCES})"
+        )

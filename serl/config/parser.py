@@ -1,18 +1,22 @@
 """The command line of ``serl train``: the parser for a recipe's config class (the common options of
 the sections it honours, then its own, each with its one-line doc; other recipes' and unhonoured
 sections' flags refused by name), and ``parse_args``: defaults < YAML (--config) < flags."""
+
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import json
 import sys
 
-from serl.config.files import _coerce, _read_yaml, _recipe_of, _type_of, _wandb_flag, load_yaml, yes_no
+from serl.config.compat_flags import aliases_of, foreign_names
+from serl.config.files import coerce, load_yaml, read_yaml, recipe_of, type_of, wandb_flag, yes_no
 from serl.config.options import TrainConfig
 
 
 class _Parser(argparse.ArgumentParser):
+    recipe: str = "serl"  # the recipe whose options it parses
     refused: list[str] | None = None  # set: names refused are collected here, to be reported at once
 
     def error(self, message):  # exit 2 with one line naming the field (no usage dump: --help has it)
@@ -22,13 +26,12 @@ class _Parser(argparse.ArgumentParser):
 
     def refuse(self, message: str) -> None:
         if self.refused is None:
-            self.error(message)
-        self.refused.append(message)
+            self.error(message)  # exits
+        else:
+            self.refused.append(message)
 
     def unknown(self, words: list[str]) -> list[str]:
         """One message per unknown flag (with its values), each saying why."""
-        import difflib
-
         known = [o for o, a in self._option_string_actions.items() if a.help != argparse.SUPPRESS]
         out, k = [], 0
         while k < len(words):
@@ -38,8 +41,10 @@ class _Parser(argparse.ArgumentParser):
             flag = words[k].split("=")[0]
             if flag.startswith("--"):
                 near = difflib.get_close_matches(flag, known, n=1, cutoff=0.75)
-                out.append(f"{' '.join(words[k:j])}: not an option of {self.prog}" +
-                           (f" (did you mean {near[0]}?)" if near else ""))
+                out.append(
+                    f"{' '.join(words[k:j])}: not an option of {self.prog}"
+                    + (f" (did you mean {near[0]}?)" if near else "")
+                )
             else:
                 out.append(f"{' '.join(words[k:j])}: unexpected word (serl reads --flag VALUE and key=value)")
             k = j
@@ -47,21 +52,23 @@ class _Parser(argparse.ArgumentParser):
 
     def _unknown_hint(self, words: list[str]) -> str:
         """Why an unknown flag is refused, and the nearest serl option."""
-        import difflib
-
         flags = [w.split("=")[0] for w in words if w.startswith("--")]
         known = [o for o, a in self._option_string_actions.items() if a.help != argparse.SUPPRESS]
         near = difflib.get_close_matches(flags[0], known, n=1, cutoff=0.75) if flags else []
-        return ((f" (did you mean {near[0]}?)" if near else "") +
-                f"; not an option of {self.prog}: `{self.prog} --help` lists serl's options, docs/compat.md the "
-                f"names of SeRL/OpenRLHF, spiral-rl, verl and SPELL that serl maps, notes or refuses")
+        return (
+            (f" (did you mean {near[0]}?)" if near else "")
+            + f"; not an option of {self.prog}: `{self.prog} --help` lists serl's options, docs/compat.md the "
+            f"names of SeRL/OpenRLHF, spiral-rl, verl and SPELL that serl maps, notes or refuses"
+        )
 
     def report(self) -> None:
         """Exit 2 with every refusal collected, one line each."""
         if not self.refused:
             return
-        where = (f"`{self.prog} --help` lists serl's options, docs/compat.md the names of SeRL/OpenRLHF, "
-                 f"spiral-rl, verl and SPELL that serl maps, notes or refuses")
+        where = (
+            f"`{self.prog} --help` lists serl's options, docs/compat.md the names of SeRL/OpenRLHF, "
+            f"spiral-rl, verl and SPELL that serl maps, notes or refuses"
+        )
         if len(self.refused) == 1:  # an unknown name gets the pointers; a known one's message says it all
             more = f"; {where}" if ": not an option of" in self.refused[0] else ""
             self.exit(2, f"serl: error: {self.refused[0]}{more}\n")
@@ -73,8 +80,10 @@ class _ForeignOption(argparse.Action):
     """A flag that belongs to another recipe: refused, naming its owner."""
 
     def __call__(self, parser, namespace, values, option_string=None):
-        parser.refuse(f"{option_string} belongs to recipe '{self.default}', not to recipe "
-                      f"'{parser.recipe}' (add --recipe {self.default})")
+        parser.refuse(
+            f"{option_string} belongs to recipe '{self.default}', not to recipe "
+            f"'{parser.recipe}' (add --recipe {self.default})"
+        )
 
 
 class _UnusedOption(argparse.Action):
@@ -86,7 +95,7 @@ class _UnusedOption(argparse.Action):
         parser.refuse(f"{option_string} {refusal(parser.recipe, self.default)}")
 
 
-def build_parser(cls=None, prog: str = "serl train") -> argparse.ArgumentParser:
+def build_parser(cls=None, prog: str = "serl train") -> _Parser:
     """The parser for ``cls`` (a recipe's config class; default: SeRL's): the common options
     of the sections the recipe honours, then the recipe's own, each with its one-line doc."""
     from serl.config.registry import config_class, recipe_names
@@ -94,38 +103,50 @@ def build_parser(cls=None, prog: str = "serl train") -> argparse.ArgumentParser:
 
     cls = cls or config_class("serl")
     recipe = getattr(cls, "RECIPE", "serl")
-    ap = _Parser(prog=prog, description=(cls.__doc__ or TrainConfig.__doc__ or "").strip() or None,
-                 epilog="The names of SeRL/OpenRLHF, spiral-rl, verl's SPIN and SPELL are read too: each "
-                        "section lists those that map to its options; docs/compat.md has every mapping, "
-                        "note and refusal, with the reasons.")
+    ap = _Parser(
+        prog=prog,
+        description=(cls.__doc__ or TrainConfig.__doc__ or "").strip() or None,
+        epilog="The names of SeRL/OpenRLHF, spiral-rl, verl's SPIN and SPELL are read too: each "
+        "section lists those that map to its options; docs/compat.md has every mapping, "
+        "note and refusal, with the reasons.",
+    )
     ap.recipe = recipe
     ap.add_argument("--config", help="YAML file of options (flags given here override it)")
     ap.add_argument("--resume", default="", help="continue the run in this run directory")
     honoured = declared(cls)
-    from serl.config.compat_flags import foreign_names
-
     theirs = foreign_names(recipe)
-    names_of = {s: SECTIONS[s][1] for s in honoured}
+    names_of: dict[str | None, tuple[str, ...]] = {s: SECTIONS[s][1] for s in honoured}
     names_of[None] = tuple(f.name for f in dataclasses.fields(cls) if SECTION_OF.get(f.name) is None)
-    groups = {s: ap.add_argument_group(f"common options: {SECTIONS[s][0]}" if s else
-                                       f"options of the '{recipe}' recipe", _mapped(names_of[s], theirs))
-              for s in (*honoured, None)}
+    groups = {
+        s: ap.add_argument_group(
+            f"common options: {SECTIONS[s][0]}" if s else f"options of the '{recipe}' recipe",
+            _mapped(names_of[s], theirs),
+        )
+        for s in (*honoured, None)
+    }
     own = groups.pop(None)
     for f in dataclasses.fields(cls):
         sec = SECTION_OF.get(f.name)
-        names = [f"--{f.name}"] + [f"--{a}" for a in f.metadata.get("aliases", ())]
+        names = [f"--{f.name}"] + [f"--{a}" for a in aliases_of(f.name)]
         if sec is not None and sec not in honoured:
             for n in (*names, f"--no_{f.name}"):
-                ap.add_argument(n, action=_UnusedOption, nargs="*", default=sec, dest=f"_unused_{n[2:]}",
-                                help=argparse.SUPPRESS)
+                ap.add_argument(
+                    n, action=_UnusedOption, nargs="*", default=sec, dest=f"_unused_{n[2:]}", help=argparse.SUPPRESS
+                )
             continue
         _add(groups[sec] if sec else own, cls, f, names)
     for other in recipe_names():
         for f in dataclasses.fields(config_class(other)):
-            for n in (f.name, *f.metadata.get("aliases", ()), f"no_{f.name}"):
+            for n in (f.name, *aliases_of(f.name), f"no_{f.name}"):
                 if f"--{n}" not in ap._option_string_actions:
-                    ap.add_argument(f"--{n}", action=_ForeignOption, nargs="*", default=other,
-                                    dest=f"_foreign_{n}", help=argparse.SUPPRESS)
+                    ap.add_argument(
+                        f"--{n}",
+                        action=_ForeignOption,
+                        nargs="*",
+                        default=other,
+                        dest=f"_foreign_{n}",
+                        help=argparse.SUPPRESS,
+                    )
     return ap
 
 
@@ -139,33 +160,59 @@ def _add(g, cls, f: dataclasses.Field, names: list[str]) -> None:
     """One option's flags (and its ``--no_`` form for booleans) in argument group ``g``."""
     from serl.config.registry import recipe_names
 
-    typ = _type_of(cls, f)
+    typ = type_of(cls, f)
     doc = f.metadata.get("help", "")
-    default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+    default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
     if f.name == "recipe":
-        g.add_argument(*names, dest=f.name, default=None, choices=recipe_names(),
-                       help=doc + f" (default {default!r})")
+        g.add_argument(*names, dest=f.name, default=None, choices=recipe_names(), help=doc + f" (default {default!r})")
     elif f.name == "use_wandb":  # true/false, or OpenRLHF's --use_wandb KEY
-        g.add_argument(*names, dest=f.name, nargs="?", const=True, default=None, type=_wandb_flag,
-                       help=doc + f" (default {default})")
+        g.add_argument(
+            *names,
+            dest=f.name,
+            nargs="?",
+            const=True,
+            default=None,
+            type=wandb_flag,
+            help=doc + f" (default {default})",
+        )
         g.add_argument(f"--no_{f.name}", dest=f.name, action="store_false", help=argparse.SUPPRESS)
     elif f.metadata.get("const") is not None:  # a bare flag means const (--bf16: true); --no_NAME false
-        g.add_argument(*names, dest=f.name, nargs="?", const=f.metadata["const"], default=None,
-                       choices=f.metadata.get("choices"), type=yes_no, help=doc + f" (default {default!r})")
+        g.add_argument(
+            *names,
+            dest=f.name,
+            nargs="?",
+            const=f.metadata["const"],
+            default=None,
+            choices=f.metadata.get("choices"),
+            type=yes_no,
+            help=doc + f" (default {default!r})",
+        )
         g.add_argument(f"--no_{f.name}", dest=f.name, action="store_const", const="false", help=argparse.SUPPRESS)
     elif typ is bool:
-        g.add_argument(*names, dest=f.name, nargs="?", const=True, default=None,
-                       type=lambda s, n=f.name: _coerce(s, bool, f"--{n}"), help=doc + f" (default {default})")
+        g.add_argument(
+            *names,
+            dest=f.name,
+            nargs="?",
+            const=True,
+            default=None,
+            type=lambda s, n=f.name: coerce(s, bool, f"--{n}"),
+            help=doc + f" (default {default})",
+        )
         g.add_argument(f"--no_{f.name}", dest=f.name, action="store_false", help=argparse.SUPPRESS)
     elif typ is list:
-        g.add_argument(*names, dest=f.name, nargs="+", type=float, default=None,
-                       help=doc + f" (default {default})")
+        g.add_argument(*names, dest=f.name, nargs="+", type=float, default=None, help=doc + f" (default {default})")
     else:
-        g.add_argument(*names, dest=f.name, type=typ, default=None,
-                       choices=f.metadata.get("choices"), help=doc + f" (default {default!r})")
+        g.add_argument(
+            *names,
+            dest=f.name,
+            type=typ,
+            default=None,
+            choices=f.metadata.get("choices"),
+            help=doc + f" (default {default!r})",
+        )
 
 
-def _flag_value(argv: list[str], flag: str) -> str | None:
+def flag_value(argv: list[str], flag: str) -> str | None:
     """The value of ``--flag V`` or ``--flag=V`` in ``argv`` (None if absent)."""
     for i, a in enumerate(argv):
         if a == flag and i + 1 < len(argv):
@@ -177,18 +224,19 @@ def _flag_value(argv: list[str], flag: str) -> str | None:
 
 def recipe_from_args(argv: list[str]) -> str:
     """The recipe a command line asks for: ``--recipe``, else the YAML's ``recipe``, else serl."""
-    name = _flag_value(argv, "--recipe")
+    name = flag_value(argv, "--recipe")
     if name is not None:
-        return _recipe_of(name, "--recipe")
-    conf = _flag_value(argv, "--config")
+        return recipe_of(name, "--recipe")
+    conf = flag_value(argv, "--config")
     if conf:
-        p, data = _read_yaml(conf)
-        return _recipe_of(data.get("recipe"), f"{p}: option 'recipe'")
+        p, data = read_yaml(conf)
+        return recipe_of(data.get("recipe"), f"{p}: option 'recipe'")
     return "serl"
 
 
-def parse_args(argv: list[str] | None = None, cls=None, saved: bool = False, refused: list[str] | None = None
-               ) -> tuple[TrainConfig, argparse.Namespace]:
+def parse_args(
+    argv: list[str] | None = None, cls=None, saved: bool = False, refused: list[str] | None = None
+) -> tuple[TrainConfig, argparse.Namespace]:
     """Defaults < YAML (--config) < command-line flags, for the recipe they name.
 
     Returns the recipe's config (common options plus its own). Raises ConfigError on

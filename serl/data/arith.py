@@ -20,77 +20,134 @@ The five files share no problem text. The solutions were added after the first t
 files shipped; drawing them takes no random numbers, so those files kept their
 problems, answers and order.
 """
+
 from __future__ import annotations
 
 import json
 import random
 from pathlib import Path
 
-NAMES = ["Ana", "Ben", "Chen", "Dara", "Eli", "Fatima", "Goran", "Hana", "Ivo", "Jia",
-         "Kofi", "Lena", "Mateo", "Nia", "Omar", "Priya", "Quinn", "Rosa", "Sami", "Tomas"]
-ITEMS = ["apples", "pencils", "marbles", "stickers", "books", "cookies", "stamps",
-         "shells", "cards", "balloons", "oranges", "coins"]
+NAMES = [
+    "Ana",
+    "Ben",
+    "Chen",
+    "Dara",
+    "Eli",
+    "Fatima",
+    "Goran",
+    "Hana",
+    "Ivo",
+    "Jia",
+    "Kofi",
+    "Lena",
+    "Mateo",
+    "Nia",
+    "Omar",
+    "Priya",
+    "Quinn",
+    "Rosa",
+    "Sami",
+    "Tomas",
+]
+ITEMS = [
+    "apples",
+    "pencils",
+    "marbles",
+    "stickers",
+    "books",
+    "cookies",
+    "stamps",
+    "shells",
+    "cards",
+    "balloons",
+    "oranges",
+    "coins",
+]
 
 
 def _add(r):
     a, b, n, it = r.randint(2, 40), r.randint(2, 40), r.choice(NAMES), r.choice(ITEMS)
-    return (f"{n} has {a} {it}. A friend gives {n} {b} more {it}. How many {it} does {n} have now?",
-            a + b, f"{n} starts with {a} {it} and gets {b} more: {a} + {b} = {a + b}.")
+    return (
+        f"{n} has {a} {it}. A friend gives {n} {b} more {it}. How many {it} does {n} have now?",
+        a + b,
+        f"{n} starts with {a} {it} and gets {b} more: {a} + {b} = {a + b}.",
+    )
 
 
 def _sub(r):
     a = r.randint(10, 60)
     b, n, it = r.randint(1, a - 1), r.choice(NAMES), r.choice(ITEMS)
-    return (f"{n} had {a} {it} and gave away {b} of them. How many {it} does {n} have left?",
-            a - b, f"{n} starts with {a} {it} and gives away {b}: {a} - {b} = {a - b}.")
+    return (
+        f"{n} had {a} {it} and gave away {b} of them. How many {it} does {n} have left?",
+        a - b,
+        f"{n} starts with {a} {it} and gives away {b}: {a} - {b} = {a - b}.",
+    )
 
 
 def _mul(r):
     a, b, n, it = r.randint(2, 9), r.randint(2, 12), r.choice(NAMES), r.choice(ITEMS)
-    return (f"{n} buys {a} bags with {b} {it} in each bag. How many {it} does {n} buy in total?",
-            a * b, f"{a} bags with {b} {it} in each bag hold {a} * {b} = {a * b} {it}.")
+    return (
+        f"{n} buys {a} bags with {b} {it} in each bag. How many {it} does {n} buy in total?",
+        a * b,
+        f"{a} bags with {b} {it} in each bag hold {a} * {b} = {a * b} {it}.",
+    )
 
 
 def _div(r):
     b, q, it = r.randint(2, 9), r.randint(2, 10), r.choice(ITEMS)
     n = r.choice(NAMES)
-    return (f"{n} shares {b * q} {it} equally among {b} friends. How many {it} does each friend get?",
-            q, f"{b * q} {it} shared equally among {b} friends is {b * q} / {b} = {q} each.")
+    return (
+        f"{n} shares {b * q} {it} equally among {b} friends. How many {it} does each friend get?",
+        q,
+        f"{b * q} {it} shared equally among {b} friends is {b * q} / {b} = {q} each.",
+    )
 
 
 def _two_step(r):
     a, b, c, n, it = r.randint(5, 30), r.randint(2, 20), r.randint(1, 5), r.choice(NAMES), r.choice(ITEMS)
-    return (f"{n} has {a} {it}, finds {b} more, then loses {c}. How many {it} does {n} have?",
-            a + b - c, f"After finding {b} more, {n} has {a} + {b} = {a + b} {it}.\n"
-                       f"After losing {c}, {n} has {a + b} - {c} = {a + b - c} {it}.")
+    return (
+        f"{n} has {a} {it}, finds {b} more, then loses {c}. How many {it} does {n} have?",
+        a + b - c,
+        f"After finding {b} more, {n} has {a} + {b} = {a + b} {it}.\n"
+        f"After losing {c}, {n} has {a + b} - {c} = {a + b - c} {it}.",
+    )
 
 
 def _price(r):
     p, k, n = r.randint(2, 15), r.randint(2, 8), r.choice(NAMES)
-    return (f"A notebook costs {p} dollars. {n} buys {k} notebooks. How many dollars does {n} pay?",
-            p * k, f"{k} notebooks at {p} dollars each cost {k} * {p} = {p * k} dollars.")
+    return (
+        f"A notebook costs {p} dollars. {n} buys {k} notebooks. How many dollars does {n} pay?",
+        p * k,
+        f"{k} notebooks at {p} dollars each cost {k} * {p} = {p * k} dollars.",
+    )
 
 
 KINDS = [_add, _sub, _mul, _div, _two_step, _price]
 
 
-def make_problems(n: int = 200, seed: int = 1234, exclude: set[str] | frozenset = frozenset()
-                  ) -> list[dict]:
+def make_problems(n: int = 200, seed: int = 1234, exclude: set[str] | frozenset = frozenset()) -> list[dict]:
     """``n`` distinct problems, templates in turn; texts in ``exclude`` are skipped.
 
     Each kind draws its numbers and words from ``random.Random(seed)`` and returns the
     problem, the answer and the worked steps; the solution adds the boxed answer.
     """
     r = random.Random(seed)
-    out, seen = [], set(exclude)
+    out: list = []
+    seen = set(exclude)
     while len(out) < n:
         kind = KINDS[len(out) % len(KINDS)]
         text, ans, steps = kind(r)
         if text in seen:
             continue
         seen.add(text)
-        out.append({"problem": text, "answer": str(ans), "kind": kind.__name__.strip("_"),
-                    "solution": f"{steps}\nThe answer is \\boxed{{{ans}}}"})
+        out.append(
+            {
+                "problem": text,
+                "answer": str(ans),
+                "kind": kind.__name__.strip("_"),
+                "solution": f"{steps}\nThe answer is \\boxed{{{ans}}}",
+            }
+        )
     return out
 
 
@@ -131,8 +188,7 @@ def spin_splits(n_train: int = SPIN_N, n_heldout: int = SPIN_N) -> tuple[list[di
     """
     taken = shipped_problems()
     train = make_problems(n_train, SPIN_TRAIN_SEED, exclude=taken)
-    heldout = make_problems(n_heldout, SPIN_HELDOUT_SEED,
-                            exclude=taken | {r["problem"] for r in train})
+    heldout = make_problems(n_heldout, SPIN_HELDOUT_SEED, exclude=taken | {r["problem"] for r in train})
     return train, heldout
 
 

@@ -16,18 +16,25 @@ the user gets a clear error naming the id in well under that. With
 
 Every failure is a ``DataError`` that names the source (and split).
 """
+
 from __future__ import annotations
 
 import os
 import re
 from pathlib import Path
 
-from serl.errors import DataError
+from serl import DataError
 
 HUB_TIMEOUT_S = 10.0
 # Local files read by a datasets packaged builder (JSONL/Parquet files have their own readers).
-FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".tsv": "csv",
-                 ".parquet": "parquet", ".arrow": "arrow"}
+FILE_BUILDERS = {
+    ".json": "json",
+    ".jsonl": "json",
+    ".csv": "csv",
+    ".tsv": "csv",
+    ".parquet": "parquet",
+    ".arrow": "arrow",
+}
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?(:[\w.-]+)?$")
 
 
@@ -39,22 +46,22 @@ def looks_like_hub_id(source: str) -> bool:
 
 def is_saved_dataset(path: Path) -> bool:
     """A folder written by ``save_to_disk`` (DatasetDict or Dataset)."""
-    return path.is_dir() and ((path / "dataset_dict.json").is_file()
-                              or (path / "state.json").is_file())
+    return path.is_dir() and ((path / "dataset_dict.json").is_file() or (path / "state.json").is_file())
 
 
 def _datasets():
     try:
         import datasets
     except ImportError as e:  # a dependency of serl; only a broken install gets here
-        raise DataError("reading Hugging Face datasets needs the 'datasets' package "
-                        "(pip install datasets)") from e
+        raise DataError("reading Hugging Face datasets needs the 'datasets' package (pip install datasets)") from e
     return datasets
 
 
 def _offline() -> bool:
-    return any(os.environ.get(k, "").strip().lower() in ("1", "true", "yes", "on")
-               for k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
+    return any(
+        os.environ.get(k, "").strip().lower() in ("1", "true", "yes", "on")
+        for k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+    )
 
 
 def _hub_probe(repo_id: str) -> None:
@@ -70,13 +77,17 @@ def _check_hub(source: str, repo_id: str) -> None:
     except Exception as e:
         name = type(e).__name__
         if name in ("RepositoryNotFoundError", "GatedRepoError", "HFValidationError"):
-            raise DataError(f"{source}: no local file or folder of that name, and the "
-                            f"Hugging Face hub has no dataset '{repo_id}' that we may read "
-                            f"({name})") from e
-        raise DataError(f"{source}: no local file or folder of that name, and the Hugging "
-                        f"Face hub could not be reached to fetch dataset '{repo_id}' "
-                        f"({name}: {e}); pass a local file or a save_to_disk folder, or "
-                        f"run where the hub is reachable") from e
+            raise DataError(
+                f"{source}: no local file or folder of that name, and the "
+                f"Hugging Face hub has no dataset '{repo_id}' that we may read "
+                f"({name})"
+            ) from e
+        raise DataError(
+            f"{source}: no local file or folder of that name, and the Hugging "
+            f"Face hub could not be reached to fetch dataset '{repo_id}' "
+            f"({name}: {e}); pass a local file or a save_to_disk folder, or "
+            f"run where the hub is reachable"
+        ) from e
 
 
 def _pick_split(obj, source: str, split: str):
@@ -84,13 +95,11 @@ def _pick_split(obj, source: str, split: str):
     datasets = _datasets()
     if isinstance(obj, datasets.DatasetDict):
         if split not in obj:
-            raise DataError(f"{source}: no split '{split}' (splits: {', '.join(obj)}); "
-                            f"choose one with --prompt_split")
+            raise DataError(f"{source}: no split '{split}' (splits: {', '.join(obj)}); choose one with --prompt_split")
         return obj[split]
     own = str(obj.split) if getattr(obj, "split", None) is not None else "train"
     if split not in (own, "train"):
-        raise DataError(f"{source}: a single dataset (split '{own}'), not a dataset with a "
-                        f"split '{split}'")
+        raise DataError(f"{source}: a single dataset (split '{own}'), not a dataset with a split '{split}'")
     return obj
 
 
@@ -102,8 +111,9 @@ def _load(datasets, p: Path, where: str, split: str):
     if p.is_file():
         builder = FILE_BUILDERS.get(p.suffix.lower())
         if builder is None:
-            raise DataError(f"{where}: unknown data file type '{p.suffix}' (expected one "
-                            f"of {', '.join(sorted(FILE_BUILDERS))})")
+            raise DataError(
+                f"{where}: unknown data file type '{p.suffix}' (expected one of {', '.join(sorted(FILE_BUILDERS))})"
+            )
         return datasets.load_dataset(builder, data_files=str(p))
     if not looks_like_hub_id(where):
         raise DataError(f"seed file not found: {where}")
@@ -112,10 +122,12 @@ def _load(datasets, p: Path, where: str, split: str):
         try:
             return datasets.load_dataset(repo_id, config or None, split=split)
         except Exception as e:
-            raise DataError(f"{where}: no local file or folder of that name, and with "
-                            f"HF_HUB_OFFLINE/HF_DATASETS_OFFLINE set only the local datasets "
-                            f"cache is searched for dataset '{repo_id}' ({type(e).__name__}: "
-                            f"{str(e)[:300]})") from e
+            raise DataError(
+                f"{where}: no local file or folder of that name, and with "
+                f"HF_HUB_OFFLINE/HF_DATASETS_OFFLINE set only the local datasets "
+                f"cache is searched for dataset '{repo_id}' ({type(e).__name__}: "
+                f"{str(e)[:300]})"
+            ) from e
     _check_hub(where, repo_id)
     return datasets.load_dataset(repo_id, config or None, split=split)  # only this split
 
@@ -133,8 +145,7 @@ def load_hf_dataset(source: str | Path, split: str = "train"):
     except Exception as e:  # datasets raises many types; all mean "cannot read this"
         if "corresponds to no data" in str(e):  # datasets' words for a file without rows
             raise DataError(f"{where}: split '{split}' is empty (no rows)") from e
-        raise DataError(f"{where}: not readable as a Hugging Face dataset "
-                        f"({type(e).__name__}: {str(e)[:300]})") from e
+        raise DataError(f"{where}: not readable as a Hugging Face dataset ({type(e).__name__}: {str(e)[:300]})") from e
     finally:
         if bars_were_on:
             datasets.enable_progress_bars()
@@ -144,8 +155,9 @@ def load_hf_dataset(source: str | Path, split: str = "train"):
     return ds
 
 
-def read_hf_rows(source: str | Path, split: str = "train", max_samples: int | None = None,
-                 required: tuple[str, ...] = ()) -> list[dict]:
+def read_hf_rows(
+    source: str | Path, split: str = "train", max_samples: int | None = None, required: tuple[str, ...] = ()
+) -> list[dict]:
     """Rows (dicts) of one split, the first ``max_samples`` of them when given.
 
     ``required`` columns are checked once, before any row is converted, so that a
@@ -154,9 +166,11 @@ def read_hf_rows(source: str | Path, split: str = "train", max_samples: int | No
     ds = load_hf_dataset(source, split)
     missing = [c for c in required if c and c not in ds.column_names]
     if missing:
-        raise DataError(f"{source} (split '{split}'): missing column '{missing[0]}' "
-                        f"(columns present: {', '.join(ds.column_names[:12])}); "
-                        f"set --input_key / --output_key")
+        raise DataError(
+            f"{source} (split '{split}'): missing column '{missing[0]}' "
+            f"(columns present: {', '.join(ds.column_names[:12])}); "
+            f"set --input_key / --output_key"
+        )
     if max_samples:
         ds = ds.select(range(min(max_samples, len(ds))))
     return ds.to_list()

@@ -1,11 +1,12 @@
 """JSON Lines input shared by every reader: one object per non-blank line, and an error
 that names the file and line. Each caller passes its own error class (seed, corpus or
 evaluation data) and checks its own keys."""
+
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 
 def read_utf8(path: str | Path, error: type[Exception]) -> str:
@@ -16,8 +17,10 @@ def read_utf8(path: str | Path, error: type[Exception]) -> str:
     except UnicodeDecodeError as e:
         line = raw.count(b"\n", 0, e.start) + 1
         col = e.start - (raw.rfind(b"\n", 0, e.start) + 1) + 1
-        raise error(f"{path}:{line}: not UTF-8 text (byte 0x{raw[e.start]:02x} at byte {col} of the line; "
-                    f"save the file as UTF-8)") from None
+        raise error(
+            f"{path}:{line}: not UTF-8 text (byte 0x{raw[e.start]:02x} at byte {col} of the line; "
+            f"save the file as UTF-8)"
+        ) from None
 
 
 def jsonl_objects(path: str | Path, error: type[Exception], text: str | None = None) -> Iterator[tuple[int, dict]]:
@@ -44,7 +47,7 @@ def jsonl_objects(path: str | Path, error: type[Exception], text: str | None = N
 def keyed_rows(path: str, keys: tuple[str, ...], limit: int = 0) -> list[dict]:
     """JSON objects of a JSONL file (a shipped name or a path) whose ``keys`` are non-empty
     strings (or numbers), each with its ``line``; errors name file, line and key."""
-    from serl.errors import DataError
+    from serl import DataError
     from serl.shipped import locate
 
     p = locate(path)

@@ -11,6 +11,7 @@ skipped, counted and named (file and line) in a warning; when nothing is left, t
 refused with the first one's file and line. Evaluation problems are never skipped (a
 benchmark with problems left out is another benchmark): one over the limit is refused.
 """
+
 from __future__ import annotations
 
 import functools
@@ -19,13 +20,12 @@ import logging
 import weakref
 from pathlib import Path
 
+from serl import ConfigError, DataError
 from serl.models.chat import text_ids, user_ids
-from serl.errors import ConfigError
-from serl.errors import DataError
 
 log = logging.getLogger(__name__)
 CHAR_SLACK = 2  # a normaliser may merge characters; twice the bound stays sound
-SHOWN = 3       # skipped rows named in the warning
+SHOWN = 3  # skipped rows named in the warning
 
 
 def model_context(model_path: str) -> int | None:
@@ -40,7 +40,7 @@ def model_context(model_path: str) -> int | None:
     return None
 
 
-_CHARS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # tokenizer -> max_token_chars
+_CHARS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tokenizer -> max_token_chars
 
 
 def max_token_chars(tok) -> int:
@@ -109,8 +109,7 @@ def context_limit(max_prompt: int, max_new: int, model_path: str, new_option: st
     if ctx is None:
         return max_prompt
     if ctx - max_new < 1:
-        raise ConfigError(f"{new_option}: {max_new} leaves no room for a prompt in the model's context "
-                          f"of {ctx} tokens")
+        raise ConfigError(f"{new_option}: {max_new} leaves no room for a prompt in the model's context of {ctx} tokens")
     return min(max_prompt, ctx - max_new)
 
 
@@ -125,8 +124,9 @@ def budget_for(cfg) -> PromptBudget:
     instruction = cfg.system_prompt or ""
     n = budget.measure(instruction, lambda t: user_ids(budget.tok, "", t))
     if budget.over(n):
-        raise ConfigError(f"system_prompt: a prompt with it and an empty problem takes "
-                          f"{budget.describe(n, instruction)}")
+        raise ConfigError(
+            f"system_prompt: a prompt with it and an empty problem takes {budget.describe(n, instruction)}"
+        )
     return budget
 
 
@@ -143,12 +143,19 @@ def fit_problems(cfg, problems, budget: PromptBudget | None = None, with_answers
     budget = budget or budget_for(cfg)
     tok = budget.tok
     room = cfg.generate_max_len if with_answers else None
-    return fit_rows(problems, budget, lambda t: user_ids(tok, t, cfg.system_prompt or ""), cfg.prompt_data,
-                    answer_room=room, answer_key=cfg.output_key)
+    return fit_rows(
+        problems,
+        budget,
+        lambda t: user_ids(tok, t, cfg.system_prompt or ""),
+        cfg.prompt_data,
+        answer_room=room,
+        answer_key=cfg.output_key,
+    )
 
 
-def fit_rows(problems, budget: PromptBudget, build, source: str, answer_room: int | None = None,
-             answer_key: str = "") -> Fitted:
+def fit_rows(
+    problems, budget: PromptBudget, build, source: str, answer_room: int | None = None, answer_key: str = ""
+) -> Fitted:
     """The problems whose prompt ``build(text)`` fits ``budget``; with ``answer_room``, a
     ``solution`` must also fit in what the prompt leaves of ``budget`` + ``answer_room``.
     Skipped rows are named in a warning; a DataError (first one's file and line) when none
@@ -159,9 +166,13 @@ def fit_rows(problems, budget: PromptBudget, build, source: str, answer_room: in
         if budget.over(n):
             skipped.append((p.where or source, f"prompt of {budget.describe(n, p.text)}"))
             continue
+        assert n is not None  # over() is true for an unmeasured prompt
         if answer_room is not None and p.solution is not None:
-            answer = PromptBudget(budget.tok, budget.max_tokens + answer_room - n,
-                                  f"the room left ({budget.option} + --generate_max_len - prompt)")
+            answer = PromptBudget(
+                budget.tok,
+                budget.max_tokens + answer_room - n,
+                f"the room left ({budget.option} + --generate_max_len - prompt)",
+            )
             m = answer.measure(p.solution)
             if answer.over(m):
                 skipped.append((p.where or source, f"'{answer_key}' of {answer.describe(m, p.solution)}"))
@@ -171,8 +182,9 @@ def fit_rows(problems, budget: PromptBudget, build, source: str, answer_room: in
     report_skipped(skipped, len(problems), "problem", source)
     if not kept:
         where, why = skipped[0]
-        raise DataError(f"{where}: {why} (chat template included); no problem of {source} fits, "
-                        f"so there is nothing to work on")
+        raise DataError(
+            f"{where}: {why} (chat template included); no problem of {source} fits, so there is nothing to work on"
+        )
     return kept
 
 
@@ -191,5 +203,7 @@ def check_eval_prompts(problems, tok, max_tokens: int, build, option: str, error
         n = budget.measure(p.question, build)
         if budget.over(n):
             where = getattr(p, "where", "") or f"{p.benchmark} problem {p.idx + 1}"
-            raise error(f"{where}: prompt of {budget.describe(n, p.question)}; shorten or remove "
-                        f"the problem, or raise the limit")
+            raise error(
+                f"{where}: prompt of {budget.describe(n, p.question)}; shorten or remove "
+                f"the problem, or raise the limit"
+            )

@@ -1,6 +1,7 @@
 """Shuffled passes over a recipe's data: an endless stream of indices 0..n-1, one fresh
 permutation (drawn from the recipe's RNG) after another. Its state is the indices still to
 come in the current pass, so a resume continues the same order."""
+
 from __future__ import annotations
 
 import random

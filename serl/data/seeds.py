@@ -14,6 +14,7 @@ solution ending in ``\\boxed{42}``, the answer format serl's rewards extract, an
 ``<<48/2=24>>`` calculator annotations are dropped (GSM8K's own format, see
 ``gsm8k_to_boxed``). A label in that format is cut to the final answer.
 """
+
 from __future__ import annotations
 
 import errno
@@ -25,8 +26,8 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from serl import DataError
 from serl.data.jsonl import jsonl_objects
-from serl.errors import DataError
 from serl.shipped import locate
 
 
@@ -59,7 +60,7 @@ def gsm8k_to_boxed(text: str) -> str:
     m = _GSM8K_FINAL.search(text)
     if not m:
         return text
-    body = _GSM8K_CALC.sub("", text[:m.start()]).rstrip()
+    body = _GSM8K_CALC.sub("", text[: m.start()]).rstrip()
     boxed = f"\\boxed{{{m.group(1).strip()}}}"
     return f"{body}\n{boxed}" if body else boxed
 
@@ -72,8 +73,7 @@ def chat_prompt_text(value, where: str, key: str):
         return value
     users = [m.get("content") for m in value if isinstance(m, dict) and m.get("role") == "user"]
     if not users or not isinstance(users[-1], str):
-        raise DataError(f"{where}: key '{key}' is a list but holds no chat message with role 'user' "
-                        f"and text content")
+        raise DataError(f"{where}: key '{key}' is a list but holds no chat message with role 'user' and text content")
     return users[-1]
 
 
@@ -94,14 +94,12 @@ DEFAULT_LABEL_KEY = "answer"  # --label_key's default
 VERL_LABEL_KEY = "reward_model.ground_truth"
 
 
-def _row_to_problem(row, where: str, input_key: str, label_key: str | None,
-                    output_key: str | None = None) -> Problem:
+def _row_to_problem(row, where: str, input_key: str, label_key: str | None, output_key: str | None = None) -> Problem:
     if not isinstance(row, dict):
         raise DataError(f"{where}: expected a JSON object, got {type(row).__name__}")
     keys = ", ".join(sorted(map(str, row))[:8])
     if input_key not in row:
-        raise DataError(f"{where}: missing key '{input_key}' (keys present: {keys}); "
-                        f"set --input_key")
+        raise DataError(f"{where}: missing key '{input_key}' (keys present: {keys}); set --input_key")
     text = chat_prompt_text(row[input_key], where, input_key)
     if not isinstance(text, str) or not text.strip():
         raise DataError(f"{where}: key '{input_key}' must be a non-empty string")
@@ -114,38 +112,49 @@ def _row_to_problem(row, where: str, input_key: str, label_key: str | None,
             kind = {bool: "true/false", list: "a list", dict: "an object"}[type(raw)]
             shown = json.dumps(raw, ensure_ascii=False)
             shown = shown if len(shown) <= 60 else shown[:57] + "..."
-            raise DataError(f"{where}: key '{label_key}' is {kind} ({shown}); a label must be a string or a "
-                            f"number. Fix the row, or pass --label_key '' if this key is not a label")
+            raise DataError(
+                f"{where}: key '{label_key}' is {kind} ({shown}); a label must be a string or a "
+                f"number. Fix the row, or pass --label_key '' if this key is not a label"
+            )
         if isinstance(raw, float) and not math.isfinite(raw):  # JSON NaN, or Parquet's missing value
-            raise DataError(f"{where}: key '{label_key}' is {raw!r}, not a label; give a finite number or a "
-                            f"string, or drop the key from rows that have no label")
+            raise DataError(
+                f"{where}: key '{label_key}' is {raw!r}, not a label; give a finite number or a "
+                f"string, or drop the key from rows that have no label"
+            )
         label = str(raw)
         final = gsm8k_final_answer(label)
         label = final if final else label
     solution = None
     if output_key:
         if output_key not in row:
-            raise DataError(f"{where}: missing key '{output_key}' (keys present: {keys}); "
-                            f"set --output_key")
+            raise DataError(f"{where}: missing key '{output_key}' (keys present: {keys}); set --output_key")
         value = row[output_key]
         if isinstance(value, float) and not math.isfinite(value):
             raise DataError(f"{where}: key '{output_key}' is {value!r}; every row needs a non-empty answer")
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             value = str(value)
         if not isinstance(value, str) or not value.strip():
-            raise DataError(f"{where}: key '{output_key}' is empty; every row needs a "
-                            f"non-empty answer")
+            raise DataError(f"{where}: key '{output_key}' is empty; every row needs a non-empty answer")
         if gsm8k_final_answer(value) == "":
             raise DataError(f"{where}: key '{output_key}' ends in '####' with no answer")
         solution = gsm8k_to_boxed(value.strip())
-    meta = {k: v for k, v in row.items() if k not in (input_key, label_key, output_key)
-            and isinstance(v, (str, int, float, bool))}
+    meta = {
+        k: v
+        for k, v in row.items()
+        if k not in (input_key, label_key, output_key) and isinstance(v, (str, int, float, bool))
+    }
     return Problem(text=text.strip(), label=label, meta=meta, solution=solution, where=where)
 
 
-def read_seeds(path: str | Path, input_key: str = "problem", label_key: str | None = "answer",
-               limit: int | None = None, *, output_key: str | None = None,
-               split: str = "train") -> list[Problem]:
+def read_seeds(
+    path: str | Path,
+    input_key: str = "problem",
+    label_key: str | None = "answer",
+    limit: int | None = None,
+    *,
+    output_key: str | None = None,
+    split: str = "train",
+) -> list[Problem]:
     """Read problems from a file, dataset folder or hub id (see the module doc).
 
     ``label_key`` may be absent from rows (labels are optional for self-play);
@@ -162,16 +171,21 @@ def read_seeds(path: str | Path, input_key: str = "problem", label_key: str | No
     if p.is_file() and suffix in (".jsonl", ".json", ".parquet") and not _json_array(p):
         if split != "train":
             raise DataError(f"{p}: a single file has one split, 'train', not '{split}'")
-        problems = (_read_parquet(p, input_key, label_key, output_key) if suffix == ".parquet"
-                    else _read_jsonl(p, input_key, label_key, output_key, limit))
+        problems = (
+            _read_parquet(p, input_key, label_key, output_key)
+            if suffix == ".parquet"
+            else _read_jsonl(p, input_key, label_key, output_key, limit)
+        )
     elif not p.exists() and suffix in (".jsonl", ".json", ".parquet"):
         raise DataError(f"seed file not found: {p}")
     else:
         from serl.data.hf import read_hf_rows
 
         rows = read_hf_rows(path, split, limit, required=(input_key, output_key or ""))
-        problems = [_row_to_problem(row, f"{path} (split '{split}'): row {i}", input_key,
-                                    label_key, output_key) for i, row in enumerate(rows)]
+        problems = [
+            _row_to_problem(row, f"{path} (split '{split}'): row {i}", input_key, label_key, output_key)
+            for i, row in enumerate(rows)
+        ]
     if not problems:
         raise DataError(f"{p}: no seed problems in file")
     return problems[:limit] if limit else problems
@@ -188,8 +202,9 @@ def _not_a_data_path(p: Path) -> str | None:
         return None  # absent: a hub id, or the callers' own "not found"
     if stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode):
         return None
-    return ("not a regular file or folder (a device, pipe or socket); give a JSONL, JSON, Parquet file or "
-            "a dataset folder")
+    return (
+        "not a regular file or folder (a device, pipe or socket); give a JSONL, JSON, Parquet file or a dataset folder"
+    )
 
 
 def _json_array(p: Path) -> bool:
@@ -209,8 +224,7 @@ def _read_parquet(p: Path, input_key, label_key, output_key) -> list[Problem]:
         rows = pq.read_table(p).to_pylist()
     except Exception as e:
         raise DataError(f"{p}: not a readable Parquet file ({e})") from e
-    return [_row_to_problem(row, f"{p}: row {i}", input_key, label_key, output_key)
-            for i, row in enumerate(rows)]
+    return [_row_to_problem(row, f"{p}: row {i}", input_key, label_key, output_key) for i, row in enumerate(rows)]
 
 
 def _read_jsonl(p: Path, input_key, label_key, output_key, limit) -> list[Problem]:

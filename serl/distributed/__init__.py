@@ -4,6 +4,7 @@
 (``GeneratorGroup``, ``LearnerGroup``, ``RewardGroup``) standing in for the one-process
 engines. Importing this package does not import Ray.
 """
+
 from serl.distributed.groups import GeneratorGroup, LearnerGroup, RemoteWeights, RewardGroup
 from serl.distributed.placement import ResourcePlan, actor_options, place, plan_resources
 
@@ -14,5 +15,14 @@ def run_with_ray(cfg):
     return _run(cfg)
 
 
-__all__ = ["GeneratorGroup", "LearnerGroup", "RemoteWeights", "ResourcePlan", "RewardGroup",
-           "actor_options", "place", "plan_resources", "run_with_ray"]
+__all__ = [
+    "GeneratorGroup",
+    "LearnerGroup",
+    "RemoteWeights",
+    "ResourcePlan",
+    "RewardGroup",
+    "actor_options",
+    "place",
+    "plan_resources",
+    "run_with_ray",
+]

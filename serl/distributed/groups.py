@@ -5,11 +5,12 @@ a ``Checker`` (``run_jobs``, ``equal_many``, ``close``), so a recipe's step and 
 evaluation run unchanged against them. Collective learner calls go to every rank at
 once with the same (shared) arguments; rank 0 answers.
 """
+
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Iterable, Iterator
 
 import torch
 
@@ -58,8 +59,7 @@ class GeneratorGroup:
 
         if not prompts:
             return []
-        parts = [(e, prompts[a:b]) for e, (a, b) in zip(self.engines, _split(len(prompts), len(self.engines)))
-                 if b > a]
+        parts = [(e, prompts[a:b]) for e, (a, b) in zip(self.engines, _split(len(prompts), len(self.engines))) if b > a]
         if self.sleep:
             ray.get([e.wake_up.remote() for e, _ in parts])
         out = []
@@ -82,8 +82,11 @@ class GeneratorGroup:
         if states is None:  # a one-process checkpoint's state: every engine starts from it
             states = [state] * len(self.engines)
         elif len(states) != len(self.engines):
-            log.warning("resume: %d generator engines now, %d when saved; sampling will differ from an "
-                        "uninterrupted run", len(self.engines), len(states))
+            log.warning(
+                "resume: %d generator engines now, %d when saved; sampling will differ from an uninterrupted run",
+                len(self.engines),
+                len(states),
+            )
         ray.get([e.load_state_dict.remote(s) for e, s in zip(self.engines, states)])
 
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
@@ -118,14 +121,16 @@ class LearnerGroup:
         shared = [ray.put(a) for a in args]  # one copy in the object store, not one per rank
         return ray.get([getattr(r, method).remote(*shared) for r in self.ranks])[0]
 
-    def logprobs(self, prompt_ids: list[list[int]], response_ids: list[list[int]],
-                 model: str = "policy") -> list[torch.Tensor]:
+    def logprobs(
+        self, prompt_ids: list[list[int]], response_ids: list[list[int]], model: str = "policy"
+    ) -> list[torch.Tensor]:
         import ray
 
         if model == "ref" and self.refs:
             spans = [s for s in _split(len(prompt_ids), len(self.refs)) if s[1] > s[0]]
-            parts = ray.get([w.logprobs.remote(prompt_ids[a:b], response_ids[a:b])
-                             for w, (a, b) in zip(self.refs, spans)])
+            parts = ray.get(
+                [w.logprobs.remote(prompt_ids[a:b], response_ids[a:b]) for w, (a, b) in zip(self.refs, spans)]
+            )
             return [t for part in parts for t in part]
         return self._all("logprobs", prompt_ids, response_ids, model)
 
@@ -134,8 +139,10 @@ class LearnerGroup:
 
     def sync_ref(self) -> None:
         if self.refs:
-            raise NotImplementedError("sync_ref with Ray reference workers: run with "
-                                      "--ref_num_gpus_per_node 0 so the learner holds the reference")
+            raise NotImplementedError(
+                "sync_ref with Ray reference workers: run with "
+                "--ref_num_gpus_per_node 0 so the learner holds the reference"
+            )
         self._all("sync_ref")
 
     def named_weights(self) -> RemoteWeights:

@@ -10,11 +10,12 @@ cluster takes, only the resource name differs.
 - Split: the learner ranks, the reference workers and the engines get placement groups of
   their own; reward workers need no accelerator and go wherever there is a CPU.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from serl.errors import ConfigError
+from serl import ConfigError
 
 
 @dataclass
@@ -37,12 +38,16 @@ class ResourcePlan:
 
     def bundles(self) -> dict[str, list[dict]]:
         """Placement-group bundles by group name."""
+
         def one(n_accel: float) -> dict:
             return {"GPU": n_accel, "CPU": 1} if self.use_gpu else {"CPU": self.slot * n_accel}
+
         if self.colocate:
             return {"colocated": [one(1) for _ in range(self.learner_ranks)]}
-        out = {"learner": [one(1) for _ in range(self.learner_ranks)],
-               "engines": [one(self.tp) for _ in range(self.engines)]}
+        out = {
+            "learner": [one(1) for _ in range(self.learner_ranks)],
+            "engines": [one(self.tp) for _ in range(self.engines)],
+        }
         if self.ref_workers:
             out["ref"] = [one(1) for _ in range(self.ref_workers)]
         return out
@@ -60,28 +65,45 @@ def plan_resources(cfg, cluster: dict, run_plan=None) -> ResourcePlan:
     ranks = cfg.actor_num_nodes * cfg.actor_num_gpus_per_node
     refs = run_plan.ref_workers
     rewards = cfg.reward_num_nodes * cfg.reward_num_gpus_per_node
-    for name, v in (("actor_num_nodes * actor_num_gpus_per_node", ranks),
-                    ("vllm_num_engines", cfg.vllm_num_engines),
-                    ("vllm_tensor_parallel_size", cfg.vllm_tensor_parallel_size)):
+    for name, v in (
+        ("actor_num_nodes * actor_num_gpus_per_node", ranks),
+        ("vllm_num_engines", cfg.vllm_num_engines),
+        ("vllm_tensor_parallel_size", cfg.vllm_tensor_parallel_size),
+    ):
         if v < 1:
             raise ConfigError(f"{name}: must be >= 1, got {v}")
     if cfg.learner == "torch" and ranks > 1:
-        raise ConfigError(f"actor_num_gpus_per_node: the torch learner runs one rank; {ranks} ranks "
-                          "need --learner deepspeed")
+        raise ConfigError(
+            f"actor_num_gpus_per_node: the torch learner runs one rank; {ranks} ranks need --learner deepspeed"
+        )
     if cfg.colocate_all_models:
         if cfg.vllm_tensor_parallel_size != 1:
-            raise ConfigError("vllm_tensor_parallel_size: colocated engines share one bundle each; "
-                              "use 1, or drop --colocate_all_models")
+            raise ConfigError(
+                "vllm_tensor_parallel_size: colocated engines share one bundle each; "
+                "use 1, or drop --colocate_all_models"
+            )
         if cfg.vllm_num_engines > ranks or refs > ranks:
-            raise ConfigError(f"colocate_all_models: {cfg.vllm_num_engines} engines and {refs} "
-                              f"reference workers must each fit on one of the {ranks} learner bundles")
-    plan = ResourcePlan(use_gpu, ranks, refs, max(1, rewards), cfg.vllm_num_engines,
-                        cfg.vllm_tensor_parallel_size, cfg.colocate_all_models, 1.0)
+            raise ConfigError(
+                f"colocate_all_models: {cfg.vllm_num_engines} engines and {refs} "
+                f"reference workers must each fit on one of the {ranks} learner bundles"
+            )
+    plan = ResourcePlan(
+        use_gpu,
+        ranks,
+        refs,
+        max(1, rewards),
+        cfg.vllm_num_engines,
+        cfg.vllm_tensor_parallel_size,
+        cfg.colocate_all_models,
+        1.0,
+    )
     need = sum(b.get(plan.accel, 0) for bs in plan.bundles().values() for b in bs)
     have = cluster.get(plan.accel, 0)
     if use_gpu and need > have:
-        raise ConfigError(f"the layout needs {need:g} GPUs, the Ray cluster has {have:g} "
-                          "(lower actor/ref GPUs or vllm_num_engines, or colocate)")
+        raise ConfigError(
+            f"the layout needs {need:g} GPUs, the Ray cluster has {have:g} "
+            "(lower actor/ref GPUs or vllm_num_engines, or colocate)"
+        )
     if not use_gpu:  # CPU slots: share what there is (fractional bundles are fine in Ray)
         plan.slot = min(1.0, (have * 0.9) / max(need, 1.0))
         if plan.slot <= 0:
@@ -99,8 +121,10 @@ def place(plan: ResourcePlan, timeout: float = 120.0) -> ResourcePlan:
         try:
             ray.get(pg.ready(), timeout=timeout)
         except Exception as e:
-            raise ConfigError(f"Ray could not reserve {name} resources {bundles} within "
-                              f"{timeout:.0f} s (cluster: {ray.cluster_resources()})") from e
+            raise ConfigError(
+                f"Ray could not reserve {name} resources {bundles} within "
+                f"{timeout:.0f} s (cluster: {ray.cluster_resources()})"
+            ) from e
         plan.groups[name] = pg
     return plan
 
@@ -120,8 +144,9 @@ def actor_options(plan: ResourcePlan, role: str, index: int, sharing: int = 1) -
     else:
         group, bundle = role, index
         amount = float(plan.tp) if role == "engines" else 1.0
-    opts: dict = {"scheduling_strategy": PlacementGroupSchedulingStrategy(
-        plan.groups[group], placement_group_bundle_index=bundle)}
+    opts: dict = {
+        "scheduling_strategy": PlacementGroupSchedulingStrategy(plan.groups[group], placement_group_bundle_index=bundle)
+    }
     if plan.use_gpu:
         opts.update(num_gpus=amount, num_cpus=min(1.0, amount) if plan.colocate else 1)
     else:

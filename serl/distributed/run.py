@@ -8,6 +8,7 @@ handed to ``serl.run.runner.run`` as its engines.
 
     python -m serl.distributed.run [serl train flags]     # what `serl train --ray` calls
 """
+
 from __future__ import annotations
 
 import logging
@@ -61,8 +62,14 @@ def _env(plan: ResourcePlan) -> dict:
     env = {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     if not plan.use_gpu:
         env["DS_ACCELERATOR"] = "cpu"
-    for k in ("SERL_CACHE", "HF_HOME", "WANDB_MODE", "VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND",
-              "SERL_ENGINE_LOG"):
+    for k in (
+        "SERL_CACHE",
+        "HF_HOME",
+        "WANDB_MODE",
+        "VLLM_CPU_KVCACHE_SPACE",
+        "VLLM_CPU_OMP_THREADS_BIND",
+        "SERL_ENGINE_LOG",
+    ):
         if k in os.environ:
             env[k] = os.environ[k]
     return {"env_vars": env}
@@ -79,10 +86,10 @@ def launch(cfg: TrainConfig, model_path: str, run_plan) -> Parts:
     renv, conf = _env(plan), cfg.to_dict()
     share = 1 + (plan.ref_workers > 0) + (plan.engines > 0)  # actors per colocated bundle
     remote = lambda cls, role, i: ray.remote(cls).options(  # noqa: E731
-        runtime_env=renv, **actor_options(plan, role, i, share))
+        runtime_env=renv, **actor_options(plan, role, i, share)
+    )
 
-    ranks = [remote(W.LearnerWorker, "learner", i).remote(i, plan.learner_ranks)
-             for i in range(plan.learner_ranks)]
+    ranks = [remote(W.LearnerWorker, "learner", i).remote(i, plan.learner_ranks) for i in range(plan.learner_ranks)]
     master = ray.get(ranks[0].address.remote())
     refs = [remote(W.ReferenceWorker, "ref", i).remote() for i in range(plan.ref_workers)]
     engines = [remote(W.GeneratorWorker, "engines", i).remote() for i in range(plan.engines)]
@@ -96,9 +103,15 @@ def launch(cfg: TrainConfig, model_path: str, run_plan) -> Parts:
     pending += [e.setup.remote(conf, model_path, i) for i, e in enumerate(engines)]
     pending += [w.setup.remote(cfg.verify_timeout) for w in rewards]
     ray.get(pending)
-    log.info("Ray layout: %d learner ranks, %d reference, %d engines, %d reward workers (%s, %s)",
-             plan.learner_ranks, plan.ref_workers, plan.engines, plan.reward_workers,
-             plan.accel, "colocated" if plan.colocate else "split")
+    log.info(
+        "Ray layout: %d learner ranks, %d reference, %d engines, %d reward workers (%s, %s)",
+        plan.learner_ranks,
+        plan.ref_workers,
+        plan.engines,
+        plan.reward_workers,
+        plan.accel,
+        "colocated" if plan.colocate else "split",
+    )
     sleep = sleep_enabled(cfg) and plan.use_gpu
     return Parts(plan, GeneratorGroup(engines, sleep=sleep), LearnerGroup(ranks, refs), RewardGroup(rewards))
 
@@ -121,8 +134,8 @@ def run_with_ray(cfg: TrainConfig, resume_dir: Path | None = None) -> Path:
     """``serl train``'s run (same runner, checkpoints, resume) with the engines as Ray actors."""
     import ray
 
-    from serl.run import runner
     from serl.config.plan import plan_run
+    from serl.run import runner
 
     prepared = runner.prepare(cfg, resume_dir)  # bad input fails before Ray starts; read once
     run_plan = plan_run(cfg)
@@ -132,8 +145,9 @@ def run_with_ray(cfg: TrainConfig, resume_dir: Path | None = None) -> Path:
     try:
         started = _init_ray(cfg)
         parts = launch(cfg, prepared[1], run_plan)
-        return runner.run(cfg, resume_dir=resume_dir, engines=parts.engines(), prepared=prepared,
-                          plan=run_plan, lock=lock)
+        return runner.run(
+            cfg, resume_dir=resume_dir, engines=parts.engines(), prepared=prepared, plan=run_plan, lock=lock
+        )
     finally:
         lock.release()  # a no-op when run() released it
         if parts is not None:
@@ -146,8 +160,9 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point: ``serl train`` flags; ``--ray`` is implied."""
     from serl.run.runner import USER_ERRORS
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        datefmt="%H:%M:%S")
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S"
+    )
     from serl.distributed.oom import is_ray_oom, oom_message
 
     cfg = None

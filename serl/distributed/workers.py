@@ -4,10 +4,12 @@
 Each worker builds its engine from the run's ``TrainConfig`` (passed as a dict) and the
 resolved model path, so what runs inside an actor is the same code as in one process.
 """
+
 from __future__ import annotations
 
 import os
 import socket
+from typing import Any
 
 
 def _config(cfg_dict: dict):
@@ -28,7 +30,8 @@ class LearnerWorker:
     """One rank of the learner group (DeepSpeed), or the whole torch learner."""
 
     def __init__(self, rank: int, world: int):
-        self.rank, self.world, self.learner = rank, world, None
+        self.rank, self.world = rank, world
+        self.learner: Any = None  # made by setup()
 
     def address(self) -> tuple[str, int]:
         """Rank 0's address and a free port, for the process group's rendezvous."""
@@ -40,15 +43,20 @@ class LearnerWorker:
         return ray.util.get_node_ip_address(), port
 
     def setup(self, cfg_dict: dict, plan_dict: dict, model_path: str, master: tuple[str, int]) -> int:
-        from serl.engines.factory import make_learner
         from serl.config.plan import RunPlan
+        from serl.engines.factory import make_learner
 
         _quiet_threads()
         cfg = _config(cfg_dict)
         if cfg.learner == "deepspeed":  # Ray gives each actor its GPU as device 0; the learner
             # sets DeepSpeed's accelerator from --device (deepspeed_learner.use_accelerator)
-            os.environ.update(RANK=str(self.rank), WORLD_SIZE=str(self.world), LOCAL_RANK="0",
-                              MASTER_ADDR=master[0], MASTER_PORT=str(master[1]))
+            os.environ.update(
+                RANK=str(self.rank),
+                WORLD_SIZE=str(self.world),
+                LOCAL_RANK="0",
+                MASTER_ADDR=master[0],
+                MASTER_PORT=str(master[1]),
+            )
         self.learner = make_learner(cfg, RunPlan.from_dict(plan_dict), model_path, None)
         return self.rank
 
@@ -113,8 +121,9 @@ class GeneratorWorker:
         _quiet_threads()
         # the seed depends on the index (engines must not draw the same samples); sleep and
         # wake are driven by GeneratorGroup for all engines together
-        self.gen = generator_from_config(_config(cfg_dict), model_path, load_tokenizer(model_path),
-                                         index=index, manage_sleep=False)
+        self.gen = generator_from_config(
+            _config(cfg_dict), model_path, load_tokenizer(model_path), index=index, manage_sleep=False
+        )
         return type(self.gen).__name__
 
     def generate(self, prompts, n, sampling):

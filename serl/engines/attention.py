@@ -21,6 +21,7 @@ names, as OpenRLHF's flag and TRL's ``model_init_kwargs`` do: ``eager``, ``sdpa`
 A forced name that cannot run here (``flash_attention_2`` on a CPU, without flash-attn,
 or in fp32) is an error at start-up, never a silent switch.
 """
+
 from __future__ import annotations
 
 import logging
@@ -35,14 +36,18 @@ FLASH = "flash_attention_2"
 @dataclass(frozen=True)
 class AttentionChoice:
     load: str | None  # attn_implementation for from_pretrained (None: transformers' default)
-    packed: str       # varlen kernel for packed rows: auto | eager | sdpa | flash_attention_2
-    why: str          # one line: why this choice
+    packed: str  # varlen kernel for packed rows: auto | eager | sdpa | flash_attention_2
+    why: str  # one line: why this choice
 
     def describe(self, packed: bool) -> str:
         """The start-up line: what runs, given whether the micro-batches ended up packed."""
         if packed:
-            kernel = {"auto": "grouped eager (short bf16) / SDPA per sequence", "eager": "eager per sequence",
-                      "sdpa": "SDPA per sequence", FLASH: "flash_attn_varlen_func"}[self.packed]
+            kernel = {
+                "auto": "grouped eager (short bf16) / SDPA per sequence",
+                "eager": "eager per sequence",
+                "sdpa": "SDPA per sequence",
+                FLASH: "flash_attn_varlen_func",
+            }[self.packed]
             return f"packed micro-batches, {kernel} ({self.why})"
         return f"padded micro-batches, {self.load or 'transformers default'} attention ({self.why})"
 
@@ -57,8 +62,9 @@ def flash_attn_importable() -> tuple[bool, str]:
     return True, "flash-attn importable"
 
 
-def choose_attention(device: str, requested: str = "auto", bf16: bool = False,
-                     flash: tuple[bool, str] | None = None) -> AttentionChoice:
+def choose_attention(
+    device: str, requested: str = "auto", bf16: bool = False, flash: tuple[bool, str] | None = None
+) -> AttentionChoice:
     """The attention for a learner on ``device``; ``flash`` (importable, why) is looked up
     when needed (tests pass it)."""
     if requested not in IMPLEMENTATIONS:

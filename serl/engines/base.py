@@ -5,10 +5,12 @@ take new weights; a ``Learner`` scores token sequences and updates the policy; a
 ``Checker`` compares answers for rewards and evaluation.
 Implementations: ``hf`` / ``vllm`` generators, ``torch`` / ``deepspeed`` learners.
 """
+
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator, Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -81,42 +83,61 @@ class TrainBatch:
     # generator did not sample): the importance weight there is 1 (serl.algos.tis)
     behaviour_logprobs: list[torch.Tensor] | None = None
 
-    def subset(self, idx: list[int]) -> "TrainBatch":
+    def subset(self, idx: list[int]) -> TrainBatch:
         """The sequences at ``idx``, in that order (per-token fields follow along; pairs
         whose both sequences are kept are renumbered)."""
-        pick = (lambda xs: None if xs is None else [xs[i] for i in idx])
+
+        def pick(xs: list | None) -> Any:
+            return None if xs is None else [xs[i] for i in idx]
+
         pairs = None
         if self.pairs is not None:
             where = {i: k for k, i in enumerate(idx)}
             pairs = [(where[c], where[r]) for c, r in self.pairs if c in where and r in where]
-        return TrainBatch(pick(self.prompt_ids), pick(self.response_ids), pick(self.advantages),
-                          pick(self.old_logprobs), pick(self.ref_logprobs), pairs, self.objective,
-                          pick(self.behaviour_logprobs))
+        return TrainBatch(
+            pick(self.prompt_ids),
+            pick(self.response_ids),
+            pick(self.advantages),
+            pick(self.old_logprobs),
+            pick(self.ref_logprobs),
+            pairs,
+            self.objective,
+            pick(self.behaviour_logprobs),
+        )
 
-    def nonzero_rows(self) -> "TrainBatch | None":
+    def nonzero_rows(self) -> TrainBatch | None:
         """Without the sequences whose advantage is zero at every token (they would only
         cost compute); None when none is left."""
-        keep = [i for i, a in enumerate(self.advantages) if bool(torch.any(a != 0))]
+        keep = [i for i, a in enumerate(self.advantages or ()) if bool(torch.any(a != 0))]
         return self.subset(keep) if keep else None
 
     @staticmethod
-    def concat(parts: "list[TrainBatch | None]") -> "TrainBatch | None":
+    def concat(parts: list[TrainBatch | None]) -> TrainBatch | None:
         """One batch of every sequence of ``parts`` (None and empty parts skipped; advantage
         batches only: pairs and per-batch objectives do not combine); None when empty."""
-        parts = [b for b in parts if b is not None and b.response_ids]
-        if not parts:
+        kept = [b for b in parts if b is not None and b.response_ids]
+        if not kept:
             return None
-        if any(b.pairs is not None or b.objective is not None for b in parts):
+        if any(b.pairs is not None or b.objective is not None for b in kept):
             raise ValueError("TrainBatch.concat joins advantage batches only (no pairs, no objective)")
-        join = (lambda name: None if any(getattr(b, name) is None for b in parts)
-                else [x for b in parts for x in getattr(b, name)])
-        return TrainBatch(join("prompt_ids"), join("response_ids"), join("advantages"), join("old_logprobs"),
-                          join("ref_logprobs"), behaviour_logprobs=join("behaviour_logprobs"))
+
+        def join(name: str) -> Any:
+            return None if any(getattr(b, name) is None for b in kept) else [x for b in kept for x in getattr(b, name)]
+
+        return TrainBatch(
+            join("prompt_ids"),
+            join("response_ids"),
+            join("advantages"),
+            join("old_logprobs"),
+            join("ref_logprobs"),
+            behaviour_logprobs=join("behaviour_logprobs"),
+        )
 
 
 class Learner(Protocol):
-    def logprobs(self, prompt_ids: list[list[int]], response_ids: list[list[int]],
-                 model: str = "policy") -> list[torch.Tensor]:
+    def logprobs(
+        self, prompt_ids: list[list[int]], response_ids: list[list[int]], model: str = "policy"
+    ) -> list[torch.Tensor]:
         """Log-probs of each response token under ``model`` ("policy" or "ref")."""
 
     def step(self, batch: TrainBatch) -> dict[str, float]:

@@ -32,23 +32,32 @@ The shared half (micro-batching, log-probs, objectives, metrics) is
   yields merged weights, and ``save`` writes the adapter in PEFT layout with a DeepSpeed
   checkpoint of the trainable parameters only (``exclude_frozen_parameters``).
 """
+
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import shutil
 import socket
+from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from serl.engines.learner_core import (LearnerConfig, LearnerCore, Scorer, announce_attention, learner_attention,
-    lr_multiplier)
+from serl.engines.learner_core import (
+    LearnerConfig,
+    LearnerCore,
+    Scorer,
+    announce_attention,
+    learner_attention,
+    lr_multiplier,
+)
 from serl.engines.micro import Micro
 from serl.models.resolve import tokenizer_for_save
 
@@ -75,8 +84,6 @@ class DeepSpeedOptions:
 
 
 def deepspeed_available() -> bool:
-    import importlib.util
-
     return importlib.util.find_spec("deepspeed") is not None
 
 
@@ -99,10 +106,16 @@ def ds_config(cfg: LearnerConfig, opts: DeepSpeedOptions, train: bool = True) ->
     }
     if train:
         conf["managed_gradient_accumulation"] = False
-        conf["gradient_clipping"] = cfg.max_grad_norm if cfg.max_grad_norm > 0 else 0.0
+        conf["gradient_clipping"] = cfg.max_norm if cfg.max_norm > 0 else 0.0
         if opts.adam_offload:  # DeepSpeed builds its CPU Adam from this
-            conf["optimizer"] = {"type": "AdamW", "params": {
-                "lr": cfg.lr, "betas": list(cfg.adam_betas), "weight_decay": cfg.weight_decay}}
+            conf["optimizer"] = {
+                "type": "AdamW",
+                "params": {
+                    "lr": cfg.actor_learning_rate,
+                    "betas": list(cfg.adam_betas),
+                    "weight_decay": cfg.weight_decay,
+                },
+            }
     return conf
 
 
@@ -121,9 +134,11 @@ def use_accelerator(device: str) -> None:
 
     have = get_accelerator().device_name()
     if (have == "cuda") != (device == "cuda"):
-        raise RuntimeError(f"the learner runs on {device}, but DeepSpeed's accelerator is {have} "
-                           f"(DS_ACCELERATOR={os.environ.get('DS_ACCELERATOR', 'unset')}; DeepSpeed "
-                           "fixes it when first imported): set DS_ACCELERATOR to match --device")
+        raise RuntimeError(
+            f"the learner runs on {device}, but DeepSpeed's accelerator is {have} "
+            f"(DS_ACCELERATOR={os.environ.get('DS_ACCELERATOR', 'unset')}; DeepSpeed "
+            "fixes it when first imported): set DS_ACCELERATOR to match --device"
+        )
 
 
 def init_process_group(backend: str = "", device: str = "cpu") -> None:
@@ -131,22 +146,23 @@ def init_process_group(backend: str = "", device: str = "cpu") -> None:
     The backend follows the learner's device: NCCL for CUDA tensors, gloo for CPU ones."""
     if dist.is_initialized():
         return
-    for k, v in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"),
-                 ("MASTER_ADDR", "127.0.0.1")):
+    for k, v in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1")):
         os.environ.setdefault(k, v)
     os.environ.setdefault("MASTER_PORT", str(_free_port()))
     use_accelerator(device)
     import deepspeed
 
-    deepspeed.init_distributed(dist_backend=backend or ("nccl" if device == "cuda" else "gloo"),
-                               auto_mpi_discovery=False)
+    deepspeed.init_distributed(
+        dist_backend=backend or ("nccl" if device == "cuda" else "gloo"), auto_mpi_discovery=False
+    )
 
 
 class DeepSpeedLearner(LearnerCore):
     """Learner protocol on DeepSpeed ZeRO; see the module docstring."""
 
-    def __init__(self, model_path: str, cfg: LearnerConfig, need_ref: bool, tokenizer=None,
-                 opts: DeepSpeedOptions | None = None):
+    def __init__(
+        self, model_path: str, cfg: LearnerConfig, need_ref: bool, tokenizer=None, opts: DeepSpeedOptions | None = None
+    ):
         use_accelerator(cfg.device)  # before deepspeed is imported: it picks its accelerator then
         import deepspeed
         from transformers.integrations import HfDeepSpeedConfig
@@ -169,7 +185,7 @@ class DeepSpeedLearner(LearnerCore):
         hf_ds = HfDeepSpeedConfig(conf) if self.opts.zero_stage == 3 else None
         lm = load_causal_lm(model_path, dtype=dtype, attn_implementation=choice.load)
         lm.train()
-        if cfg.grad_checkpointing:
+        if cfg.gradient_checkpointing:
             lm.config.use_cache = False
             lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         pad = getattr(lm.config, "pad_token_id", None)
@@ -185,22 +201,30 @@ class DeepSpeedLearner(LearnerCore):
             shape = lambda p: getattr(p, "ds_shape", p.shape)  # noqa: E731  (ZeRO-3 flattens p)
             params = [p for p in lm.parameters() if p.requires_grad]
             optimizer = torch.optim.AdamW(
-                [{"params": [p for p in params if len(shape(p)) >= 2], "weight_decay": cfg.weight_decay},
-                 {"params": [p for p in params if len(shape(p)) < 2], "weight_decay": 0.0}],
-                lr=cfg.lr * lr_multiplier(0, cfg), betas=tuple(cfg.adam_betas))
+                [
+                    {"params": [p for p in params if len(shape(p)) >= 2], "weight_decay": cfg.weight_decay},
+                    {"params": [p for p in params if len(shape(p)) < 2], "weight_decay": 0.0},
+                ],
+                lr=cfg.actor_learning_rate * lr_multiplier(0, cfg),
+                betas=tuple(cfg.adam_betas),
+            )
         scorer = Scorer(lm, pack=cfg.pack, kernel=choice.packed)
         self.packed = scorer.packed
         self.attention = announce_attention(choice, self.packed, self.rank)
         self.engine, self.optimizer, _, _ = deepspeed.initialize(
-            model=scorer, optimizer=optimizer, config=conf,
-            model_parameters=None if optimizer else [p for p in lm.parameters() if p.requires_grad])
+            model=scorer,
+            optimizer=optimizer,
+            config=conf,
+            model_parameters=None if optimizer else [p for p in lm.parameters() if p.requires_grad],
+        )
         if self.lora is not None:
             # DeepSpeed's exclude_frozen_parameters drops frozen parameters by their listed
             # names, so a tied (frozen) LM head would still be saved; keep the adapter only.
             full_sd = self.engine.module_state_dict
             self.engine.module_state_dict = lambda *a, **k: {  # noqa: E731
-                n: t for n, t in full_sd(*a, **k).items() if ".lora_" in n}
-        self.ref = None
+                n: t for n, t in full_sd(*a, **k).items() if ".lora_" in n
+            }
+        self.ref: Any = None
         if need_ref and self.lora is not None:  # the base with the adapter off: no second model
             from serl.engines.lora import ReferenceNet
 
@@ -209,8 +233,9 @@ class DeepSpeedLearner(LearnerCore):
             ref = load_causal_lm(model_path, dtype=dtype, attn_implementation=choice.load).eval()
             ref.requires_grad_(False)
             if self.opts.zero_stage == 3:
-                self.ref, *_ = deepspeed.initialize(model=Scorer(ref, pack=self.packed, kernel=choice.packed),
-                                                    config=ds_config(cfg, self.opts, False))
+                self.ref, *_ = deepspeed.initialize(
+                    model=Scorer(ref, pack=self.packed, kernel=choice.packed), config=ds_config(cfg, self.opts, False)
+                )
             else:
                 self.ref = Scorer(ref, pack=self.packed, kernel=choice.packed).to(self.device)
         del hf_ds
@@ -223,8 +248,9 @@ class DeepSpeedLearner(LearnerCore):
             return self.engine
         if model == "ref":
             if self.ref is None:
-                raise ValueError("no reference model loaded (the recipe needs none: "
-                                 "pass reference log-probs in the batch)")
+                raise ValueError(
+                    "no reference model loaded (the recipe needs none: pass reference log-probs in the batch)"
+                )
             return self.ref
         raise ValueError(f"model must be 'policy' or 'ref', got {model!r}")
 
@@ -371,10 +397,15 @@ class DeepSpeedLearner(LearnerCore):
             self.export_hf(str(tmp))
         if not state:
             return
-        client = {"updates": self.updates, "skipped_total": self.skipped_total,
-                  "config": asdict(self.cfg), "options": asdict(self.opts)}
-        self.engine.save_checkpoint(str(tmp / DS_DIR), tag=TAG, client_state=client,
-                                    exclude_frozen_parameters=self.lora is not None)
+        client = {
+            "updates": self.updates,
+            "skipped_total": self.skipped_total,
+            "config": asdict(self.cfg),
+            "options": asdict(self.opts),
+        }
+        self.engine.save_checkpoint(
+            str(tmp / DS_DIR), tag=TAG, client_state=client, exclude_frozen_parameters=self.lora is not None
+        )
         torch.save(torch.get_rng_state(), tmp / DS_DIR / f"rng_rank{self.rank}.pt")
 
     def load(self, path: str) -> None:
@@ -384,9 +415,13 @@ class DeepSpeedLearner(LearnerCore):
             raise FileNotFoundError(f"{path}: not a DeepSpeed learner checkpoint (no {DS_DIR}/{TAG}/)")
         if self.lora is not None:  # refuse another base first; DeepSpeed restores the weights
             self.lora.load(path, weights=False)
-        load_path, state = self.engine.load_checkpoint(str(ckpt), tag=TAG, load_optimizer_states=True,
-                                                       load_lr_scheduler_states=False,
-                                                       load_module_strict=self.lora is None)
+        load_path, state = self.engine.load_checkpoint(
+            str(ckpt),
+            tag=TAG,
+            load_optimizer_states=True,
+            load_lr_scheduler_states=False,
+            load_module_strict=self.lora is None,
+        )
         if load_path is None:
             raise FileNotFoundError(f"{path}: DeepSpeed could not load {ckpt}/{TAG}")
         self.updates = int(state["updates"])
@@ -402,5 +437,4 @@ class DeepSpeedLearner(LearnerCore):
             dist.destroy_process_group()
 
 
-__all__ = ["DeepSpeedLearner", "DeepSpeedOptions", "deepspeed_available", "ds_config",
-           "init_process_group"]
+__all__ = ["DeepSpeedLearner", "DeepSpeedOptions", "deepspeed_available", "ds_config", "init_process_group"]

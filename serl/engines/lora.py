@@ -23,25 +23,26 @@ base model instead of all its weights; ``LoraAdapter`` holds what both learners 
   identity, so that ``load`` refuses an adapter trained on another base.
 - LoRA dropout acts in the update passes only; log-prob scoring runs without it.
 """
+
 from __future__ import annotations
 
 import hashlib
 import json
-from contextlib import contextmanager, nullcontext
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
-from typing import Callable, Iterator
 
 import torch
 from torch import Tensor
 
 from serl.config.options import parse_targets
 
-ADAPTER = "default"          # peft's name for the one adapter a learner trains
+ADAPTER = "default"  # peft's name for the one adapter a learner trains
 STATE_FILE = "lora_state.pt"
-_SAMPLE = 1 << 16            # bytes read at the start, middle and end of each weights file
+_SAMPLE = 1 << 16  # bytes read at the start, middle and end of each weights file
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
 
-Gather = Callable[[list], object]  # params -> context manager making them whole (ZeRO-3)
+Gather = Callable[..., AbstractContextManager]  # (params, modify=False) -> context manager making them whole (ZeRO-3)
 
 
 def _no_gather(params: list, modify: bool = False):
@@ -50,8 +51,12 @@ def _no_gather(params: list, modify: bool = False):
 
 def lora_settings(cfg) -> dict:
     """The settings that define an adapter (a checkpoint must match them to load)."""
-    return {"rank": int(cfg.lora_rank), "alpha": float(cfg.lora_alpha), "dropout": float(cfg.lora_dropout),
-            "target_modules": parse_targets(cfg.lora_target_modules)}
+    return {
+        "rank": int(cfg.lora_rank),
+        "alpha": float(cfg.lora_alpha),
+        "dropout": float(cfg.lora_dropout),
+        "target_modules": parse_targets(cfg.target_modules),
+    }
 
 
 def base_identity(model_path: str) -> dict:
@@ -83,12 +88,18 @@ class LoraAdapter:
     def __init__(self, lm, cfg, model_path: str):
         from peft import LoraConfig, get_peft_model
 
-        from serl.errors import ConfigError
+        from serl import ConfigError
 
         self.settings = lora_settings(cfg)
         s = self.settings
-        conf = LoraConfig(r=s["rank"], lora_alpha=s["alpha"], lora_dropout=s["dropout"],
-                          target_modules=s["target_modules"], bias="none", task_type="CAUSAL_LM")
+        conf = LoraConfig(
+            r=s["rank"],
+            lora_alpha=s["alpha"],
+            lora_dropout=s["dropout"],
+            target_modules=s["target_modules"],
+            bias="none",
+            task_type="CAUSAL_LM",
+        )
         try:
             self.peft = get_peft_model(lm, conf)
         except ValueError as e:  # peft: "Target modules {...} not found in the base model"
@@ -182,7 +193,7 @@ class LoraAdapter:
                     yield name, (p.detach().clone() if clone else p.detach())
                 continue
             i = parts.index("base_layer")
-            owner, leaf = ".".join(parts[:i]), ".".join(parts[i + 1:])
+            owner, leaf = ".".join(parts[:i]), ".".join(parts[i + 1 :])
             layer = self._layers[owner]
             if leaf != "weight" or ADAPTER not in layer.lora_A:
                 with gather([p]):
@@ -211,25 +222,32 @@ class LoraAdapter:
             return
         self.peft.save_pretrained(path, state_dict=sd, save_embedding_layers=False)
         if state:
-            torch.save({"settings": self.settings, "identity": self.identity, "ref_adapter": self.ref_adapter},
-                       Path(path) / STATE_FILE)
+            torch.save(
+                {"settings": self.settings, "identity": self.identity, "ref_adapter": self.ref_adapter},
+                Path(path) / STATE_FILE,
+            )
 
     def check(self, path: str) -> dict:
         """``lora_state.pt`` of a saved adapter, after refusing one that does not fit here."""
         f = Path(path) / STATE_FILE
         if not f.is_file():
-            raise FileNotFoundError(f"{path}: not a LoRA learner checkpoint (no {STATE_FILE}; "
-                                    f"was it saved with lora_rank 0?)")
+            raise FileNotFoundError(
+                f"{path}: not a LoRA learner checkpoint (no {STATE_FILE}; was it saved with lora_rank 0?)"
+            )
         state = torch.load(f, map_location="cpu", weights_only=False)
         saved, now = state["identity"], self.identity
         if saved["fingerprint"] != now["fingerprint"]:
-            raise ValueError(f"{path}: the adapter was trained on base model {saved['path']} "
-                             f"(fingerprint {saved['fingerprint']}), but this learner's base is "
-                             f"{now['path']} (fingerprint {now['fingerprint']}); refusing to load "
-                             f"it onto a different base")
+            raise ValueError(
+                f"{path}: the adapter was trained on base model {saved['path']} "
+                f"(fingerprint {saved['fingerprint']}), but this learner's base is "
+                f"{now['path']} (fingerprint {now['fingerprint']}); refusing to load "
+                f"it onto a different base"
+            )
         if state["settings"] != self.settings:
-            raise ValueError(f"{path}: the adapter has LoRA settings {json.dumps(state['settings'])}, "
-                             f"this learner {json.dumps(self.settings)}")
+            raise ValueError(
+                f"{path}: the adapter has LoRA settings {json.dumps(state['settings'])}, "
+                f"this learner {json.dumps(self.settings)}"
+            )
         return state
 
     def load(self, path: str, gather: Gather = _no_gather, weights: bool = True) -> None:
@@ -288,8 +306,10 @@ def merge_saved_adapter(adapter_dir: str | Path, base: str, dest: str | Path) ->
     if (src / STATE_FILE).is_file():  # serl's own adapters record their base: refuse another
         saved = torch.load(src / STATE_FILE, map_location="cpu", weights_only=False)["identity"]
         if saved["fingerprint"] != base_identity(base)["fingerprint"]:
-            raise ValueError(f"{src}: the adapter was trained on base model {saved['path']}, not {base}; "
-                             "refusing to merge it into a different base")
+            raise ValueError(
+                f"{src}: the adapter was trained on base model {saved['path']}, not {base}; "
+                "refusing to merge it into a different base"
+            )
     tensors = load_file(str(src / "adapter_model.safetensors"))
     lm = load_causal_lm(base, dtype=torch.float32)
     modules = dict(lm.named_modules())
@@ -300,7 +320,9 @@ def merge_saved_adapter(adapter_dir: str | Path, base: str, dest: str | Path) ->
         if ".lora_A." not in key or owner not in modules:
             raise ValueError(f"{src / 'adapter_model.safetensors'}: {key} is not a LoRA factor of {base}")
         w = modules[owner].weight
-        w.data = _merge(w.data, a, tensors[key.replace(".lora_A.", ".lora_B.")], scale, cfg.get("fan_in_fan_out", False))
+        w.data = _merge(
+            w.data, a, tensors[key.replace(".lora_A.", ".lora_B.")], scale, cfg.get("fan_in_fan_out", False)
+        )
     lm.save_pretrained(str(dest))
     tok = tokenizer_for_save(None, str(src) if (src / "tokenizer_config.json").exists() else base)
     if tok is not None:

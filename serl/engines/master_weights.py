@@ -16,9 +16,10 @@ rotary angles of late positions by whole radians. This is the same recipe as
 DeepSpeed's bf16 mode and Megatron's mixed precision (bf16 activations and residual
 stream, fp32 optimizer state).
 """
+
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 from torch import Tensor
@@ -44,8 +45,9 @@ class MasterWeights:
                 self.params.append(p)
         self.masters: list[Tensor] = [p.detach().to(torch.float32, copy=True) for p in self.params]
         cast_parameters(model, dtype)
-        self._hooks = [p.register_post_accumulate_grad_hook(self._accumulate_into(m))
-                       for p, m in zip(self.params, self.masters)]
+        self._hooks = [
+            p.register_post_accumulate_grad_hook(self._accumulate_into(m)) for p, m in zip(self.params, self.masters)
+        ]
 
     @staticmethod
     def _accumulate_into(master: Tensor):
@@ -55,6 +57,7 @@ class MasterWeights:
             else:
                 master.grad.add_(p.grad)
             p.grad = None
+
         return hook
 
     @torch.no_grad()

@@ -26,9 +26,11 @@
   (``pred_rows``/``pred_cols``), and the objective sees the response tokens as rows
   ``[b, R]`` (``resp_mask``), so objectives do not care which layout ran.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -39,34 +41,56 @@ class Micro:
     """One micro-batch: sequence indices, inputs and response layout."""
 
     index: list[int]
-    input_ids: Tensor         # [b, L] padded, or [1, T] packed
+    input_ids: Tensor  # [b, L] padded, or [1, T] packed
     attention_mask: Tensor | None  # [b, L] padded; None when packed
-    resp_mask: Tensor         # [b, R] bool, True on response tokens
-    pred_rows: Tensor         # [N] row of each response token's predicting position
-    pred_cols: Tensor         # [N] column of that position (one before the token)
-    targets: Tensor           # [N] the response token ids, row-major
+    resp_mask: Tensor  # [b, R] bool, True on response tokens
+    pred_rows: Tensor  # [N] row of each response token's predicting position
+    pred_cols: Tensor  # [N] column of that position (one before the token)
+    targets: Tensor  # [N] the response token ids, row-major
     lengths: list[int] = field(default_factory=list)  # response lengths
     pairs: Tensor | None = None  # [P, 2] rows of (chosen, rejected), for pair objectives
     position_ids: Tensor | None = None  # [1, T] packed: 0.. within each sequence
-    seq_lens: tuple[int, ...] | None = None  # packed: prompt + response length of each sequence (shared: of each prompt's block)
-    shared: tuple[tuple[int, tuple[int, ...]], ...] | None = None  # shared prompts: (prompt length, response lengths) per block
+    seq_lens: tuple[int, ...] | None = (
+        None  # packed: prompt + response length of each sequence (shared: of each prompt's block)
+    )
+    shared: tuple[tuple[int, tuple[int, ...]], ...] | None = (
+        None  # shared prompts: (prompt length, response lengths) per block
+    )
 
     @property
     def packed(self) -> bool:
         return self.seq_lens is not None
 
-    def to(self, device: str) -> "Micro":
+    def to(self, device: str) -> Micro:
         if device == "cpu":
             return self
         mv = lambda t: None if t is None else t.to(device, non_blocking=True)  # noqa: E731
-        return Micro(self.index, mv(self.input_ids), mv(self.attention_mask), mv(self.resp_mask),
-                     mv(self.pred_rows), mv(self.pred_cols), mv(self.targets), self.lengths, mv(self.pairs),
-                     mv(self.position_ids), self.seq_lens, self.shared)
+        return Micro(
+            self.index,
+            mv(self.input_ids),
+            mv(self.attention_mask),
+            mv(self.resp_mask),
+            mv(self.pred_rows),
+            mv(self.pred_cols),
+            mv(self.targets),
+            self.lengths,
+            mv(self.pairs),
+            mv(self.position_ids),
+            self.seq_lens,
+            self.shared,
+        )
 
 
-def micro_batches(prompt_ids: list[list[int]], response_ids: list[list[int]], size: int, pad_id: int,
-                  units: list[list[int]] | None = None, pack: bool = False,
-                  share_prompts: bool = False, max_tokens: int = 0) -> list[Micro]:
+def micro_batches(
+    prompt_ids: list[list[int]],
+    response_ids: list[list[int]],
+    size: int,
+    pad_id: int,
+    units: list[list[int]] | None = None,
+    pack: bool = False,
+    share_prompts: bool = False,
+    max_tokens: int = 0,
+) -> list[Micro]:
     """Micro-batches of about ``size`` sequences, longest first, padded or ``pack``ed
     (``share_prompts``: packed with each equal prompt written once, see the module doc).
     ``max_tokens`` > 0 replaces the count by a token budget: the tokens the layout holds
@@ -76,15 +100,18 @@ def micro_batches(prompt_ids: list[list[int]], response_ids: list[list[int]], si
         raise ValueError(f"{len(prompt_ids)} prompts but {len(response_ids)} responses")
     for i, p in enumerate(prompt_ids):
         if not p:
-            raise ValueError(f"sequence {i}: empty prompt (the first response token "
-                             "needs a position to be predicted from)")
+            raise ValueError(
+                f"sequence {i}: empty prompt (the first response token needs a position to be predicted from)"
+            )
     total = lambda i: len(prompt_ids[i]) + len(response_ids[i])  # noqa: E731
     units = [[i] for i in range(len(prompt_ids))] if units is None else units
     if share_prompts:
         if not pack:
             raise ValueError("share_prompts needs the packed layout (pack=True)")
-        return [_shared_layout(prompt_ids, response_ids, g) for g in _shared_groups(prompt_ids, response_ids,
-                                                                                      units, size, max_tokens)]
+        return [
+            _shared_layout(prompt_ids, response_ids, g)
+            for g in _shared_groups(prompt_ids, response_ids, units, size, max_tokens)
+        ]
     units = sorted(units, key=lambda u: -max(total(i) for i in u))
 
     def fits(group: list[list[int]], u: list[int]) -> bool:
@@ -109,28 +136,41 @@ def _layout(prompt_ids, response_ids, group: list[list[int]], pad_id: int, pack:
     L, R = max(lens), max(rl) if rl else 0
     if pack:
         ids = torch.tensor([[t for i in idx for t in (*prompt_ids[i], *response_ids[i])]], dtype=torch.long)
-        att = None
+        att: Any = None
         pos = torch.cat([torch.arange(n) for n in lens])[None]
     else:
         ids = torch.full((len(idx), L), pad_id, dtype=torch.long)
         att = torch.zeros((len(idx), L), dtype=torch.long)
         pos = None
     resp = torch.zeros((len(idx), max(R, 1)), dtype=torch.bool)
-    rows, cols, tgts = [], [], []
+    rows: list = []
+    cols: list = []
+    tgts: list = []
     offset = 0
     for b, i in enumerate(idx):
         p, r = len(prompt_ids[i]), len(response_ids[i])
         if not pack:
-            ids[b, :p + r] = torch.tensor(list(prompt_ids[i]) + list(response_ids[i]), dtype=torch.long)
-            att[b, :p + r] = 1
+            ids[b, : p + r] = torch.tensor(list(prompt_ids[i]) + list(response_ids[i]), dtype=torch.long)
+            att[b, : p + r] = 1
         resp[b, :r] = True
         rows.extend([0 if pack else b] * r)
         start = offset + p - 1 if pack else p - 1
         cols.extend(range(start, start + r))
         tgts.extend(response_ids[i])
         offset += p + r
-    return Micro(idx, ids, att, resp, torch.tensor(rows, dtype=torch.long), torch.tensor(cols, dtype=torch.long),
-                 torch.tensor(tgts, dtype=torch.long), rl, _pairs(group), pos, tuple(lens) if pack else None)
+    return Micro(
+        idx,
+        ids,
+        att,
+        resp,
+        torch.tensor(rows, dtype=torch.long),
+        torch.tensor(cols, dtype=torch.long),
+        torch.tensor(tgts, dtype=torch.long),
+        rl,
+        _pairs(group),
+        pos,
+        tuple(lens) if pack else None,
+    )
 
 
 def _pairs(group: list[list[int]]) -> Tensor | None:
@@ -140,8 +180,9 @@ def _pairs(group: list[list[int]]) -> Tensor | None:
     return None
 
 
-def _shared_groups(prompt_ids, response_ids, units: list[list[int]], size: int,
-                   max_tokens: int = 0) -> list[list[list[int]]]:
+def _shared_groups(
+    prompt_ids, response_ids, units: list[list[int]], size: int, max_tokens: int = 0
+) -> list[list[list[int]]]:
     """Units bundled by their first sequence's prompt (bundles longest first, units in
     their given order), cut greedily into micro-batches of at most ``size`` times the
     longest sequence's tokens (or ``max_tokens`` when > 0), counting each prompt once per
@@ -154,14 +195,15 @@ def _shared_groups(prompt_ids, response_ids, units: list[list[int]], size: int,
     for u in units:
         bundles.setdefault(tuple(prompt_ids[u[0]]), []).append(u)
     groups: list[list[list[int]]] = []
-    used, seen = 0, set()
+    used, seen = 0, set[tuple[int, ...]]()
     for bundle in sorted(bundles.values(), key=lambda b: -max(total(i) for u in b for i in u)):
         for u in bundle:
             prompts, answers = {tuple(prompt_ids[i]) for i in u}, sum(len(response_ids[i]) for i in u)
-            cost = lambda: sum(map(len, prompts - seen)) + answers  # noqa: E731 (a prompt already in: free)
+            cost = lambda: sum(map(len, prompts - seen)) + answers  # noqa: B023 (a prompt already in: free; reads this
+            # iteration's prompts and the current seen, on purpose)
             if not groups or used + cost() > budget:
                 groups.append([])
-                used, seen = 0, set()
+                used, seen = 0, set[tuple[int, ...]]()
             groups[-1].append(u)
             used, seen = used + cost(), seen | prompts
     return groups
@@ -192,13 +234,24 @@ def _shared_layout(prompt_ids, response_ids, group: list[list[int]]) -> Micro:
     resp = torch.zeros((len(idx), max(max(rl), 1)), dtype=torch.bool)
     cols, tgts = [], []
     for b, i in enumerate(idx):
-        resp[b, :rl[b]] = True
+        resp[b, : rl[b]] = True
         last, first = where[i]
-        cols.extend([last, *range(first, first + rl[b] - 1)][:rl[b]])
+        cols.extend([last, *range(first, first + rl[b] - 1)][: rl[b]])
         tgts.extend(response_ids[i])
-    return Micro(idx, torch.tensor([ids], dtype=torch.long), None, resp, torch.zeros(len(cols), dtype=torch.long),
-                 torch.tensor(cols, dtype=torch.long), torch.tensor(tgts, dtype=torch.long), rl, _pairs(group),
-                 torch.tensor([pos], dtype=torch.long), tuple(p + sum(rs) for p, rs in shared), tuple(shared))
+    return Micro(
+        idx,
+        torch.tensor([ids], dtype=torch.long),
+        None,
+        resp,
+        torch.zeros(len(cols), dtype=torch.long),
+        torch.tensor(cols, dtype=torch.long),
+        torch.tensor(tgts, dtype=torch.long),
+        rl,
+        _pairs(group),
+        torch.tensor([pos], dtype=torch.long),
+        tuple(p + sum(rs) for p, rs in shared),
+        tuple(shared),
+    )
 
 
 def rank_units(units: list[list[int]], prompt_ids, rank: int, world: int) -> list[list[int]]:
@@ -210,7 +263,7 @@ def rank_units(units: list[list[int]], prompt_ids, rank: int, world: int) -> lis
         first.setdefault(tuple(prompt_ids[u[0]]), len(first))
     ordered = sorted(units, key=lambda u: first[tuple(prompt_ids[u[0]])])  # stable: given order within
     n = len(ordered)
-    return ordered[rank * n // world:(rank + 1) * n // world]
+    return ordered[rank * n // world : (rank + 1) * n // world]
 
 
 def pad_values(values: list[Tensor], idx: list[int], like: Tensor, what: str, lengths: list[int]) -> Tensor:
@@ -219,7 +272,6 @@ def pad_values(values: list[Tensor], idx: list[int], like: Tensor, what: str, le
     for b, i in enumerate(idx):
         v = torch.as_tensor(values[i], dtype=torch.float32).reshape(-1)
         if v.numel() != lengths[b]:
-            raise ValueError(f"TrainBatch.{what}[{i}] has {v.numel()} entries, "
-                             f"response has {lengths[b]} tokens")
-        out[b, :v.numel()] = v
+            raise ValueError(f"TrainBatch.{what}[{i}] has {v.numel()} entries, response has {lengths[b]} tokens")
+        out[b, : v.numel()] = v
     return out

@@ -10,11 +10,13 @@ Both of multiprocessing's ways to start a process are covered while ``own_proces
 open: a forked child moves itself (an at-fork hook), a spawned one is started in a new group
 (``posix_spawn(setpgroup=0)`` in place of ``multiprocessing.util.spawnv_passfds``).
 """
+
 from __future__ import annotations
 
 import multiprocessing.util as mp_util
 import os
 import signal
+import threading
 from contextlib import contextmanager
 
 _active = False
@@ -94,8 +96,6 @@ def stop_ends_start(before: set[int], children):
     an exception raised from a signal handler, so the handler kills the processes being started
     instead (their start then fails) and the block raises ``serl.run.stop.Stop`` when it ends.
     ``children()``: this process's children now. Main thread only; elsewhere a no-op."""
-    import threading
-
     from serl.run import stop
 
     if threading.current_thread() is not threading.main_thread():

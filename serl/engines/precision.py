@@ -10,6 +10,7 @@ fp32 everywhere else. Asking for bf16 where it would be emulated still works, wi
 decides for the hardware it runs on (``serl.engines.factory``: a Ray actor on another node decides there);
 ``choose`` gives the run's start line and the record in ``RUN_DIR/precision.json``.
 """
+
 from __future__ import annotations
 
 import functools
@@ -53,7 +54,7 @@ def _cpuinfo() -> tuple[str, set[str]]:
         text = Path("/proc/cpuinfo").read_text(errors="replace")
     except OSError:
         return "", set()
-    name, flags = "", set()
+    name, flags = "", set[str]()
     for line in text.splitlines():
         key, _, value = line.partition(":")
         key = key.strip().lower()
@@ -126,8 +127,12 @@ def _warn_emulated(what: str, hw: Hardware) -> None:
     if what in _warned:
         return
     _warned.add(what)
-    log.warning("%s asked for on %s: this hardware has no native bf16, so it is emulated, %s; "
-                "'auto' would choose fp32 here", what, hw.summary(), EMULATED)
+    log.warning(
+        "%s asked for on %s: this hardware has no native bf16, so it is emulated, %s; 'auto' would choose fp32 here",
+        what,
+        hw.summary(),
+        EMULATED,
+    )
 
 
 def learner_bf16(setting, hw: Hardware) -> bool:
@@ -165,8 +170,10 @@ class Precision:
     device: str
 
     def line(self) -> str:
-        return (f"precision: {self.machine}; learner {self.learner} (--bf16 {self.asked_learner}), "
-                f"generator {self.generator} (--generator_dtype {self.asked_generator})")
+        return (
+            f"precision: {self.machine}; learner {self.learner} (--bf16 {self.asked_learner}), "
+            f"generator {self.generator} (--generator_dtype {self.asked_generator})"
+        )
 
 
 def choose(bf16="auto", dtype: str = "auto", device: str = "cpu", gen_device: str | None = None) -> Precision:
@@ -174,8 +181,14 @@ def choose(bf16="auto", dtype: str = "auto", device: str = "cpu", gen_device: st
     ``gen_device``: the generator's, default the same)."""
     hw = hardware(device)
     ghw = hw if gen_device in (None, device) else hardware(gen_device)
-    return Precision("bf16" if learner_bf16(bf16, hw) else "fp32", generator_dtype(dtype, ghw),
-                     bf16_setting(bf16), str(dtype), hw.summary(), device)
+    return Precision(
+        "bf16" if learner_bf16(bf16, hw) else "fp32",
+        generator_dtype(dtype, ghw),
+        bf16_setting(bf16),
+        str(dtype),
+        hw.summary(),
+        device,
+    )
 
 
 def record(run_dir: Path, p: Precision, step: int) -> str | None:
@@ -192,9 +205,11 @@ def record(run_dir: Path, p: Precision, step: int) -> str | None:
     if segments:
         last = segments[-1]
         if (last.get("learner"), last.get("generator")) != (p.learner, p.generator):
-            note = (f"precision differs from the run's last start: it was learner {last.get('learner')}, "
-                    f"generator {last.get('generator')} on {last.get('machine')}; now learner {p.learner}, "
-                    f"generator {p.generator} on {p.machine} (--bf16 and --generator_dtype set it explicitly)")
+            note = (
+                f"precision differs from the run's last start: it was learner {last.get('learner')}, "
+                f"generator {last.get('generator')} on {last.get('machine')}; now learner {p.learner}, "
+                f"generator {p.generator} on {p.machine} (--bf16 and --generator_dtype set it explicitly)"
+            )
     segments.append({"step": step, **asdict(p)})
     tmp = path.with_name(f".{RECORD}.tmp")
     tmp.write_text(json.dumps({"segments": segments}, indent=1) + "\n")

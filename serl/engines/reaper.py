@@ -12,10 +12,12 @@ mapped (vLLM's message queues). Without this, every OOM-killed run of a 0.5B mod
 1.2 GB in /dev/shm, and the next run ran out of memory sooner. ``close()`` tells the
 watchdog to leave everything alone, for a normal shutdown.
 """
+
 from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Sequence
 
 _WATCHDOG = r"""
 import os, shutil, sys, psutil
@@ -60,7 +62,7 @@ class Reaper:
     """Watches this process; if it dies, kills ``pids`` (by default: all its children now),
     then removes ``paths`` and the /dev/shm files the killed processes had mapped."""
 
-    def __init__(self, pids: list[int] | None = None, paths: list[str] = ()):
+    def __init__(self, pids: list[int] | None = None, paths: Sequence[str] = ()):
         import psutil  # a dependency of vLLM, the one engine that needs this
 
         specs, self.pids = [], []
@@ -71,9 +73,13 @@ class Reaper:
                 self.pids.append(proc.pid)
             except psutil.NoSuchProcess:  # gone already: nothing to watch
                 pass
-        self._proc = subprocess.Popen([sys.executable, "-c", _WATCHDOG, *specs, "--", *paths], stdin=subprocess.PIPE,
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                      start_new_session=True)  # a Ctrl-C to the owner's group spares it
+        self._proc: subprocess.Popen | None = subprocess.Popen(
+            [sys.executable, "-c", _WATCHDOG, *specs, "--", *paths],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )  # a Ctrl-C to the owner's group spares it
 
     def close(self) -> None:
         """A normal shutdown: the watchdog exits and kills nothing."""
@@ -81,6 +87,7 @@ class Reaper:
         if proc is None:
             return
         try:
+            assert proc.stdin is not None  # opened with stdin=PIPE
             proc.stdin.write(b"close")
             proc.stdin.close()
         except OSError:

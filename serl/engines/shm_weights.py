@@ -6,12 +6,13 @@ out once (header + data) and mapped; a push is then one ``copy_`` per tensor str
 into its slot, casting on the way. Same file format, so the engine's own safetensors
 loader reads it.
 """
+
 from __future__ import annotations
 
 import json
 import os
 import struct
-from typing import Iterable
+from collections.abc import Iterable
 
 import torch
 
@@ -61,8 +62,7 @@ class SafetensorsMirror:
         header, offset = {}, 0
         for name, shape in layout:
             size = width * _numel(shape)
-            header[name] = {"dtype": _DTYPES[self.dtype], "shape": list(shape),
-                            "data_offsets": [offset, offset + size]}
+            header[name] = {"dtype": _DTYPES[self.dtype], "shape": list(shape), "data_offsets": [offset, offset + size]}
             offset += size
         raw = json.dumps(header, separators=(",", ":")).encode()
         raw += b" " * (-len(raw) % 8)  # data starts 8-byte aligned
@@ -76,7 +76,7 @@ class SafetensorsMirror:
         self._slots = {}
         for name, shape in layout:
             a, b = header[name]["data_offsets"]
-            self._slots[name] = self._map[start + a:start + b].view(self.dtype).view(shape)
+            self._slots[name] = self._map[start + a : start + b].view(self.dtype).view(shape)
         self._layout = layout
 
 

@@ -21,12 +21,13 @@ the backward 4-7x faster (bench/README.md, issue 46):
 The gradient is written straight into one tensor of the logits' dtype (bf16 logits get
 bf16 gradients, as autograd through ``.float()`` would give).
 """
+
 from __future__ import annotations
 
 import torch
 from torch import Tensor
 
-BLOCK_ELEMS = 2 ** 20  # logits per block: 4 MB of fp32, within the cache once split over the threads
+BLOCK_ELEMS = 2**20  # logits per block: 4 MB of fp32, within the cache once split over the threads
 
 
 def block_rows(vocab: int) -> int:
@@ -55,10 +56,10 @@ class _TokenLogprobs(torch.autograd.Function):
             p = (z - m).exp_()  # exp(z - max): the softmax before it is normalised
             total = p.sum(-1)
             block_lse = m.squeeze(-1) + total.log()
-            lse[s:s + rows] = block_lse
-            logp[s:s + rows] = z.gather(-1, targets[s:s + rows, None]).squeeze(-1) - block_lse
+            lse[s : s + rows] = block_lse
+            logp[s : s + rows] = z.gather(-1, targets[s : s + rows, None]).squeeze(-1) - block_lse
             if ent is not None:  # the normalised softmax's own exp, as before blocks were cache-sized (same bits)
-                ent[s:s + rows] = block_lse - torch.sub(z, block_lse[:, None]).exp_().mul_(z).sum(-1)
+                ent[s : s + rows] = block_lse - torch.sub(z, block_lse[:, None]).exp_().mul_(z).sum(-1)
         ctx.save_for_backward(logits, targets, lse)
         ctx.inv_t = inv_t
         if ent is not None:
@@ -73,26 +74,29 @@ class _TokenLogprobs(torch.autograd.Function):
         g = g_logp.float() * inv_t
         rows = block_rows(logits.shape[1])
         for s in range(0, logits.shape[0], rows):
-            gs = g[s:s + rows, None]
+            gs = g[s : s + rows, None]
             block = _scaled_block(logits, s, s + rows, inv_t)
-            block.sub_(lse[s:s + rows, None]).exp_().mul_(gs.neg())  # -g * softmax, in place
-            block.scatter_add_(1, targets[s:s + rows, None], gs)  # + g at the target
-            grad[s:s + rows] = block
+            block.sub_(lse[s : s + rows, None]).exp_().mul_(gs.neg())  # -g * softmax, in place
+            block.scatter_add_(1, targets[s : s + rows, None], gs)  # + g at the target
+            grad[s : s + rows] = block
         return grad, None, None, None
 
 
-def token_logprobs(logits: Tensor, targets: Tensor, temperature: float = 1.0,
-                   want_entropy: bool = False) -> tuple[Tensor, Tensor | None]:
+def token_logprobs(
+    logits: Tensor, targets: Tensor, temperature: float = 1.0, want_entropy: bool = False
+) -> tuple[Tensor, Tensor | None]:
     """fp32 ``[N]`` log-probs of ``targets`` under ``logits / temperature`` (``[N, V]``,
     any float dtype), and their entropies if ``want_entropy`` (without gradient)."""
     if logits.dim() != 2 or targets.shape != logits.shape[:1]:
-        raise ValueError(f"token_logprobs: logits [N, V] and targets [N], got {tuple(logits.shape)} "
-                         f"and {tuple(targets.shape)}")
+        raise ValueError(
+            f"token_logprobs: logits [N, V] and targets [N], got {tuple(logits.shape)} and {tuple(targets.shape)}"
+        )
     return _TokenLogprobs.apply(logits, targets, float(temperature), bool(want_entropy))
 
 
-def reference_token_logprobs(logits: Tensor, targets: Tensor, temperature: float = 1.0,
-                             want_entropy: bool = False) -> tuple[Tensor, Tensor | None]:
+def reference_token_logprobs(
+    logits: Tensor, targets: Tensor, temperature: float = 1.0, want_entropy: bool = False
+) -> tuple[Tensor, Tensor | None]:
     """The same through plain full-size tensor ops (the numerics ``token_logprobs`` is
     tested against, and the path with ``LearnerConfig.fused_logprobs=False``)."""
     logits = logits.float()

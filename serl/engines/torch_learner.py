@@ -20,22 +20,30 @@ The shared half (micro-batching, log-probs, the objective loop, metrics) is
   the base with the adapter off, ``named_weights`` yields merged weights, and ``save``
   writes the adapter in PEFT layout instead of the whole policy.
 """
+
 from __future__ import annotations
 
 import logging
 import math
 import os
 import shutil
+from collections.abc import Iterator
 from contextlib import nullcontext
 from dataclasses import asdict
 from pathlib import Path
-from typing import Iterator
+from typing import Any
 
 import torch
 from torch import Tensor
 
-from serl.engines.learner_core import (LearnerConfig, LearnerCore, Scorer, announce_attention,
-                                       learner_attention, lr_multiplier)
+from serl.engines.learner_core import (
+    LearnerConfig,
+    LearnerCore,
+    Scorer,
+    announce_attention,
+    learner_attention,
+    lr_multiplier,
+)
 from serl.engines.master_weights import MasterWeights, cast_parameters
 from serl.models.resolve import tokenizer_for_save
 
@@ -48,8 +56,7 @@ class TorchLearner(LearnerCore):
     """Learner protocol on plain torch; see the module docstring. ``trainable=False``
     builds a scorer only (no optimizer), as the Ray reference worker uses."""
 
-    def __init__(self, model_path: str, cfg: LearnerConfig, need_ref: bool, tokenizer=None,
-                 trainable: bool = True):
+    def __init__(self, model_path: str, cfg: LearnerConfig, need_ref: bool, tokenizer=None, trainable: bool = True):
         from serl.models.resolve import load_causal_lm
 
         self.cfg = cfg
@@ -61,10 +68,9 @@ class TorchLearner(LearnerCore):
         self.policy = load_causal_lm(model_path, dtype=torch.float32, attn_implementation=choice.load).to(self.device)
         self.policy.train(trainable)
         self.policy.requires_grad_(trainable)
-        if cfg.grad_checkpointing and trainable:
+        if cfg.gradient_checkpointing and trainable:
             self.policy.config.use_cache = False
-            self.policy.gradient_checkpointing_enable(
-                gradient_checkpointing_kwargs={"use_reentrant": False})
+            self.policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.lora = None
         if cfg.lora_rank and trainable:
             from serl.engines.lora import LoraAdapter
@@ -80,15 +86,17 @@ class TorchLearner(LearnerCore):
             self.master = MasterWeights(self.policy)
         elif self.bf16_weights:
             cast_parameters(self.policy, torch.bfloat16)
-        self.ref = None
+        self.ref: Any = None
         if need_ref and self.lora is None:  # under LoRA the reference is the base, adapter off
             self.ref = load_causal_lm(model_path, dtype=torch.float32, attn_implementation=choice.load)
             self.ref = self.ref.to(self.device).eval()
             self.ref.requires_grad_(False)
             if self.bf16_weights:
                 cast_parameters(self.ref, torch.bfloat16)
-        self._nets = {"policy": Scorer(self.policy, pack=cfg.pack, kernel=choice.packed),
-                      "ref": Scorer(self.ref, pack=cfg.pack, kernel=choice.packed) if self.ref is not None else None}
+        self._nets: dict[str, Any] = {
+            "policy": Scorer(self.policy, pack=cfg.pack, kernel=choice.packed),
+            "ref": Scorer(self.ref, pack=cfg.pack, kernel=choice.packed) if self.ref is not None else None,
+        }
         self.packed = self._nets["policy"].packed
         self.attention = announce_attention(choice, self.packed)
         if self.lora is not None and need_ref:
@@ -97,25 +105,26 @@ class TorchLearner(LearnerCore):
             self._nets["ref"] = ReferenceNet(self._nets["policy"], self.lora)
         pad = getattr(self.policy.config, "pad_token_id", None)
         self.pad_id = int(pad) if isinstance(pad, int) else 0
-        self.optimizer = None
+        self.optimizer: Any = None
         if trainable:
             params = self.master.masters if self.master else [p for p in self.policy.parameters() if p.requires_grad]
             decay = [p for p in params if p.dim() >= 2]
             no_decay = [p for p in params if p.dim() < 2]
             self.optimizer = torch.optim.AdamW(
-                [{"params": decay, "weight_decay": cfg.weight_decay},
-                 {"params": no_decay, "weight_decay": 0.0}],
-                lr=cfg.lr * lr_multiplier(0, cfg), betas=tuple(cfg.adam_betas), fused=True)
-        self.updates = 0          # optimizer steps taken (the schedule's position)
-        self.skipped_total = 0    # updates skipped for non-finite loss/gradients
+                [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+                lr=cfg.actor_learning_rate * lr_multiplier(0, cfg),
+                betas=tuple(cfg.adam_betas),
+                fused=True,
+            )
+        self.updates = 0  # optimizer steps taken (the schedule's position)
+        self.skipped_total = 0  # updates skipped for non-finite loss/gradients
 
     # ---------------------------------------------------------------- core hooks
     def _net(self, model: str):
         if model not in self._nets:
             raise ValueError(f"model must be 'policy' or 'ref', got {model!r}")
         if self._nets[model] is None:
-            raise ValueError("no reference model loaded (the recipe needs none: "
-                             "pass reference log-probs in the batch)")
+            raise ValueError("no reference model loaded (the recipe needs none: pass reference log-probs in the batch)")
         return self._nets[model]
 
     def _autocast(self):
@@ -134,7 +143,7 @@ class TorchLearner(LearnerCore):
         params = [p for g in self.optimizer.param_groups for p in g["params"]]
         grad_norm = float("nan")
         if finite:
-            max_norm = self.cfg.max_grad_norm if self.cfg.max_grad_norm > 0 else float("inf")
+            max_norm = self.cfg.max_norm if self.cfg.max_norm > 0 else float("inf")
             grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
             finite = math.isfinite(grad_norm)
         if finite:
@@ -211,13 +220,16 @@ class TorchLearner(LearnerCore):
         if tok is not None:
             tok.save_pretrained(str(tmp))
         if state:
-            torch.save({
-                "optimizer": self.optimizer.state_dict(),
-                "updates": self.updates,
-                "skipped_total": self.skipped_total,
-                "rng": torch.get_rng_state(),
-                "config": asdict(self.cfg),
-            }, tmp / STATE_FILE)
+            torch.save(
+                {
+                    "optimizer": self.optimizer.state_dict(),
+                    "updates": self.updates,
+                    "skipped_total": self.skipped_total,
+                    "rng": torch.get_rng_state(),
+                    "config": asdict(self.cfg),
+                },
+                tmp / STATE_FILE,
+            )
 
     def load(self, path: str) -> None:
         """Restore the weights, optimizer moments, schedule position and RNG from ``save``."""
@@ -258,8 +270,9 @@ class TorchLearner(LearnerCore):
         missing = sorted(set(own) - set(sd))
         unexpected = sorted(set(sd) - set(self.policy.state_dict()))
         if missing or unexpected:
-            raise ValueError(f"{src}: weights do not match the model: missing {missing[:5]}, "
-                             f"unexpected {unexpected[:5]}")
+            raise ValueError(
+                f"{src}: weights do not match the model: missing {missing[:5]}, unexpected {unexpected[:5]}"
+            )
         with torch.no_grad():
             for name, p in own.items():
                 p.copy_(sd[name])  # copy_ crosses devices

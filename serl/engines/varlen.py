@@ -36,6 +36,7 @@ Models whose attention is not plain causal SDPA (sliding windows shorter than a
 sequence, logit soft-capping, attention sinks) are refused with an error, never run
 with the wrong attention.
 """
+
 from __future__ import annotations
 
 from functools import partial
@@ -65,8 +66,17 @@ def impl_name(kernel: str) -> str:
     return _NAMES[kernel]
 
 
-def varlen_attention(module, query: Tensor, key: Tensor, value: Tensor, attention_mask, dropout: float = 0.0,
-                     scaling: float | None = None, kernel: str = "auto", **kwargs) -> tuple[Tensor, None]:
+def varlen_attention(
+    module,
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attention_mask,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    kernel: str = "auto",
+    **kwargs,
+) -> tuple[Tensor, None]:
     """Causal attention within each packed sequence. query: [1, H, T, D]; key, value:
     [1, Hkv, T, D]; returns [1, T, H, D] as transformers' attention functions do."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
@@ -75,18 +85,24 @@ def varlen_attention(module, query: Tensor, key: Tensor, value: Tensor, attentio
     if lens is None:  # an ordinary call of the model (not the scorer's): plain SDPA
         pos = kwargs.get("position_ids")
         if attention_mask is None and pos is not None and pos.shape[-1] > 1 and not bool((pos.diff(dim=-1) == 1).all()):
-            raise RuntimeError(f"{VARLEN}: packed position_ids without serl_seq_lens (the sequence lengths); "
-                               "the model would attend across sequences")
+            raise RuntimeError(
+                f"{VARLEN}: packed position_ids without serl_seq_lens (the sequence lengths); "
+                "the model would attend across sequences"
+            )
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling)
     if attention_mask is not None or query.shape[0] != 1 or sum(lens) != query.shape[2]:
-        raise RuntimeError(f"{VARLEN}: expected one packed row of {sum(lens)} tokens and no mask, got "
-                           f"query {tuple(query.shape)}, mask {attention_mask is not None}")
+        raise RuntimeError(
+            f"{VARLEN}: expected one packed row of {sum(lens)} tokens and no mask, got "
+            f"query {tuple(query.shape)}, mask {attention_mask is not None}"
+        )
     shared = kwargs.get("serl_shared")
     span = max(lens) if shared is None else max(p + max(rs, default=0) for p, rs in shared)
     window = kwargs.get("sliding_window")
     if window is not None and span > window:
-        raise ValueError(f"{VARLEN}: a sequence of {span} tokens exceeds the model's sliding window "
-                         f"({window}); set LearnerConfig.pack=False")
+        raise ValueError(
+            f"{VARLEN}: a sequence of {span} tokens exceeds the model's sliding window "
+            f"({window}); set LearnerConfig.pack=False"
+        )
     for name in ("softcap", "s_aux"):
         if kwargs.get(name) is not None:
             raise ValueError(f"{VARLEN}: the model's attention uses {name}; set LearnerConfig.pack=False")
@@ -98,8 +114,10 @@ def varlen_attention(module, query: Tensor, key: Tensor, value: Tensor, attentio
         return _shared_pieces(module, query, key, value, shared, kernel, scale, dropout), None
     if kernel == "flash_attention_2":
         return _flash_varlen(query, key, value, lens, scale, dropout), None
-    outs = [_piece(module, q, k, v, kernel, scale, dropout)
-            for q, k, v in zip(query.split(lens, 2), key.split(lens, 2), value.split(lens, 2))]
+    outs = [
+        _piece(module, q, k, v, kernel, scale, dropout)
+        for q, k, v in zip(query.split(lens, 2), key.split(lens, 2), value.split(lens, 2))
+    ]
     return (outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)), None
 
 
@@ -108,7 +126,7 @@ def _piece(module, q: Tensor, k: Tensor, v: Tensor, kernel: str, scale: float, d
     after its shared prompt) query i sees keys up to ``len(keys) - n + i``."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    if _eager_piece(kernel, q, dropout and module.training, k.shape[2]):
+    if _eager_piece(kernel, q, bool(dropout and module.training), k.shape[2]):
         return _grouped_eager(q, k, v, scale)
     n, m = q.shape[2], k.shape[2]
     if n == m:
@@ -117,8 +135,9 @@ def _piece(module, q: Tensor, k: Tensor, v: Tensor, kernel: str, scale: float, d
     return sdpa_attention_forward(module, q, k, v, allowed, dropout=dropout, scaling=scale, is_causal=False)[0]
 
 
-def _shared_pieces(module, query: Tensor, key: Tensor, value: Tensor, shared, kernel: str, scale: float,
-                   dropout: float) -> Tensor:
+def _shared_pieces(
+    module, query: Tensor, key: Tensor, value: Tensor, shared, kernel: str, scale: float, dropout: float
+) -> Tensor:
     """Each block's prompt, then each response against ``[prompt; own]`` keys; [1, T, H, D]."""
     lens = [n for p, rs in shared for n in (p, *rs)]
     qs, ks, vs = query.split(lens, 2), key.split(lens, 2), value.split(lens, 2)
@@ -127,8 +146,9 @@ def _shared_pieces(module, query: Tensor, key: Tensor, value: Tensor, shared, ke
         kp, vp = ks[j], vs[j]
         outs.append(_piece(module, qs[j], kp, vp, kernel, scale, dropout))
         for a in range(j + 1, j + 1 + len(rs)):
-            outs.append(_piece(module, qs[a], torch.cat((kp, ks[a]), 2), torch.cat((vp, vs[a]), 2), kernel,
-                               scale, dropout))
+            outs.append(
+                _piece(module, qs[a], torch.cat((kp, ks[a]), 2), torch.cat((vp, vs[a]), 2), kernel, scale, dropout)
+            )
         j += 1 + len(rs)
     return outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)
 
@@ -152,8 +172,9 @@ def _flash_varlen(query: Tensor, key: Tensor, value: Tensor, lens, scale: float,
 
     q, k, v = _flash_inputs(query, key, value)
     cu = _cu_seqlens(tuple(lens), q.device)
-    out = flash_attn_varlen_func(q, k, v, cu, cu, max(lens), max(lens), dropout_p=dropout,
-                                 softmax_scale=scale, causal=True)
+    out = flash_attn_varlen_func(
+        q, k, v, cu, cu, max(lens), max(lens), dropout_p=dropout, softmax_scale=scale, causal=True
+    )
     return out.unsqueeze(0)
 
 
@@ -163,8 +184,9 @@ def _flash_inputs(query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Te
     if q.dtype not in (torch.float16, torch.bfloat16):  # fp32 rotary output under autocast
         dev = q.device.type
         if not torch.is_autocast_enabled(dev):
-            raise RuntimeError(f"{impl_name('flash_attention_2')}: flash-attn computes in bf16/fp16, "
-                               f"got {q.dtype} outside autocast")
+            raise RuntimeError(
+                f"{impl_name('flash_attention_2')}: flash-attn computes in bf16/fp16, got {q.dtype} outside autocast"
+            )
         dt = torch.get_autocast_dtype(dev)
         q, k, v = q.to(dt), k.to(dt), v.to(dt)
     return q, k, v
@@ -178,8 +200,18 @@ def _flash_shared(query: Tensor, key: Tensor, value: Tensor, shared, scale: floa
 
     q, k, v = _flash_inputs(query, key, value)
     keys, cu_q, cu_k, max_q, max_k = _shared_index(tuple(shared), q.device)
-    out = flash_attn_varlen_func(q, k.index_select(0, keys), v.index_select(0, keys), cu_q, cu_k, max_q, max_k,
-                                 dropout_p=dropout, softmax_scale=scale, causal=True)
+    out = flash_attn_varlen_func(
+        q,
+        k.index_select(0, keys),
+        v.index_select(0, keys),
+        cu_q,
+        cu_k,
+        max_q,
+        max_k,
+        dropout_p=dropout,
+        softmax_scale=scale,
+        causal=True,
+    )
     return out.unsqueeze(0)
 
 
@@ -203,10 +235,18 @@ def _shared_index(shared: tuple, device):
                 k_lens.append(p + r)
                 at += r
             start = at
-        cum = lambda ns: torch.tensor([0, *torch.tensor(ns).cumsum(0).tolist()], dtype=torch.int32,  # noqa: E731
-                                      device=device)
-        _cu[ck] = (torch.tensor(keys, dtype=torch.long, device=device), cum(q_lens), cum(k_lens), max(q_lens),
-                   max(k_lens))
+        cum = lambda ns: torch.tensor(
+            [0, *torch.tensor(ns).cumsum(0).tolist()],
+            dtype=torch.int32,  # noqa: E731
+            device=device,
+        )
+        _cu[ck] = (
+            torch.tensor(keys, dtype=torch.long, device=device),
+            cum(q_lens),
+            cum(k_lens),
+            max(q_lens),
+            max(k_lens),
+        )
     return _cu[ck]
 
 
@@ -262,21 +302,24 @@ def use_varlen(lm, kernel: str = "auto") -> None:
     if kernel not in KERNELS:
         raise ValueError(f"packed attention kernel must be one of {KERNELS}, got {kernel!r}")
     name = impl_name(kernel)
-    AttentionInterface.register(name, varlen_attention if kernel == "auto" else partial(varlen_attention,
-                                                                                         kernel=kernel))
+    AttentionInterface.register(
+        name, varlen_attention if kernel == "auto" else partial(varlen_attention, kernel=kernel)
+    )
     AttentionMaskInterface.register(name, _mask)
     config = lm.config
     if getattr(config, "attn_logit_softcapping", None):
-        raise ValueError(f"{type(lm).__name__}: soft-capped attention is not supported with packing; "
-                         "set LearnerConfig.pack=False")
+        raise ValueError(
+            f"{type(lm).__name__}: soft-capped attention is not supported with packing; set LearnerConfig.pack=False"
+        )
     can = getattr(lm, "_can_set_attn_implementation", None)
     if can is None or not can():
-        raise ValueError(f"{type(lm).__name__} does not take pluggable attention (transformers' "
-                         "AttentionInterface); set LearnerConfig.pack=False")
+        raise ValueError(
+            f"{type(lm).__name__} does not take pluggable attention (transformers' "
+            "AttentionInterface); set LearnerConfig.pack=False"
+        )
     lm.set_attn_implementation(name)
     if config._attn_implementation != name:
-        raise ValueError(f"{type(lm).__name__}: could not switch attention to {name}; "
-                         "set LearnerConfig.pack=False")
+        raise ValueError(f"{type(lm).__name__}: could not switch attention to {name}; set LearnerConfig.pack=False")
 
 
 def _mask(*args, **kwargs):
@@ -295,11 +338,21 @@ def packed_forward(model, input_ids: Tensor, position_ids: Tensor, seq_lens: tup
     if shared is not None:
         extra["serl_shared"] = tuple((int(p), tuple(int(r) for r in rs)) for p, rs in shared)
         if tuple(p + sum(rs) for p, rs in extra["serl_shared"]) != tuple(seq_lens):
-            raise ValueError(f"shared-prompt blocks {extra['serl_shared']} do not add up to the row's "
-                             f"block lengths {tuple(seq_lens)}")
-    out = model(input_ids=input_ids, position_ids=position_ids, attention_mask=None, use_cache=False,
-                serl_seq_lens=tuple(int(n) for n in seq_lens), **extra)
+            raise ValueError(
+                f"shared-prompt blocks {extra['serl_shared']} do not add up to the row's "
+                f"block lengths {tuple(seq_lens)}"
+            )
+    out = model(
+        input_ids=input_ids,
+        position_ids=position_ids,
+        attention_mask=None,
+        use_cache=False,
+        serl_seq_lens=tuple(int(n) for n in seq_lens),
+        **extra,
+    )
     if _calls[0] == before:
-        raise RuntimeError(f"{type(model).__name__} ran without {VARLEN} attention: packed sequences would "
-                           "attend across each other; set LearnerConfig.pack=False")
+        raise RuntimeError(
+            f"{type(model).__name__} ran without {VARLEN} attention: packed sequences would "
+            "attend across each other; set LearnerConfig.pack=False"
+        )
     return out

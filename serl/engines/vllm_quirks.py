@@ -17,9 +17,12 @@ killer taking the worker that holds the model and KV cache), every later call ra
 ``EngineDeadError`` with a long traceback that names no cause. ``VLLMGenerator``
 turns that into one ``EngineDied`` error: what died, the likely cause, what to change.
 """
+
 from __future__ import annotations
 
 import logging
+import os
+import re
 from pathlib import Path
 
 RELOAD_LOGGER = "vllm.model_executor.model_loader.reload.layerwise"
@@ -35,8 +38,7 @@ class HarmlessReloadWarning(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         args = record.args if isinstance(record.args, tuple) else ()
-        harmless = (record.msg == RELOAD_MESSAGE and len(args) == 1
-                    and str(args[0]).endswith("RotaryEmbedding"))
+        harmless = record.msg == RELOAD_MESSAGE and len(args) == 1 and str(args[0]).endswith("RotaryEmbedding")
         self.dropped += harmless
         return not harmless
 
@@ -51,7 +53,7 @@ class WorkerExtension:
         quiet = HarmlessReloadWarning()
         log.addFilter(quiet)
         try:
-            self.reload_weights(weights_path=weights_path)
+            self.reload_weights(weights_path=weights_path)  # type: ignore[attr-defined]  # vLLM's worker, which this extends
         finally:
             log.removeFilter(quiet)
         return quiet.dropped
@@ -61,6 +63,7 @@ WORKER_EXTENSION = f"{__name__}.WorkerExtension"
 
 
 # -- engine death -------------------------------------------------------------------------------
+
 
 class EngineDied(RuntimeError):
     """The vLLM engine's processes are gone; the message says why (as far as can be told)
@@ -84,8 +87,9 @@ def oom_kills() -> int | None:
     return total if found else None
 
 
-def death_message(dead: list[str], oom_before: int | None, oom_after: int | None, on_cpu: bool,
-                  log_offset: int = 0) -> str:
+def death_message(
+    dead: list[str], oom_before: int | None, oom_after: int | None, on_cpu: bool, log_offset: int = 0
+) -> str:
     """One message for a dead engine. ``dead``: the engine processes found gone (e.g.
     "VLLM::Worker pid 1234"), empty when vLLM only said so."""
     what = f" ({', '.join(dead)})" if dead else ""
@@ -93,27 +97,33 @@ def death_message(dead: list[str], oom_before: int | None, oom_after: int | None
     if by:  # stopped, not starved: no advice about memory
         return f"the vLLM engine process stopped on {by}{what}; the run was asked to stop"
     if oom_before is not None and oom_after is not None and oom_after > oom_before:
-        cause = (f"Cause: memory. The kernel's out-of-memory killer ran while the engine was up "
-                 f"(its oom_kill count went from {oom_before} to {oom_after}).")
+        cause = (
+            f"Cause: memory. The kernel's out-of-memory killer ran while the engine was up "
+            f"(its oom_kill count went from {oom_before} to {oom_after})."
+        )
     else:
-        cause = ("Likely cause: memory. A process the kernel kills for lack of memory leaves no message "
-                 "of its own; if it crashed instead, vLLM's log above says how.")
+        cause = (
+            "Likely cause: memory. A process the kernel kills for lack of memory leaves no message "
+            "of its own; if it crashed instead, vLLM's log above says how."
+        )
     if on_cpu:
-        fix = ("give the engine less KV-cache memory (--vllm_kv_cache_gib, default 2; a 0.5B model's "
-               "64 rollouts need about 0.5), make sequences or batches smaller (--generate_max_len, --prompt_max_len, "
-               "--rollout_batch_size, --n_samples_per_prompt), stop other jobs that use memory, "
-               "or generate without vLLM (--generator hf).")
+        fix = (
+            "give the engine less KV-cache memory (--vllm_kv_cache_gib, default 2; a 0.5B model's "
+            "64 rollouts need about 0.5), make sequences or batches smaller (--generate_max_len, --prompt_max_len, "
+            "--rollout_batch_size, --n_samples_per_prompt), stop other jobs that use memory, "
+            "or generate without vLLM (--generator hf)."
+        )
     else:
-        fix = ("lower --vllm_gpu_memory_utilization, make sequences or batches smaller "
-               "(--generate_max_len, --prompt_max_len, --rollout_batch_size, --n_samples_per_prompt), "
-               "or generate without vLLM (--generator hf).")
+        fix = (
+            "lower --vllm_gpu_memory_utilization, make sequences or batches smaller "
+            "(--generate_max_len, --prompt_max_len, --rollout_batch_size, --n_samples_per_prompt), "
+            "or generate without vLLM (--generator hf)."
+        )
     return f"the vLLM engine process died{what}. {cause} To go on: {fix}"
 
 
 def log_size() -> int:
     """The engine log's size now (0 when there is none): where a new engine's lines begin."""
-    import os
-
     try:
         return os.path.getsize(os.environ.get("SERL_ENGINE_LOG", ""))
     except OSError:
@@ -124,9 +134,6 @@ def stop_signal(log_offset: int = 0) -> str | None:
     """The stop signal behind an engine's death, if any: one this process received (serl.run.stop),
     or one vLLM's engine logged receiving ("trigger received signal=SIGINT") in RUN_DIR/engine.log
     after ``log_offset`` (its size when this engine started)."""
-    import os
-    import re
-
     from serl.run import stop
 
     if stop.received:

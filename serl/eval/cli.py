@@ -4,6 +4,7 @@ All input is read and checked before the model loads; outputs are written at the
 end, each file through a temporary name and a rename, so a failed run leaves no
 half-written results.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -15,62 +16,106 @@ import sys
 import time
 from pathlib import Path
 
+from serl import ModelError
 from serl.eval.data import DataError, load_math_benchmark, load_mmlu_pro
 from serl.eval.math_bench import PROMPT_STYLES
 from serl.eval.shared import GeneratorUnavailable, make_generator, write_atomic
-from serl.errors import ModelError
 
 MMLU = "mmlu_pro"
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="serl eval", description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="smollm2",
-                   help="HF directory, hub id, .gguf file, 'smollm2' (the embedded default) or 'qwen2.5-coder-0.5b' (opt-in)")
-    p.add_argument("--benchmarks", default="",
-                   help="comma-separated names: directories under --data_dir, and/or 'mmlu_pro'")
-    p.add_argument("--data_dir", default="",
-                   help="folder holding <name>/test.jsonl for each math benchmark")
-    p.add_argument("--mmlu_dir", default="",
-                   help="folder holding MMLU-Pro's test.jsonl and validation.jsonl (for 'mmlu_pro')")
-    p.add_argument("--mmlu_split", default="test", choices=("test", "validation"),
-                   help="which MMLU-Pro split to evaluate (shots always come from validation)")
+    p.add_argument(
+        "--model",
+        default="smollm2",
+        help="HF directory, hub id, .gguf file, 'smollm2' (the embedded default) or 'qwen2.5-coder-0.5b' (opt-in)",
+    )
+    p.add_argument(
+        "--benchmarks", default="", help="comma-separated names: directories under --data_dir, and/or 'mmlu_pro'"
+    )
+    p.add_argument("--data_dir", default="", help="folder holding <name>/test.jsonl for each math benchmark")
+    p.add_argument(
+        "--mmlu_dir", default="", help="folder holding MMLU-Pro's test.jsonl and validation.jsonl (for 'mmlu_pro')"
+    )
+    p.add_argument(
+        "--mmlu_split",
+        default="test",
+        choices=("test", "validation"),
+        help="which MMLU-Pro split to evaluate (shots always come from validation)",
+    )
     p.add_argument("--n_shots", type=int, default=5, help="MMLU-Pro chain-of-thought examples per prompt")
-    p.add_argument("--stratified", type=int, default=0,
-                   help="MMLU-Pro: evaluate N questions spread evenly over categories (0 = all)")
-    p.add_argument("--limit", type=int, default=0,
-                   help="math: evaluate only the first N problems of each benchmark (0 = all)")
+    p.add_argument(
+        "--stratified",
+        type=int,
+        default=0,
+        help="MMLU-Pro: evaluate N questions spread evenly over categories (0 = all)",
+    )
+    p.add_argument(
+        "--limit", type=int, default=0, help="math: evaluate only the first N problems of each benchmark (0 = all)"
+    )
     p.add_argument("--output_dir", required=True, help="where generations.jsonl and results.json go")
-    p.add_argument("--k", type=int, default=8, help="samples per problem for maj@K / pass@K, on top of the greedy pass@1 "
-                        "(default 8; 0 = greedy only)")
+    p.add_argument(
+        "--k",
+        type=int,
+        default=8,
+        help="samples per problem for maj@K / pass@K, on top of the greedy pass@1 (default 8; 0 = greedy only)",
+    )
     p.add_argument("--no_greedy", action="store_true", help="skip the greedy pass (pass@1)")
     p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature for the K samples")
     p.add_argument("--top_p", type=float, default=0.95, help="nucleus sampling for the K samples")
     p.add_argument("--max_new_tokens", type=int, default=1024, help="generation length limit")
-    p.add_argument("--max_model_len", type=int, default=2048,
-                   help="context length (vLLM); MMLU-Pro prompts get max_model_len - max_new_tokens")
-    p.add_argument("--prompt_style", default="chat_boxed", choices=PROMPT_STYLES,
-                   help="raw: the question as it is; chat: chat template; chat_boxed: chat template "
-                        "plus 'put your final answer within \\boxed{}'")
-    p.add_argument("--fallback", default="number", choices=("number", "none"),
-                   help="math: answer of a response without \\boxed{}: its last number, or none")
-    p.add_argument("--generator", default="auto", choices=("auto", "vllm", "hf"),
-                   help="generation engine: vllm when installed (auto), or transformers")
-    p.add_argument("--dtype", default="auto", choices=("auto", "bfloat16", "float16", "float32"),
-                   help="generator dtype: auto (bfloat16 where the hardware computes it natively, else "
-                        "float32; serl.engines.precision)")
+    p.add_argument(
+        "--max_model_len",
+        type=int,
+        default=2048,
+        help="context length (vLLM); MMLU-Pro prompts get max_model_len - max_new_tokens",
+    )
+    p.add_argument(
+        "--prompt_style",
+        default="chat_boxed",
+        choices=PROMPT_STYLES,
+        help="raw: the question as it is; chat: chat template; chat_boxed: chat template "
+        "plus 'put your final answer within \\boxed{}'",
+    )
+    p.add_argument(
+        "--fallback",
+        default="number",
+        choices=("number", "none"),
+        help="math: answer of a response without \\boxed{}: its last number, or none",
+    )
+    p.add_argument(
+        "--generator",
+        default="auto",
+        choices=("auto", "vllm", "hf"),
+        help="generation engine: vllm when installed (auto), or transformers",
+    )
+    p.add_argument(
+        "--dtype",
+        default="auto",
+        choices=("auto", "bfloat16", "float16", "float32"),
+        help="generator dtype: auto (bfloat16 where the hardware computes it natively, else "
+        "float32; serl.engines.precision)",
+    )
     p.add_argument("--batch_size", type=int, default=32, help="HF generator: sequences per forward batch")
-    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
-                   help="HF generator: where the model runs (auto: cuda when available)")
+    p.add_argument(
+        "--device",
+        default="auto",
+        choices=("auto", "cpu", "cuda"),
+        help="HF generator: where the model runs (auto: cuda when available)",
+    )
     p.add_argument("--chunk", type=int, default=64, help="prompts per generate call (one progress line each)")
     p.add_argument("--seed", type=int, default=0, help="sampling seed")
     p.add_argument("--workers", type=int, default=1, help="math-verify worker processes")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-    p.add_argument("--show_engine_warnings", action="store_true",
-                   help="print vLLM's own log lines here instead of OUTPUT_DIR/engine.log")
-    from serl.eval.games import add_arguments
+    p.add_argument(
+        "--show_engine_warnings",
+        action="store_true",
+        help="print vLLM's own log lines here instead of OUTPUT_DIR/engine.log",
+    )
+    from serl.config.registry import recipe_module
 
-    add_arguments(p)  # --games and its options: the game evaluation
+    recipe_module("spiral", "evaluate").add_arguments(p)  # --games and its options: SPIRAL's game evaluation
     return p
 
 
@@ -124,8 +169,9 @@ def _check_args(args) -> str | None:
         return f"--output_dir {out} exists and is not a directory"
     other = _results_of_another_model(out, args.model)
     if other:
-        return (f"--output_dir {out} holds the results of model {other}, not {args.model}: give each model "
-                f"its own folder")
+        return (
+            f"--output_dir {out} holds the results of model {other}, not {args.model}: give each model its own folder"
+        )
     base = out.resolve()
     while not base.exists():  # the folder is made at the end: check now that it can be
         base = base.parent
@@ -142,8 +188,7 @@ def _results_of_another_model(out: Path, model: str) -> str | None:
     except (OSError, ValueError):
         return None
     theirs = str(earlier.get("model", "")) if isinstance(earlier, dict) else ""
-    same = theirs == model or (os.path.exists(model) and os.path.exists(theirs)
-                               and os.path.samefile(model, theirs))
+    same = theirs == model or (os.path.exists(model) and os.path.exists(theirs) and os.path.samefile(model, theirs))
     return None if same or not theirs else theirs
 
 
@@ -161,8 +206,10 @@ def _route_engine_log(args) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     route_to(out / ENGINE_LOG)
     if not args.quiet:
-        print(f"[eval] vLLM's own log lines go to {out / ENGINE_LOG} (--show_engine_warnings prints them here)",
-              file=sys.stderr)
+        print(
+            f"[eval] vLLM's own log lines go to {out / ENGINE_LOG} (--show_engine_warnings prints them here)",
+            file=sys.stderr,
+        )
     return before
 
 
@@ -172,9 +219,20 @@ def _fmt(x) -> str:
 
 def format_table(results: dict, k: int) -> str:
     # MMLU-Pro adds strict accuracy and the share decided by the lone-letter fallback
-    cols = [c for c in ("pass@1", f"maj@{k}", f"pass@{k}", f"mean@{k}", "strict_pass@1", "fallback@1",
-                        f"strict_mean@{k}", f"fallback@{k}")
-            if any(c in e for e in results["benchmarks"].values())]
+    cols = [
+        c
+        for c in (
+            "pass@1",
+            f"maj@{k}",
+            f"pass@{k}",
+            f"mean@{k}",
+            "strict_pass@1",
+            "fallback@1",
+            f"strict_mean@{k}",
+            f"fallback@{k}",
+        )
+        if any(c in e for e in results["benchmarks"].values())
+    ]
     width = {c: max(9, len(c) + 2) for c in cols}
     lines = [f"{'benchmark':<22}{'n':>6}" + "".join(f"{c:>{width[c]}}" for c in cols)]
     rows = []
@@ -207,31 +265,53 @@ def run(args, generator=None, tokenizer=None) -> dict:
         from serl.data.lengths import check_eval_prompts
         from serl.eval.math_bench import build_prompt_ids
 
-        check_eval_prompts(problems, tokenizer, args.max_model_len - args.max_new_tokens,
-                           lambda q: build_prompt_ids(q, tokenizer, args.prompt_style),
-                           "--max_model_len - --max_new_tokens", DataError)
+        check_eval_prompts(
+            problems,
+            tokenizer,
+            args.max_model_len - args.max_new_tokens,
+            lambda q: build_prompt_ids(q, tokenizer, args.prompt_style),
+            "--max_model_len - --max_new_tokens",
+            DataError,
+        )
     restore_env = _route_engine_log(args) if kind != "given" else dict(os.environ)
     if kind != "given":
         kind, generator = make_generator(args.generator, model_path, tokenizer, args)
     log = None if args.quiet else sys.stderr
     generator = Resumable(generator, args.output_dir, str(model_path), log)  # finished chunks survive a stop
-    common = dict(k=args.k, greedy=not args.no_greedy, max_new_tokens=args.max_new_tokens,
-                  temperature=args.temperature, top_p=args.top_p, prompt_style=args.prompt_style,
-                  seed=args.seed, chunk=args.chunk, log=log)
+    common = dict(
+        k=args.k,
+        greedy=not args.no_greedy,
+        max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        prompt_style=args.prompt_style,
+        seed=args.seed,
+        chunk=args.chunk,
+        log=log,
+    )
     parts, wall = [], {}
     try:
         with EquivalenceChecker(workers=max(1, args.workers)) as checker:
             if problems:
                 t = time.time()
-                parts.append(evaluate_math(generator, tokenizer, problems, checker=checker,
-                                           fallback=args.fallback, **common))
+                parts.append(
+                    evaluate_math(generator, tokenizer, problems, checker=checker, fallback=args.fallback, **common)
+                )
                 wall["math"] = round(time.time() - t, 1)
             if mmlu_q:
                 t = time.time()
-                parts.append(evaluate_mmlu_pro(generator, tokenizer, mmlu_q, mmlu_val, checker=checker,
-                                               n_shots=args.n_shots,
-                                               max_prompt_tokens=args.max_model_len - args.max_new_tokens,
-                                               **common))
+                parts.append(
+                    evaluate_mmlu_pro(
+                        generator,
+                        tokenizer,
+                        mmlu_q,
+                        mmlu_val,
+                        checker=checker,
+                        n_shots=args.n_shots,
+                        max_prompt_tokens=args.max_model_len - args.max_new_tokens,
+                        **common,
+                    )
+                )
                 wall[MMLU] = round(time.time() - t, 1)
     finally:
         if kind != "given":
@@ -242,13 +322,34 @@ def run(args, generator=None, tokenizer=None) -> dict:
             else:
                 os.environ[name] = restore_env[name]
     results = {
-        "model": args.model, "model_path": str(model_path), "generator": kind,
+        "model": args.model,
+        "model_path": str(model_path),
+        "generator": kind,
         "dtype": getattr(generator, "dtype", None),
-        "date": dt.datetime.now().isoformat(timespec="seconds"), "machine": platform.node(),
-        "settings": {key: getattr(args, key) for key in (
-            "benchmarks", "limit", "stratified", "mmlu_split", "n_shots", "k", "temperature", "top_p",
-            "max_new_tokens", "max_model_len", "prompt_style", "fallback", "seed")} | {"greedy": not args.no_greedy},
-        "benchmarks": {}, "metrics": {}, "wall_seconds": wall | {"total": round(time.time() - started, 1)},
+        "date": dt.datetime.now().isoformat(timespec="seconds"),
+        "machine": platform.node(),
+        "settings": {
+            key: getattr(args, key)
+            for key in (
+                "benchmarks",
+                "limit",
+                "stratified",
+                "mmlu_split",
+                "n_shots",
+                "k",
+                "temperature",
+                "top_p",
+                "max_new_tokens",
+                "max_model_len",
+                "prompt_style",
+                "fallback",
+                "seed",
+            )
+        }
+        | {"greedy": not args.no_greedy},
+        "benchmarks": {},
+        "metrics": {},
+        "wall_seconds": wall | {"total": round(time.time() - started, 1)},
     }
     records = []
     for part in parts:
@@ -258,8 +359,12 @@ def run(args, generator=None, tokenizer=None) -> dict:
     out = Path(args.output_dir)
     write_atomic(out / "generations.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
     write_atomic(out / "results.json", json.dumps(results, indent=2, ensure_ascii=False) + "\n")
-    table = f"model: {args.model}" + (f" ({model_path})" if str(model_path) != args.model else "") + "\n" + \
-        format_table(results, args.k)  # a table printed or kept names what it measured
+    table = (
+        f"model: {args.model}"
+        + (f" ({model_path})" if str(model_path) != args.model else "")
+        + "\n"
+        + format_table(results, args.k)
+    )  # a table printed or kept names what it measured
     write_atomic(out / "table.txt", table + "\n")
     generator.finished()
     print(table)
@@ -268,7 +373,6 @@ def run(args, generator=None, tokenizer=None) -> dict:
 
 def cli_main(argv: list[str] | None = None) -> int:
     from serl.engines.vllm_quirks import EngineDied
-
     from serl.run.stop import stop_at_once, stop_name
 
     try:
@@ -299,9 +403,9 @@ def _main(argv: list[str] | None) -> int:
     if problem:
         return _fail(problem)
     if args.games:
-        from serl.eval.games import cli_run
+        from serl.config.registry import recipe_module
 
-        code = cli_run(args)
+        code = recipe_module("spiral", "evaluate").cli_run(args)
         if code or not args.benchmarks:
             return code
     elif not args.benchmarks:

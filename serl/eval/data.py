@@ -4,6 +4,7 @@ Every problem of every requested benchmark is read and checked before any model
 is loaded, so bad input stops the run with one message naming file, line and
 field, and nothing is written.
 """
+
 from __future__ import annotations
 
 import re
@@ -61,8 +62,7 @@ def _text_field(path, lineno, row, names) -> str:
         value = row.get(name)
         if isinstance(value, str) and value.strip():
             return value
-    raise DataError(f"{path}:{lineno}: missing field {' or '.join(repr(n) for n in names)} "
-                    "(a non-empty string)")
+    raise DataError(f"{path}:{lineno}: missing field {' or '.join(repr(n) for n in names)} (a non-empty string)")
 
 
 def _is_choice(row: dict, gold: str, question: str) -> bool:
@@ -99,10 +99,18 @@ def load_math_benchmark(data_dir: str | Path, name: str, limit: int | None = Non
         gold = normalize_label(raw)
         if gold is None:
             raise DataError(f"{path}:{lineno}: field 'answer' holds no answer")
-        problems.append(MathProblem(
-            benchmark=name, idx=idx, question=question, gold=gold,
-            choice=_is_choice(row, gold, question),
-            level=_first(row, LEVEL_FIELDS), subject=_first(row, SUBJECT_FIELDS), where=f"{path}:{lineno}"))
+        problems.append(
+            MathProblem(
+                benchmark=name,
+                idx=idx,
+                question=question,
+                gold=gold,
+                choice=_is_choice(row, gold, question),
+                level=_first(row, LEVEL_FIELDS),
+                subject=_first(row, SUBJECT_FIELDS),
+                where=f"{path}:{lineno}",
+            )
+        )
     return problems
 
 
@@ -128,6 +136,14 @@ def load_mmlu_pro(path: str | Path) -> list[MMLUQuestion]:
         if not isinstance(cot, str):
             raise DataError(f"{path}:{lineno}: field 'cot_content' must be a string")
         qid = row.get("question_id")
-        out.append(MMLUQuestion(question_id=qid if isinstance(qid, int) else lineno, question=question, options=options, answer=answer,
-                                category=category, cot_content=cot))
+        out.append(
+            MMLUQuestion(
+                question_id=qid if isinstance(qid, int) else lineno,
+                question=question,
+                options=options,
+                answer=answer,
+                category=category,
+                cot_content=cot,
+            )
+        )
     return out

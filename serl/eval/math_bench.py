@@ -7,6 +7,7 @@ unanswered sample never joins the majority; a group with no answer at all is wro
 An answer with nothing in it (``\\boxed{\\text{}}``, ``\\boxed{.}``) is unanswered
 (:func:`serl.rewards.normalize.is_empty`), so empty answers can never carry maj@K.
 """
+
 from __future__ import annotations
 
 from serl.engines.base import Sampling
@@ -32,12 +33,14 @@ def build_prompt(question: str, tokenizer, style: str = "chat_boxed", instructio
     content = question.strip()
     if style == "chat_boxed":
         content = f"{content}\n{instruction}"
-    return tokenizer.apply_chat_template([{"role": "user", "content": content}],
-                                         add_generation_prompt=True, tokenize=False)
+    return tokenizer.apply_chat_template(
+        [{"role": "user", "content": content}], add_generation_prompt=True, tokenize=False
+    )
 
 
-def build_prompt_ids(question: str, tokenizer, style: str = "chat_boxed",
-                     instruction: str = BOXED_INSTRUCTION) -> list[int]:
+def build_prompt_ids(
+    question: str, tokenizer, style: str = "chat_boxed", instruction: str = BOXED_INSTRUCTION
+) -> list[int]:
     """``build_prompt``'s prompt as the token ids fed to the model: the question is plain
     text (``serl.models.chat``), so special-token strings in it cannot forge a turn."""
     from serl.models.chat import text_ids, user_ids
@@ -75,11 +78,25 @@ def _verdicts(problems: list[MathProblem], answers: list[list[str | None]], chec
     return out
 
 
-def evaluate_math(generator, tokenizer, problems: list[MathProblem], k: int = 8, *, checker,
-                  greedy: bool = True, max_new_tokens: int = 1024, temperature: float = 1.0,
-                  top_p: float = 0.95, prompt_style: str = "chat_boxed", seed: int | None = None,
-                  prefix: str = "eval", chunk: int = 64, fallback: str = "number", log=None,
-                  instruction: str = BOXED_INSTRUCTION) -> dict:
+def evaluate_math(
+    generator,
+    tokenizer,
+    problems: list[MathProblem],
+    k: int = 8,
+    *,
+    checker,
+    greedy: bool = True,
+    max_new_tokens: int = 1024,
+    temperature: float = 1.0,
+    top_p: float = 0.95,
+    prompt_style: str = "chat_boxed",
+    seed: int | None = None,
+    prefix: str = "eval",
+    chunk: int = 64,
+    fallback: str = "number",
+    log=None,
+    instruction: str = BOXED_INSTRUCTION,
+) -> dict:
     """Evaluate ``generator`` on math problems (any mix of benchmarks).
 
     Returns ``{"metrics": {...}, "benchmarks": {...}, "items": {...}, "records": [...]}``:
@@ -102,8 +119,9 @@ def evaluate_math(generator, tokenizer, problems: list[MathProblem], k: int = 8,
     greedy_ok: list[float] = []
     greedy_none: list[float] = []
     if greedy and problems:
-        groups = generate_in_chunks(generator, prompts, 1, Sampling(max_new_tokens, 0.0, 1.0, stop=stop),
-                                    f"{prefix} greedy", chunk, log)
+        groups = generate_in_chunks(
+            generator, prompts, 1, Sampling(max_new_tokens, 0.0, 1.0, stop=stop), f"{prefix} greedy", chunk, log
+        )
         texts = [g[0].text for g in groups]
         answers = [[extract_answer(t, _fallback(p, fallback))] for t, p in zip(texts, problems)]
         ok = _verdicts(problems, answers, checker)
@@ -135,10 +153,20 @@ def evaluate_math(generator, tokenizer, problems: list[MathProblem], k: int = 8,
 
 
 def _record(p: MathProblem, kind: str, j: int, c, answer, correct) -> dict:
-    return {"benchmark": p.benchmark, "idx": p.idx, "kind": kind, "sample": j, "gold": p.gold,
-            "answer": answer, "correct": bool(correct), "response": c.text,
-            "finish_reason": c.finish_reason, "n_tokens": len(c.token_ids),
-            "level": p.level, "subject": p.subject}
+    return {
+        "benchmark": p.benchmark,
+        "idx": p.idx,
+        "kind": kind,
+        "sample": j,
+        "gold": p.gold,
+        "answer": answer,
+        "correct": bool(correct),
+        "response": c.text,
+        "finish_reason": c.finish_reason,
+        "n_tokens": len(c.token_ids),
+        "level": p.level,
+        "subject": p.subject,
+    }
 
 
 def _summarise(problems, greedy_ok, greedy_none, maj_ok, passk, meank, k, prefix) -> dict:
@@ -154,7 +182,7 @@ def _summarise(problems, greedy_ok, greedy_none, maj_ok, passk, meank, k, prefix
             cols[f"maj@{k}"] = [maj_ok[i] for i in idx]
             cols[f"pass@{k}"] = [passk[i] for i in idx]
             cols[f"mean@{k}"] = [meank[i] for i in idx]
-        entry = {"n": len(idx)} | {key: mean(col) for key, col in cols.items()}
+        entry: dict = {"n": len(idx)} | {key: mean(col) for key, col in cols.items()}
         if greedy_none:
             entry["no_answer@greedy"] = mean(greedy_none[i] for i in idx)
         for key in cols:

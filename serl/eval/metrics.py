@@ -1,4 +1,5 @@
 """Accuracy arithmetic shared by the math and MMLU-Pro evaluations."""
+
 from __future__ import annotations
 
 import sys
@@ -40,8 +41,9 @@ def breakdown(keys: list[str | None], columns: dict[str, list[float]]) -> dict[s
     return out
 
 
-def generate_in_chunks(generator, prompts: list[str], n: int, sampling: Sampling,
-                       label: str, chunk: int = 64, log=sys.stderr) -> list[list[Completion]]:
+def generate_in_chunks(
+    generator, prompts: list, n: int, sampling: Sampling, label: str, chunk: int = 64, log=sys.stderr
+) -> list[list[Completion]]:
     """``generator.generate`` over chunks of prompts, with one progress line per chunk and a line
     every ``SERL_PROGRESS_EVERY`` seconds (30) while a chunk runs (a long vLLM call is otherwise silent
     for minutes). Speeds count only what this run generated: a resumed chunk's answers were read back
@@ -51,14 +53,18 @@ def generate_in_chunks(generator, prompts: list[str], n: int, sampling: Sampling
     out: list[list[Completion]] = []
     tokens, busy, read_back = 0, 0.0, 0
     for i in range(0, len(prompts), max(1, chunk)):
-        part = prompts[i:i + chunk]
+        part = prompts[i : i + chunk]
         t0 = time.perf_counter()
         beat = None
         if log is not None:
             done = len(out)
-            beat = Heartbeat(lambda secs, done=done, k=len(part): print(
-                f"[eval] {label}: {done}/{len(prompts)} prompts, generating the next {k}: {secs:.0f} s so far",
-                file=log, flush=True))
+            beat = Heartbeat(
+                lambda secs, done=done, k=len(part): print(  # noqa: B008 (binds k now)
+                    f"[eval] {label}: {done}/{len(prompts)} prompts, generating the next {k}: {secs:.0f} s so far",
+                    file=log,
+                    flush=True,
+                )
+            )
         try:
             groups = generator.generate(part, n, sampling)
         finally:
@@ -69,11 +75,16 @@ def generate_in_chunks(generator, prompts: list[str], n: int, sampling: Sampling
         if any(fresh):
             busy += time.perf_counter() - t0
         out.extend(groups)
-        tokens += sum(len(c.token_ids) for g, new in zip(groups, fresh) if new
-                      for c in (g[:1] if sampling.greedy else g))
+        tokens += sum(
+            len(c.token_ids) for g, new in zip(groups, fresh) if new for c in (g[:1] if sampling.greedy else g)
+        )
         if log is not None:
             again = f", {read_back} read back from the earlier run" if read_back else ""
             speed = f" ({tokens / busy:.0f} tok/s)" if busy > 0 and tokens else ""
-            print(f"[eval] {label}: {len(out)}/{len(prompts)} prompts, {tokens} tokens generated{again}, "
-                  f"{busy:.0f} s{speed}", file=log, flush=True)
+            print(
+                f"[eval] {label}: {len(out)}/{len(prompts)} prompts, {tokens} tokens generated{again}, "
+                f"{busy:.0f} s{speed}",
+                file=log,
+                flush=True,
+            )
     return out

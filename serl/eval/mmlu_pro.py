@@ -18,16 +18,17 @@ article "A" and the pronoun "I" as answers.  It stays in the headline numbers
 answers that only the fallback decided.  A weak model near chance (10 %) with a
 large fallback share is mostly being scored on stray letters.
 """
+
 from __future__ import annotations
 
 import re
 from collections import defaultdict
 
-from serl.models.chat import text_ids, user_ids
 from serl.data.lengths import PromptBudget
 from serl.engines.base import Sampling
 from serl.eval.data import MMLUQuestion
 from serl.eval.metrics import generate_in_chunks, mean, pass_at_k
+from serl.models.chat import text_ids, user_ids
 from serl.rewards import majority_vote
 
 LETTERS = "ABCDEFGHIJ"
@@ -57,16 +58,18 @@ def extract_choice_rule(text: str) -> tuple[str | None, str | None]:
 
 
 def extract_choice(text: str, strict: bool = False) -> str | None:
-    """"answer is (X)" -> "Answer: X" -> the last standalone letter A-J (the official
+    """ "answer is (X)" -> "Answer: X" -> the last standalone letter A-J (the official
     protocol); ``strict`` drops that last fallback. None when nothing matches."""
     letter, rule = extract_choice_rule(text)
     return None if strict and rule == "fallback" else letter
 
 
 def _header(category: str) -> str:
-    return (f"The following are multiple choice questions (with answers) about {category}. "
-            'Think step by step and then finish your answer with "the answer is (X)" '
-            "where X is the correct letter choice.\n\n\n")
+    return (
+        f"The following are multiple choice questions (with answers) about {category}. "
+        'Think step by step and then finish your answer with "the answer is (X)" '
+        "where X is the correct letter choice.\n\n\n"
+    )
 
 
 def format_question(q: MMLUQuestion, with_answer: bool) -> str:
@@ -87,14 +90,20 @@ def shots_by_category(validation: list[MMLUQuestion], n_shots: int = 5) -> dict[
     return dict(out)
 
 
-def build_prompt(q: MMLUQuestion, shots: list[MMLUQuestion], tokenizer, style: str = "chat_boxed",
-                 max_prompt_tokens: int | None = None) -> tuple[list[int], int, int]:
+def build_prompt(
+    q: MMLUQuestion,
+    shots: list[MMLUQuestion],
+    tokenizer,
+    style: str = "chat_boxed",
+    max_prompt_tokens: int | None = None,
+) -> tuple[list[int], int, int | None]:
     """(prompt token ids, shots used, prompt tokens): drop shots until it fits the budget.
 
     ``raw`` feeds the text as it is (as the reference does); ``chat``/``chat_boxed``
     put it in the user turn of the chat template (the answer-format instruction is in
     the header already, so the two are the same here).
     """
+
     # the questions are plain text (serl.models.chat): special-token strings in them stay text
     def encode(body: str) -> list[int]:
         return text_ids(tokenizer, body) if style == "raw" else user_ids(tokenizer, body)
@@ -110,7 +119,7 @@ def build_prompt(q: MMLUQuestion, shots: list[MMLUQuestion], tokenizer, style: s
         ids = budget.encode(body, encode)  # None: so long it is not even tokenized
         if ids is not None:
             prompt, n_tokens = ids, len(ids)
-            if n_tokens <= max_prompt_tokens:
+            if n_tokens <= budget.max_tokens:
                 return prompt, used, n_tokens
     return prompt, 0, n_tokens  # over budget even with no shots: caller skips it (None: not counted)
 
@@ -146,20 +155,33 @@ def group_of(category: str) -> str:
     return "Other"
 
 
-def evaluate_mmlu_pro(generator, tokenizer, questions: list[MMLUQuestion],
-                      validation: list[MMLUQuestion], k: int = 8, *, checker=None,
-                      greedy: bool = True, n_shots: int = 5, max_new_tokens: int = 1024,
-                      max_prompt_tokens: int | None = None, temperature: float = 1.0,
-                      top_p: float = 0.95, prompt_style: str = "chat_boxed", seed: int | None = None,
-                      prefix: str = "eval", chunk: int = 64, log=None) -> dict:
+def evaluate_mmlu_pro(
+    generator,
+    tokenizer,
+    questions: list[MMLUQuestion],
+    validation: list[MMLUQuestion],
+    k: int = 8,
+    *,
+    checker=None,
+    greedy: bool = True,
+    n_shots: int = 5,
+    max_new_tokens: int = 1024,
+    max_prompt_tokens: int | None = None,
+    temperature: float = 1.0,
+    top_p: float = 0.95,
+    prompt_style: str = "chat_boxed",
+    seed: int | None = None,
+    prefix: str = "eval",
+    chunk: int = 64,
+    log=None,
+) -> dict:
     """Same return shape as ``evaluate_math``; benchmark name ``mmlu_pro``, with
     ``by_category`` and ``by_group`` (counts-weighted) breakdowns. maj@K votes with
     ``majority_vote`` (needs ``checker``) over the extracted letters. Besides the
     official-protocol columns: ``strict_pass@1``, ``fallback@1`` (greedy) and
     ``strict_mean@K``, ``fallback@K`` (samples); see the module doc."""
     shots = shots_by_category(validation, n_shots)
-    built = [build_prompt(q, shots.get(q.category, []), tokenizer, prompt_style, max_prompt_tokens)
-             for q in questions]
+    built = [build_prompt(q, shots.get(q.category, []), tokenizer, prompt_style, max_prompt_tokens) for q in questions]
     fits = [max_prompt_tokens is None or (b[2] is not None and b[2] <= max_prompt_tokens) for b in built]
     todo = [i for i, ok in enumerate(fits) if ok]
     prompts = [built[i][0] for i in todo]
@@ -176,12 +198,22 @@ def evaluate_mmlu_pro(generator, tokenizer, questions: list[MMLUQuestion],
 
     def record(i, kind, j, c, letter, rule, ok):
         q = questions[i]
-        return {"benchmark": "mmlu_pro", "idx": q.question_id, "kind": kind, "sample": j,
-                "category": q.category, "gold": q.answer, "answer": letter, "extracted_by": rule,
-                "correct": ok,
-                "shots": built[i][1], "prompt_tokens": built[i][2],
-                "response": c.text if c else None, "finish_reason": c.finish_reason if c else "prompt_too_long",
-                "n_tokens": len(c.token_ids) if c else 0}
+        return {
+            "benchmark": "mmlu_pro",
+            "idx": q.question_id,
+            "kind": kind,
+            "sample": j,
+            "category": q.category,
+            "gold": q.answer,
+            "answer": letter,
+            "extracted_by": rule,
+            "correct": ok,
+            "shots": built[i][1],
+            "prompt_tokens": built[i][2],
+            "response": c.text if c else None,
+            "finish_reason": c.finish_reason if c else "prompt_too_long",
+            "n_tokens": len(c.token_ids) if c else 0,
+        }
 
     if greedy:
         groups = run(1, Sampling(max_new_tokens, 0.0, 1.0, stop=stop), f"{prefix} mmlu_pro greedy")
@@ -197,8 +229,9 @@ def evaluate_mmlu_pro(generator, tokenizer, questions: list[MMLUQuestion],
     if k > 0:
         if checker is None:
             raise ValueError("maj@K needs an EquivalenceChecker")
-        groups = run(k, Sampling(max_new_tokens, temperature, top_p, stop=stop, seed=seed),
-                     f"{prefix} mmlu_pro sample x{k}")
+        groups = run(
+            k, Sampling(max_new_tokens, temperature, top_p, stop=stop, seed=seed), f"{prefix} mmlu_pro sample x{k}"
+        )
         maj, pk, mk, smk, fk = [], [], [], [], []
         for i, g in enumerate(groups):
             gold = questions[i].answer
@@ -225,8 +258,10 @@ def _summarise(questions, cols, fits, prefix) -> dict:
     by_cat: dict[str, list[int]] = defaultdict(list)
     for i, q in enumerate(questions):
         by_cat[q.category].append(i)
-    entry["by_category"] = {c: {"n": len(ix)} | {key: mean(col[i] for i in ix) for key, col in cols.items()}
-                            for c, ix in sorted(by_cat.items())}
+    entry["by_category"] = {
+        c: {"n": len(ix)} | {key: mean(col[i] for i in ix) for key, col in cols.items()}
+        for c, ix in sorted(by_cat.items())
+    }
     by_group = {}
     for group in GROUPS:
         ix = [i for i, q in enumerate(questions) if group_of(q.category) == group]

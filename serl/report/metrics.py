@@ -24,10 +24,11 @@ import math
 import netrc
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
-from serl.errors import DataError
+from serl import DataError
 
 METRICS_FILE = "metrics.jsonl"
 WANDB_ID_FILE = "wandb_run_id.txt"
@@ -104,8 +105,9 @@ def read_steps(path: Path) -> list[tuple[int, str]]:
             if torn_tail and number == len(lines):
                 break
             why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)[:200]
-            raise DataError(f"{path}:{number}: bad metrics line ({why}); remove that line or restore the "
-                            f"file from a copy") from None
+            raise DataError(
+                f"{path}:{number}: bad metrics line ({why}); remove that line or restore the file from a copy"
+            ) from None
         out.append((step, line))
     return out
 
@@ -178,7 +180,7 @@ class MetricsLogger:
         self._file = open(self.path, "a", encoding="utf-8")
         self._closed = False
 
-        self._wandb_run = None
+        self._wandb_run: Any = None
         self._wandb_had = -1  # steps up to this one reached W&B before this process started
         self._wandb_sent = -1
         self.wandb_skipped = 0
@@ -193,6 +195,7 @@ class MetricsLogger:
 
     def _start_wandb(self, project: str, name: str | None, config: dict | None):
         import wandb
+
         # The run id is kept in the run dir so a resumed run continues the same W&B run.
         id_file = self.run_dir / WANDB_ID_FILE
         run_id = id_file.read_text().strip() if (self.resume and id_file.exists()) else None
@@ -202,7 +205,7 @@ class MetricsLogger:
             id=run_id,
             resume="allow" if self.resume else None,
             config=config or {},
-            mode=wandb_mode(),
+            mode=wandb_mode(),  # type: ignore[arg-type]  # one of W&B's modes (wandb_mode checks it)
             # W&B files go in the run dir unless the user set WANDB_DIR.
             dir=None if os.environ.get("WANDB_DIR") else str(self.run_dir),
         )
@@ -301,7 +304,7 @@ class MetricsLogger:
         if self._wandb_run is not None:
             self._wandb_run.finish()
 
-    def __enter__(self) -> "MetricsLogger":
+    def __enter__(self) -> MetricsLogger:
         return self
 
     def __exit__(self, *exc) -> None:

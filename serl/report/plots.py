@@ -3,11 +3,13 @@ claiming the keys it drew, and a generic figure per namespace for the keys no bu
 drew. Which builders a run gets is its recipe's ``REPORT`` (``serl.report.panels``); a recipe's own
 figures (SPIN's preferences, SPELL's roles, SPIRAL's games) live in its folder, built from
 ``panels_plot`` here."""
+
 from __future__ import annotations
 
 import math
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from serl.report.run_metrics import Series
 
@@ -19,7 +21,7 @@ def _smooth(values: list[float]) -> tuple[list[float], int] | None:
         return None
     out = []
     for i in range(len(values)):
-        chunk = values[max(0, i - half): i + half + 1]
+        chunk = values[max(0, i - half) : i + half + 1]
         out.append(sum(chunk) / len(chunk))
     return out, 2 * half + 1
 
@@ -79,8 +81,7 @@ def _style(ax, title: str, ylabel: str, window: int = 0) -> None:
         ax.legend(fontsize=9, loc="best", title=note, title_fontsize=8)
 
 
-def panels_plot(title: str, panels: list[tuple[str, str, list[tuple[str, Series]]]], cols: int = 1,
-                 smooth: bool = True):
+def panels_plot(title: str, panels: list[tuple], cols: int = 1, smooth: bool = True):
     """panels: (panel title, y label, [(legend label, series)][, smooth]); empty panels are left out."""
     panels = [p for p in panels if any(s.finite()[0] for _, s in p[2])]
     if not panels:
@@ -104,8 +105,11 @@ def short_key(key: str) -> str:
 def plot_reward(run, claimed: set[str]):
     s = run.series
     fractions = [k for k in ("reward/mean", "reward/agreement", "reward/no_answer_frac") if k in s]
-    labels = {"reward/mean": "mean reward", "reward/agreement": "agreement with majority",
-              "reward/no_answer_frac": "no extractable answer"}
+    labels = {
+        "reward/mean": "mean reward",
+        "reward/agreement": "agreement with majority",
+        "reward/no_answer_frac": "no extractable answer",
+    }
     panels = [("Self-reward (fraction of responses)", "fraction", [(labels[k], s[k]) for k in fractions])]
     if "reward/clusters" in s:
         panels.append(("Distinct answers per prompt", "answer clusters", [("clusters", s["reward/clusters"])]))
@@ -138,7 +142,7 @@ def plot_filters(run, claimed: set[str]):
 
 def plot_pool(run, claimed: set[str]):
     s = run.series
-    panels = []
+    panels: list[tuple] = []
     if "pool/size" in s:
         # A running total: averaging would only blur it.
         panels.append(("Prompt pool size", "problems in pool", [("pool size", s["pool/size"])], False))
@@ -151,8 +155,10 @@ def plot_pool(run, claimed: set[str]):
 
 
 def _namespace_plot(title: str, ns: str, ylabel: str, run, claimed: set[str], one_panel: bool):
-    keys = sorted((k for k in run.series if k.startswith(ns + "/") and k not in claimed),
-                  key=lambda k: (k != f"{ns}/policy" and k != f"{ns}/mean", k))
+    keys = sorted(
+        (k for k in run.series if k.startswith(ns + "/") and k not in claimed),
+        key=lambda k: (k != f"{ns}/policy" and k != f"{ns}/mean", k),
+    )
     if not keys:
         return None
     claimed.update(keys)
@@ -171,8 +177,10 @@ def plot_entropy(run, claimed):
     if "actor/entropy" not in run.series:
         return None
     claimed.add("actor/entropy")
-    return panels_plot("Policy entropy", [("Mean token entropy of sampled responses", "entropy (nats)",
-                                           [("entropy", run.series["actor/entropy"])])])
+    return panels_plot(
+        "Policy entropy",
+        [("Mean token entropy of sampled responses", "entropy (nats)", [("entropy", run.series["actor/entropy"])])],
+    )
 
 
 def plot_loss(run, claimed):
@@ -242,17 +250,28 @@ def plot_guard(run, claimed: set[str]):
     if not keys:
         return None
     claimed.update(keys)
-    score = [(k.split("/")[1].replace("_", " "), s[k]) for k in ("guard/agreement", "guard/label_acc", "guard/best")
-             if k in s]
-    side = [(k.split("/")[1].replace("_", " "), s[k]) for k in ("guard/vote_agreement", "guard/too_easy_share",
-                                                                  "guard/entropy", "guard/probe_cut",
-                                                                  "guard/flip_rate") if k in s]
-    acts = [(k.split("/")[1].replace("_", " "), s[k]) for k in ("guard/fired", "guard/action", "guard/rollbacks")
-            if k in s]
-    return panels_plot("Collapse guard", [("Probe score (decides)", "share of probe", score, False),
-                                           ("Label-free signals (logged, do not decide)", "value", side, False),
-                                           ("Decisions (action: 1 watch, 2 stop, 3 rollback)", "value", acts, False)],
-                        cols=1)
+    score = [
+        (k.split("/")[1].replace("_", " "), s[k])
+        for k in ("guard/agreement", "guard/label_acc", "guard/best")
+        if k in s
+    ]
+    side = [
+        (k.split("/")[1].replace("_", " "), s[k])
+        for k in ("guard/vote_agreement", "guard/too_easy_share", "guard/entropy", "guard/probe_cut", "guard/flip_rate")
+        if k in s
+    ]
+    acts = [
+        (k.split("/")[1].replace("_", " "), s[k]) for k in ("guard/fired", "guard/action", "guard/rollbacks") if k in s
+    ]
+    return panels_plot(
+        "Collapse guard",
+        [
+            ("Probe score (decides)", "share of probe", score, False),
+            ("Label-free signals (logged, do not decide)", "value", side, False),
+            ("Decisions (action: 1 watch, 2 stop, 3 rollback)", "value", acts, False),
+        ],
+        cols=1,
+    )
 
 
 # (file stem, builder); each builder claims the keys it drew so leftovers get a generic plot.
@@ -281,7 +300,7 @@ def plot_leftovers(run, claimed: set[str]) -> list[tuple[str, Any]]:
     for ns in sorted(by_ns):
         keys = sorted(by_ns[ns])
         for part, start in enumerate(range(0, len(keys), MAX_PANELS)):
-            chunk = keys[start:start + MAX_PANELS]
+            chunk = keys[start : start + MAX_PANELS]
             panels = [(k, short_key(k).replace("_", " "), [(short_key(k), run.series[k])]) for k in chunk]
             fig = panels_plot(f"Other '{ns}' metrics", panels, cols=2 if len(panels) > 1 else 1)
             if fig is not None:

@@ -17,8 +17,9 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import IO, Iterator, Mapping
+from typing import IO
 
 MODES = ("bar", "plain", "quiet")
 _clock = time.perf_counter  # a name tests can replace
@@ -144,7 +145,9 @@ class Stage:
 
 
 @contextmanager
-def stage(name: str, total: int | None, unit: str = "it", mode: str = "auto", stream: IO | None = None) -> Iterator[Stage]:
+def stage(
+    name: str, total: int | None, unit: str = "it", mode: str = "auto", stream: IO | None = None
+) -> Iterator[Stage]:
     """``with stage("rollout", total=n, unit="samples", mode=m) as s: ... s.update(k)``"""
     s = Stage(name, total, unit, progress_mode(mode, stream), stream)
     try:
@@ -166,12 +169,19 @@ def _fmt(value: float | int | None) -> str:
 
 
 # The step line's metrics when the caller names none (SeRL's, as before recipes had their own).
-DEFAULT_LINE = (("reward/mean", "reward"), ("reward/agreement", "agree"), ("response/truncated_frac", "trunc"),
-                ("pool/kept", "kept"), ("loss/policy", "loss"), ("kl/mean", "kl"))
+DEFAULT_LINE = (
+    ("reward/mean", "reward"),
+    ("reward/agreement", "agree"),
+    ("response/truncated_frac", "trunc"),
+    ("pool/kept", "kept"),
+    ("loss/policy", "loss"),
+    ("kl/mean", "kl"),
+)
 
 
-def step_summary(step: int, metrics: Mapping[str, float | int | None],
-                 line: tuple[tuple[str, str], ...] | None = None) -> str:
+def step_summary(
+    step: int, metrics: Mapping[str, float | int | None], line: tuple[tuple[str, str], ...] | None = None
+) -> str:
     """One line: the recipe's metrics (``serl.report.panels``; those present), then the step's seconds."""
     parts = [f"step {step}"]
     for key, label in line or DEFAULT_LINE:
@@ -190,8 +200,13 @@ def step_summary(step: int, metrics: Mapping[str, float | int | None],
     return " | ".join(parts)
 
 
-def print_step_summary(step: int, metrics: Mapping[str, float | int | None], mode: str = "auto",
-                       stream: IO | None = None, line: tuple[tuple[str, str], ...] | None = None) -> None:
+def print_step_summary(
+    step: int,
+    metrics: Mapping[str, float | int | None],
+    mode: str = "auto",
+    stream: IO | None = None,
+    line: tuple[tuple[str, str], ...] | None = None,
+) -> None:
     """Print the step's one-line summary (nothing in quiet mode)."""
     mode = progress_mode(mode, stream)
     if mode == "quiet":

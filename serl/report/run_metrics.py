@@ -3,6 +3,7 @@
 Shared by the report (plots, summary.md) and the end-of-run summary (serl.report.summary), so
 neither imports the other.
 """
+
 from __future__ import annotations
 
 import json

@@ -11,6 +11,7 @@ Two rules live here and nowhere else:
   evaluation kept per-problem results (``eval_items.jsonl``), and called "not
   significant" when that interval contains 0. Each single score gets its Wilson interval.
 """
+
 from __future__ import annotations
 
 import json
@@ -18,21 +19,48 @@ import math
 from pathlib import Path
 
 ITEMS_FILE = "eval_items.jsonl"  # per-problem evaluation results, one line per evaluation
+RECORDS_FILE = "eval_records.jsonl"  # one line per generation of an evaluation: its text, answer, verdict
 
 # Exact keys first: the ones a suffix rule below would get wrong.
 _EXACT = {
     # The policy-gradient surrogate is about 0 by construction (advantages are centred):
     # its value says nothing about how well the policy does. The KL terms are a leash,
     # not a goal. Entropy and lengths have no better direction either.
-    "loss/policy": 0, "loss/kl": 0, "kl/mean": 0, "actor/entropy": 0, "actor/approx_kl": 0,
-    "actor/clip_frac": 0, "actor/grad_norm": 0, "actor/lr": 0, "response/length_mean": 0,
-    "reward/clusters": 0, "pool/size": 0, "pool/kept": 0, "pool/generated": 0,
-    "filter/difficulty/kept": +1, "reward/no_answer_frac": -1, "response/truncated_frac": -1,
-    "spin/real_logp": +1, "dpo/margin": +1,
+    "loss/policy": 0,
+    "loss/kl": 0,
+    "kl/mean": 0,
+    "actor/entropy": 0,
+    "actor/approx_kl": 0,
+    "actor/clip_frac": 0,
+    "actor/grad_norm": 0,
+    "actor/lr": 0,
+    "response/length_mean": 0,
+    "reward/clusters": 0,
+    "pool/size": 0,
+    "pool/kept": 0,
+    "pool/generated": 0,
+    "filter/difficulty/kept": +1,
+    "reward/no_answer_frac": -1,
+    "response/truncated_frac": -1,
+    "spin/real_logp": +1,
+    "dpo/margin": +1,
 }
 # Then by the last part of the key (after the last "/").
-_HIGHER_NAMES = {"mean", "agreement", "majority_agreement", "accuracy", "win_rate", "payoff", "strict",
-                 "lenient", "valid_json", "informative", "verifier_lift", "reward_mean", "accept_rate"}
+_HIGHER_NAMES = {
+    "mean",
+    "agreement",
+    "majority_agreement",
+    "accuracy",
+    "win_rate",
+    "payoff",
+    "strict",
+    "lenient",
+    "valid_json",
+    "informative",
+    "verifier_lift",
+    "reward_mean",
+    "accept_rate",
+}
 _HIGHER_PREFIXES = ("pass@", "maj@", "mean@")
 _LOWER_PARTS = ("invalid", "bad_", "no_answer", "exploitability", "too_long", "repeated")
 
@@ -57,7 +85,7 @@ def direction(key: str) -> int:
 
 
 def verdict(key: str, before: float, after: float) -> str:
-    """"improved" / "got worse" by ``direction(key)``; "changed" where no direction is better."""
+    """ "improved" / "got worse" by ``direction(key)``; "changed" where no direction is better."""
     if after == before:
         return "unchanged"
     sign = direction(key)
@@ -71,12 +99,22 @@ def verdict(key: str, before: float, after: float) -> str:
 
 # -- per-problem evaluation results --------------------------------------------------------
 
+
 def save_items(run_dir: str | Path, step: int, items: dict[str, dict]) -> None:
     """Append one evaluation's per-problem results (metric key -> {"ids", "values"})."""
     if not items:
         return
     with open(Path(run_dir) / ITEMS_FILE, "a", encoding="utf-8") as f:
         f.write(json.dumps({"step": step, "items": items}) + "\n")
+
+
+def save_records(run_dir: str | Path, step: int, records: list[dict]) -> None:
+    """Append one evaluation's generations (response text, answer, verdict, finish reason), so a
+    published number can be re-read and split into format, stopping and correctness later."""
+    if not records:
+        return
+    with open(Path(run_dir) / RECORDS_FILE, "a", encoding="utf-8") as f:
+        f.writelines(json.dumps({"step": step, **r}) + "\n" for r in records)
 
 
 def read_items(run_dir: str | Path) -> dict[int, dict[str, dict]]:
@@ -123,9 +161,16 @@ def paired_change(before: dict, after: dict) -> dict | None:
         d, lo, hi = paired_diff_ci([int(x) for x in xs], [int(y) for y in ys])
     else:
         d, lo, hi = paired_bootstrap(xs, ys)
-    return {"n": len(common), "diff": d, "lo": lo, "hi": hi,
-            "better": sum(1 for x, y in zip(xs, ys) if y > x), "worse": sum(1 for x, y in zip(xs, ys) if y < x),
-            "before": xs, "after": ys}
+    return {
+        "n": len(common),
+        "diff": d,
+        "lo": lo,
+        "hi": hi,
+        "better": sum(1 for x, y in zip(xs, ys) if y > x),
+        "worse": sum(1 for x, y in zip(xs, ys) if y < x),
+        "before": xs,
+        "after": ys,
+    }
 
 
 def significance(key: str, change: dict) -> str:
@@ -188,24 +233,31 @@ def _eval_lines(key: str, s0: int, a: float, s1: int, b: float, first: dict | No
         return [f"  {key:24s} step {s0}: {a:.1f} s  ->  step {s1}: {b:.1f} s  {verdict(key, a, b)}"]
     change = paired_change(first, last) if first and last else None
     if change is None:
-        return [f"  {key:24s} step {s0}: {_num(a)}  ->  step {s1}: {_num(b)}  {verdict(key, a, b)} "
-                f"(no per-problem results kept: no interval; a small evaluation set is noisy)"]
+        return [
+            f"  {key:24s} step {s0}: {_num(a)}  ->  step {s1}: {_num(b)}  {verdict(key, a, b)} "
+            f"(no per-problem results kept: no interval; a small evaluation set is noisy)"
+        ]
 
     def score(vals: list[float]) -> str:
         lo, hi = score_interval(vals)
         return f"{sum(vals) / len(vals):.3f} [{lo:.3f}, {hi:.3f}]"
 
     n, d = change["n"], change["diff"]
-    counted = (f"{change['better']} better, {change['worse']} worse" if _binary(change["before"] + change["after"])
-               else f"{change['better']} up, {change['worse']} down")
-    return [f"  {key:24s} step {s0}: {score(change['before'])}  ->  step {s1}: {score(change['after'])}",
-            f"  {'':24s} change {d:+.3f} [{change['lo']:+.3f}, {change['hi']:+.3f}] on the same {n} problems "
-            f"({counted})",
-            f"  {'':24s} {significance(key, change)}"]
+    counted = (
+        f"{change['better']} better, {change['worse']} worse"
+        if _binary(change["before"] + change["after"])
+        else f"{change['better']} up, {change['worse']} down"
+    )
+    return [
+        f"  {key:24s} step {s0}: {score(change['before'])}  ->  step {s1}: {score(change['after'])}",
+        f"  {'':24s} change {d:+.3f} [{change['lo']:+.3f}, {change['hi']:+.3f}] on the same {n} problems ({counted})",
+        f"  {'':24s} {significance(key, change)}",
+    ]
 
 
-def print_summary(run_dir: str | Path, secs: float, print_=print, notes: tuple[str, ...] = (),
-                  report: bool = True) -> None:
+def print_summary(
+    run_dir: str | Path, secs: float, print_=print, notes: tuple[str | None, ...] = (), report: bool = True
+) -> None:
     """The runner's last words: what changed (and ``notes``: the kept best policy), and where the details are."""
     run_dir = Path(run_dir)
     print_(f"\nrun finished in {secs:.0f} s: {run_dir}")
@@ -236,12 +288,16 @@ def describe(series: dict) -> list[str]:
     for step, r in checks:
         if r.get("guard/action"):
             kept = int(r["guard/best_step"])
-            lines.append(f"collapse guard: fired at step {step} ({what} {r[key]:.2f}, best {r['guard/best']:.2f} "
-                         f"at step {kept}); {names[int(r['guard/action'])]}; kept step {kept}")
+            lines.append(
+                f"collapse guard: fired at step {step} ({what} {r[key]:.2f}, best {r['guard/best']:.2f} "
+                f"at step {kept}); {names[int(r['guard/action'])]}; kept step {kept}"
+            )
     if not lines:
         step, r = checks[-1]
-        lines.append(f"collapse guard: did not fire in {len(checks)} checks ({what} {r[key]:.2f} at step {step}, "
-                     f"best {r['guard/best']:.2f} at step {int(r['guard/best_step'])})")
+        lines.append(
+            f"collapse guard: did not fire in {len(checks)} checks ({what} {r[key]:.2f} at step {step}, "
+            f"best {r['guard/best']:.2f} at step {int(r['guard/best_step'])})"
+        )
     spent = sum(r.get("guard/probe_s", 0.0) for _, r in checks)
     lines.append(f"collapse guard: {spent:.0f} s on probe checks (outside --max_minutes)")
     return lines

@@ -104,6 +104,7 @@ def load_run(run_dir: str | Path) -> Run:
 
 # -- summary ----------------------------------------------------------------
 
+
 # The metrics of the summary table are the run's recipe's (serl.report.panels); which direction
 # is better is serl.report.summary's rule.
 def _report_of(run: Run):
@@ -186,8 +187,15 @@ def summary_markdown(run: Run, plots: list[str]) -> str:
     changes = change_lines(run.run_dir)
     if changes:
         out.append("## What changed")
-        out += ["Direction-aware; held-out changes with their 95% intervals, paired over the same "
-                "problems when the run kept per-problem results.", "", "```", *changes, "```", ""]
+        out += [
+            "Direction-aware; held-out changes with their 95% intervals, paired over the same "
+            "problems when the run kept per-problem results.",
+            "",
+            "```",
+            *changes,
+            "```",
+            "",
+        ]
 
     if run.evals:
         out.append("## Evaluation results")
@@ -212,8 +220,13 @@ def summary_markdown(run: Run, plots: list[str]) -> str:
     else:
         import yaml
 
-        out += [f"From `{run.config_path.name}`:", "", "```yaml",
-                yaml.safe_dump(run.config, sort_keys=False, default_flow_style=False).rstrip(), "```"]
+        out += [
+            f"From `{getattr(run.config_path, 'name', 'config.yaml')}`:",
+            "",
+            "```yaml",
+            yaml.safe_dump(run.config, sort_keys=False, default_flow_style=False).rstrip(),
+            "```",
+        ]
     out.append("")
     return "\n".join(out)
 
@@ -287,8 +300,7 @@ def cli_main(argv: list[str] | None = None) -> int:
     try:
         paths = write_report(args.run_dir)
     except KeyboardInterrupt:
-        print("serl report: stopped; no report was written (the previous one, if any, is unchanged)",
-              file=sys.stderr)
+        print("serl report: stopped; no report was written (the previous one, if any, is unchanged)", file=sys.stderr)
         return 130
     except ReportError as exc:
         print(f"serl report: error: {exc}", file=sys.stderr)

@@ -4,6 +4,7 @@ The HTTP server for OpenRLHF's remote reward protocol is in
 :mod:`serl.rewards.server`; the security notes on parsing model output are in
 :mod:`serl.rewards.safety`.
 """
+
 from serl.rewards.equivalence import EquivalenceChecker, checker_counts
 from serl.rewards.extract import extract_answer, normalize_label
 from serl.rewards.normalize import is_empty, normalize

@@ -20,6 +20,7 @@ Jobs (plain dicts, see ``EquivalenceChecker``):
 Both carry ``bad_pairs`` (pairs that timed out: unequal) and ``toxic`` (strings
 that timed out twice or whose parse timed out: compared by the cheap rules only).
 """
+
 from __future__ import annotations
 
 import logging
@@ -45,8 +46,6 @@ _MAX_EXPONENT = 10**5
 
 def _magnitude(e) -> float:
     """Rough upper bound on log10|e| for a number-only tree; inf when unbounded."""
-    import math
-
     import sympy
 
     if e.is_Integer or e.is_Rational:
@@ -95,8 +94,14 @@ class Worker:
         self.soft = soft_timeout
         self.max_chars = max_chars
         self.cache: OrderedDict[str, object] = OrderedDict()
-        self.counters = {"verify_calls": 0, "parse_calls": 0, "soft_timeouts": 0, "skipped_long": 0, "too_big": 0,
-                         "check_errors": 0}
+        self.counters = {
+            "verify_calls": 0,
+            "parse_calls": 0,
+            "soft_timeouts": 0,
+            "skipped_long": 0,
+            "too_big": 0,
+            "check_errors": 0,
+        }
 
     # -- timed units --------------------------------------------------------
     def _unit(self, kind: float, i: int, j: int, fn):
@@ -126,7 +131,9 @@ class Worker:
             return self.cache[s]
         self.counters["parse_calls"] += 1
         ok, value = self._unit(
-            PARSE, i, -1,
+            PARSE,
+            i,
+            -1,
             lambda: parse("\\boxed{" + s + "}", extraction_config=_LATEX_ONLY, parsing_timeout=None),
         )
         value = value if ok else None
@@ -187,8 +194,11 @@ def _warm_up() -> None:
     and every forked worker inherits the loaded grammar and warm caches."""
     logging.getLogger("math_verify").setLevel(logging.CRITICAL)
     for a, b in (("\\frac{\\sqrt{2}}{2}", "\\sqrt{2}/2"), ("[0,1)", "(0,1]"), ("x^2+1", "\\pi")):
-        verify(parse("\\boxed{" + a + "}", _LATEX_ONLY, parsing_timeout=None),
-               parse("\\boxed{" + b + "}", _LATEX_ONLY, parsing_timeout=None), timeout_seconds=None)
+        verify(
+            parse("\\boxed{" + a + "}", _LATEX_ONLY, parsing_timeout=None),
+            parse("\\boxed{" + b + "}", _LATEX_ONLY, parsing_timeout=None),
+            timeout_seconds=None,
+        )
 
 
 _warm_up()

@@ -18,6 +18,7 @@ was already known are skipped.  An answer that is not a plain number must still
 be checked against every representative (math-verify decides those), which is
 why the reward server also bounds the distinct answers per group.
 """
+
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right, insort

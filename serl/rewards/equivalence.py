@@ -36,6 +36,7 @@ Failing loudly:
   :class:`RewardPoolError`: no reward is ever computed from checks that did
   not run.  After any error the pool is torn down and restarts on the next call.
 """
+
 from __future__ import annotations
 
 import multiprocessing as mp
@@ -43,14 +44,27 @@ import sys
 import threading
 import time
 from collections import deque
+from multiprocessing import spawn
 from multiprocessing.connection import wait
 
 from serl.rewards.normalize import cheap_compare
 
 _STAT_KEYS = (
-    "calls", "string_matches", "verify_calls", "parse_calls", "timeouts", "soft_timeouts",
-    "hard_timeouts", "restarts", "crashes", "skipped_long", "too_big", "blocked", "jobs",
-    "check_errors", "start_failures",
+    "calls",
+    "string_matches",
+    "verify_calls",
+    "parse_calls",
+    "timeouts",
+    "soft_timeouts",
+    "hard_timeouts",
+    "restarts",
+    "crashes",
+    "skipped_long",
+    "too_big",
+    "blocked",
+    "jobs",
+    "check_errors",
+    "start_failures",
 )
 READY = "ready"  # a worker's first message
 
@@ -97,10 +111,8 @@ def _without_main(get_preparation_data):
     return wrapper
 
 
-def _start_without_main(proc) -> None:
+def start_without_main(proc) -> None:
     """``proc.start()`` without the child re-running the parent's main script."""
-    from multiprocessing import spawn
-
     if not getattr(spawn.get_preparation_data, "serl_without_main", False):
         spawn.get_preparation_data = _without_main(spawn.get_preparation_data)
     _starting.worker = True
@@ -122,10 +134,8 @@ class _Slot:
         for k in range(4):
             self.progress[k] = 0.0
         self.conn, child = self.ctx.Pipe(duplex=True)
-        self.proc = self.ctx.Process(
-            target=_worker_entry, args=(child, self.progress, *self.args), daemon=True
-        )
-        _start_without_main(self.proc)
+        self.proc = self.ctx.Process(target=_worker_entry, args=(child, self.progress, *self.args), daemon=True)
+        start_without_main(self.proc)
         child.close()
         self.job: int | None = None
         self.ready = False  # until the worker's READY message arrives
@@ -352,8 +362,10 @@ class EquivalenceChecker:
             if self._closed:
                 raise RewardPoolError("the reward pool was shut down; no reward was computed")
             if deadline is not None and time.monotonic() > deadline:
-                raise OverBudget(f"scoring took longer than its budget of {deadline - self.busy_since:g} s; "
-                                 "no reward was computed")
+                raise OverBudget(
+                    f"scoring took longer than its budget of {deadline - (self.busy_since or 0.0):g} s; "
+                    "no reward was computed"
+                )
             for slot in self._slots:
                 if slot.job is None and pending:
                     j = pending.popleft()
@@ -371,9 +383,10 @@ class EquivalenceChecker:
             conns = {slot.conn: slot for slot in busy.values()}
             for conn in wait(list(conns), timeout=self._next_wakeup(busy)):
                 slot = conns[conn]
+                assert slot.job is not None  # a busy slot holds a job
                 j = slot.job
                 try:
-                    msg = conn.recv()
+                    msg = slot.conn.recv()
                 except (EOFError, OSError):
                     busy.pop(j)
                     pending.appendleft(j)
@@ -384,7 +397,8 @@ class EquivalenceChecker:
                     if jobs[j].get("_crashes", 0) > 2:
                         raise RewardPoolError(
                             "a reward worker died 3 times on the same job outside any check "
-                            "(see stderr for its error); no reward was computed for it")
+                            "(see stderr for its error); no reward was computed for it"
+                        ) from None
                     continue
                 if msg == READY:
                     slot.ready = True
@@ -399,8 +413,10 @@ class EquivalenceChecker:
                 busy.pop(j)
                 if error or task_id != j:
                     self.stats["crashes"] += 1
-                    raise RewardPoolError(f"a reward worker failed on a job: {error or 'reply out of order'}; "
-                                          "no reward was computed for it")
+                    raise RewardPoolError(
+                        f"a reward worker failed on a job: {error or 'reply out of order'}; "
+                        "no reward was computed for it"
+                    )
                 results[j] = result
             now = time.monotonic()
             for j, slot in list(busy.items()):
@@ -427,9 +443,10 @@ class EquivalenceChecker:
             raise WorkerStartError(
                 f"reward worker processes failed to start {self.max_start_failures} times in a row "
                 f"(last one: {why}); their own error is on stderr above. The workers do not "
-                f"re-run your __main__ script, so a missing `if __name__ == \"__main__\":` guard is "
+                f're-run your __main__ script, so a missing `if __name__ == "__main__":` guard is '
                 f"not the cause. Check that `{sys.executable} -c 'import math_verify'` works, and that "
-                f"max_memory_mb={self.max_memory_mb} leaves room for math-verify.")
+                f"max_memory_mb={self.max_memory_mb} leaves room for math-verify."
+            )
         self._restart(slot)
 
     def _next_wakeup(self, busy: dict) -> float:

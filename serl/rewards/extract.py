@@ -17,6 +17,7 @@ never match another answer or be counted in a majority vote.
 Everything here is linear in the text length: braces are matched with one pass
 and a stack, and the regular expressions have no nested quantifiers.
 """
+
 from __future__ import annotations
 
 import re
@@ -31,9 +32,7 @@ _BRACE = re.compile(r"\\[{}]|[{}]")
 # A number: optional sign, digits with optional thousands commas, optional
 # decimals, optional "/denominator".  Not preceded by a letter or digit so
 # that "x2" or "H2O" do not yield a number.
-_NUMBER = re.compile(
-    r"(?<![A-Za-z0-9_.])(-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+(?:\.\d+)?)?)(?![A-Za-z0-9_])"
-)
+_NUMBER = re.compile(r"(?<![A-Za-z0-9_.])(-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+(?:\.\d+)?)?)(?![A-Za-z0-9_])")
 _CHOICE_STATED = re.compile(
     r"(?i:answer|option|choice)\s*(?:is|:)?\s*(?::\s*)?(?:\*\*)?\(?\s*([A-J])\s*\)?(?![A-Za-z0-9])"
 )

@@ -22,6 +22,7 @@ serving that safely to clients that may be slow, broken or hostile:
   garbage request line, an unknown method, headers too long), is JSON
   ``{"error": ...}``, never an HTML page.
 """
+
 from __future__ import annotations
 
 import io
@@ -95,10 +96,10 @@ class RewardHandler(BaseHTTPRequestHandler):
 
     server_version = "serl-reward/1"
     protocol_version = "HTTP/1.1"  # keep-alive
-    answer = health = None   # staticmethods: body -> reply dict, () -> the GET reply
+    answer = health = None  # staticmethods: body -> reply dict, () -> the GET reply
     max_bytes = 0
-    timeout = 0.0            # idle seconds between requests (socketserver's name)
-    request_timeout = 0.0    # seconds for a whole request from its first byte
+    timeout = 0.0  # idle seconds between requests (socketserver's name)
+    request_timeout = 0.0  # seconds for a whole request from its first byte
     wbufsize = 1 << 16  # headers and body go out in one write (flushed per request)
 
     def setup(self):
@@ -121,8 +122,13 @@ class RewardHandler(BaseHTTPRequestHandler):
         except RequestTimeout:
             self.close_connection = True
             self.reader.end_request()
-            self._send(408, {"error": f"request not complete within {self.request_timeout:g} s of its "
-                                      f"first byte (--request_timeout); connection closed"})
+            self._send(
+                408,
+                {
+                    "error": f"request not complete within {self.request_timeout:g} s of its "
+                    f"first byte (--request_timeout); connection closed"
+                },
+            )
             self.wfile.flush()
 
     def parse_request(self):
@@ -215,14 +221,24 @@ class RewardHandler(BaseHTTPRequestHandler):
 def make_handler(answer, health, max_bytes: int, idle_timeout: float, request_timeout: float):
     """A handler class. ``answer(body: bytes) -> dict`` scores a POST body and raises
     :class:`BadRequest` to refuse it; ``health() -> dict`` is the GET reply."""
-    return type("Handler", (RewardHandler,), {
-        "answer": staticmethod(answer), "health": staticmethod(health), "max_bytes": max_bytes,
-        "timeout": idle_timeout, "request_timeout": request_timeout})
+    return type(
+        "Handler",
+        (RewardHandler,),
+        {
+            "answer": staticmethod(answer),
+            "health": staticmethod(health),
+            "max_bytes": max_bytes,
+            "timeout": idle_timeout,
+            "request_timeout": request_timeout,
+        },
+    )
 
 
 _BUSY_BODY = b'{"error": "too many open connections; retry in a moment"}'
-_BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\n"
-         b"Content-Length: %d\r\n\r\n%s" % (len(_BUSY_BODY), _BUSY_BODY))
+_BUSY = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\n"
+    b"Content-Length: %d\r\n\r\n%s" % (len(_BUSY_BODY), _BUSY_BODY)
+)
 
 
 class _Conn:
@@ -245,8 +261,9 @@ class RewardHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False  # no bookkeeping of finished threads
 
-    def __init__(self, address, handler, backlog: int = 1024, max_connections: int = 1024,
-                 max_idle_per_client: int = 128):
+    def __init__(
+        self, address, handler, backlog: int = 1024, max_connections: int = 1024, max_idle_per_client: int = 128
+    ):
         self.request_queue_size = backlog  # read by listen() in the base constructor
         self.max_connections, self.max_idle_per_client = max_connections, max_idle_per_client
         self._conns: dict[socket.socket, _Conn] = {}

@@ -21,6 +21,7 @@ with ``OverBudget`` (503) instead of piling up.
 ``health()`` is not ok when some caller has waited for the fast lane (queue and
 run together) longer than ``stall_seconds``: the scorer is stalled or saturated.
 """
+
 from __future__ import annotations
 
 import threading
@@ -48,8 +49,7 @@ def estimated_checks(jobs: list[dict]) -> int:
 class Lanes:
     """A checker-like pair of pools (``run_jobs``, ``stats``, ``close``, ``terminate``)."""
 
-    def __init__(self, fast, slow, *, fast_budget: float = 1.0, big_checks: int = 400,
-                 stall_seconds: float = 5.0):
+    def __init__(self, fast, slow, *, fast_budget: float = 1.0, big_checks: int = 400, stall_seconds: float = 5.0):
         self.fast, self.slow = fast, slow
         self.fast_budget, self.big_checks = float(fast_budget), int(big_checks)
         self.stall_seconds = float(stall_seconds)
@@ -76,8 +76,12 @@ class Lanes:
         with self._lock:
             oldest = max((now - t for t in self._waiting.values()), default=0.0)
             queued = len(self._waiting)
-        return {"ok": oldest <= self.stall_seconds, "fast_lane_calls": queued,
-                "fast_lane_oldest_s": round(oldest, 3), "slow_lane_busy": self._slow_lock.locked()}
+        return {
+            "ok": oldest <= self.stall_seconds,
+            "fast_lane_calls": queued,
+            "fast_lane_oldest_s": round(oldest, 3),
+            "slow_lane_busy": self._slow_lock.locked(),
+        }
 
     def run_jobs(self, jobs: list[dict], time_budget: float | None = None) -> list:
         start = time.monotonic()
@@ -99,10 +103,11 @@ class Lanes:
             self.sent_slow += 1
         left = None if time_budget is None else time_budget - (time.monotonic() - start)
         if not self._slow_lock.acquire(timeout=-1 if left is None else max(0.0, left)):
-            raise OverBudget(f"the slow lane stayed busy for the whole budget of {time_budget:g} s; "
-                             "no reward was computed")
+            raise OverBudget(
+                f"the slow lane stayed busy for the whole budget of {time_budget:g} s; no reward was computed"
+            )
         try:
-            if left is not None:
+            if left is not None and time_budget is not None:
                 left = time_budget - (time.monotonic() - start)
                 if left <= 0:
                     raise OverBudget(f"no time left of the budget of {time_budget:g} s; no reward was computed")

@@ -23,6 +23,7 @@ answer, the vote counts one it is handed as unanswered (``n_no_answer``, reward
 included.  So empty answers can never form the majority, and never match a label.
 The set-braces ``\\{\\}`` (the empty set) are an answer.
 """
+
 from __future__ import annotations
 
 import re
@@ -83,7 +84,7 @@ def cheap_compare(a: str, b: str) -> bool | None:
         return True
     if exact_x and exact_y:
         return False
-    if abs(fx - fy) > Fraction(1, 10**4) * max(1, abs(fx), abs(fy)):
+    if abs(fx - fy) > Fraction(1, 10**4) * max(Fraction(1), abs(fx), abs(fy)):
         return False
     return None
 

@@ -25,6 +25,7 @@ newest checkpoint to the message (``serl.run.checkpoint.resume_hint``). A 4xx is
 request itself is wrong). An exception in a reward file is reported with the file and line
 where it was raised. Model output is sent as text and never evaluated here.
 """
+
 from __future__ import annotations
 
 import http.client
@@ -34,7 +35,7 @@ import time
 import urllib.parse
 from pathlib import Path
 
-from serl.rewards.remote_reply import RemoteRewardError, Reply, _logs_of, _rewards_of  # noqa: F401 (API)
+from serl.rewards.remote_reply import RemoteRewardError, Reply, logs_of, rewards_of  # noqa: F401 (API)
 from serl.rewards.reward_file import FileReward
 
 MAX_REPLY_BYTES = 64 * 2**20
@@ -63,22 +64,28 @@ def check_spec(spec: str) -> str | None:
     if is_url(spec):
         u = urllib.parse.urlsplit(spec)
         if u.username is not None or u.password is not None:
-            return "a URL with user:password@ is refused (it would be saved in config.yaml); serve the " \
-                   "reward without credentials on a trusted network, or use a reward file"
+            return (
+                "a URL with user:password@ is refused (it would be saved in config.yaml); serve the "
+                "reward without credentials on a trusted network, or use a reward file"
+            )
         keys = [k for k, _ in urllib.parse.parse_qsl(u.query, keep_blank_values=True)]
         secret = next((k for k in keys if _SECRET_KEY.search(k)), None)
         if secret is not None:  # the key's name only, never its value
-            return f"a URL whose query carries a credential ({secret!r}) is refused (it would be saved in " \
-                   f"config.yaml); serve the reward without credentials on a trusted network, or use a reward file"
+            return (
+                f"a URL whose query carries a credential ({secret!r}) is refused (it would be saved in "
+                f"config.yaml); serve the reward without credentials on a trusted network, or use a reward file"
+            )
         try:
-            u.port
+            u.port  # noqa: B018 (reading it checks the port)
         except ValueError:
             return f"bad port in {shown_url(spec.split('@')[-1])!r}"
         return None if u.hostname else "the URL has no host"
     if "," in spec:  # SeRL passes two files, comma-separated
-        return f"serl takes one reward source, got {len(spec.split(','))} ({spec}); serl's evaluation " \
-               f"(--eval_data) always scores with its built-in math-verify rule check, the reward of " \
-               f"reward_utils/math_verify_reward.py: pass the training reward alone"
+        return (
+            f"serl takes one reward source, got {len(spec.split(','))} ({spec}); serl's evaluation "
+            f"(--eval_data) always scores with its built-in math-verify rule check, the reward of "
+            f"reward_utils/math_verify_reward.py: pass the training reward alone"
+        )
     if not spec.endswith(".py"):
         return f"expected an http(s):// URL or a .py file with reward_func, got {spec!r}"
     if not Path(spec).is_file():
@@ -121,8 +128,9 @@ class HttpReward:
             down = False
             self.requests += 1
             if 400 <= status < 500:
-                raise RemoteRewardError(f"remote reward {self.shown} refused the request with HTTP {status}"
-                                        f"{_error_text(data)}; not retried")
+                raise RemoteRewardError(
+                    f"remote reward {self.shown} refused the request with HTTP {status}{_error_text(data)}; not retried"
+                )
             if status != 200:
                 last = f"HTTP {status}{_error_text(data)}"
                 continue
@@ -130,23 +138,29 @@ class HttpReward:
                 reply = json.loads(data)
                 if not isinstance(reply, dict) or "rewards" not in reply:
                     raise ValueError("no 'rewards' in the reply")
-                return Reply(_rewards_of(reply["rewards"], len(queries), f"remote reward {self.shown}"),
-                             _logs_of(reply.get("extra_logs"), len(queries), f"remote reward {self.shown}"))
+                return Reply(
+                    rewards_of(reply["rewards"], len(queries), f"remote reward {self.shown}"),
+                    logs_of(reply.get("extra_logs"), len(queries), f"remote reward {self.shown}"),
+                )
             except (ValueError, RecursionError) as e:
                 last = f"reply is not the reward protocol ({str(e)[:200]})"
         # one line: the runner adds the checkpoint to resume from (serl.run.checkpoint.resume_hint)
-        what = ("The server is down or not answering: restart it" if down else
-                "The server answers but gives no rewards: see its log, fix or restart it")
+        what = (
+            "The server is down or not answering: restart it"
+            if down
+            else "The server answers but gives no rewards: see its log, fix or restart it"
+        )
         raise RemoteRewardError(
             f"remote reward {self.shown}: no rewards after {self.retries + 1} tries over "
             f"{time.monotonic() - t0:.1f} s (last: {last}); the step was not trained. {what} "
-            f"(e.g. `serl serve-reward --port {self.port or 'PORT'}`)")
+            f"(e.g. `serl serve-reward --port {self.port or 'PORT'}`)"
+        )
 
     def _post(self, body: bytes) -> tuple[int, bytes]:
         """One POST; the whole exchange must finish within ``timeout`` seconds."""
         deadline = time.monotonic() + self.timeout
         cls = http.client.HTTPSConnection if self.https else http.client.HTTPConnection
-        conn = cls(self.host, self.port, timeout=self.timeout)
+        conn = cls(self.host or "", self.port, timeout=self.timeout)  # the spec was checked to name a host
         try:
             conn.request("POST", self.path, body, {"Content-Type": "application/json"})
             sock = conn.sock  # the response keeps it when the server closes the connection
@@ -185,8 +199,11 @@ def source_for(cfg):
     key = (cfg.remote_rm_url, cfg.remote_rm_timeout, cfg.remote_rm_retries)
     if key not in _SOURCES:
         spec = cfg.remote_rm_url
-        _SOURCES[key] = (HttpReward(spec, cfg.remote_rm_timeout, cfg.remote_rm_retries) if is_url(spec)
-                         else FileReward(spec, cfg.remote_rm_timeout))
+        _SOURCES[key] = (
+            HttpReward(spec, cfg.remote_rm_timeout, cfg.remote_rm_retries)
+            if is_url(spec)
+            else FileReward(spec, cfg.remote_rm_timeout)
+        )
     return _SOURCES[key]
 
 
@@ -194,7 +211,7 @@ def load_source(cfg) -> None:
     """Load ``--remote_rm_url``'s reward file now (a recipe's ``prepare``): a broken file is a
     ConfigError (exit 2) before anything is written. A URL is not contacted here."""
     if getattr(cfg, "remote_rm_url", "") and not is_url(cfg.remote_rm_url):
-        from serl.errors import ConfigError
+        from serl import ConfigError
 
         try:
             source_for(cfg)
@@ -218,8 +235,9 @@ def batches(sizes: list[int], limit: int) -> list[range]:
     return out
 
 
-def score_remote(source, prompts: list[str], responses: list[list[str]], labels: list, fallback: str = "number",
-                 batch_size: int = 0) -> list:
+def score_remote(
+    source, prompts: list[str], responses: list[list[str]], labels: list, fallback: str = "number", batch_size: int = 0
+) -> list:
     """``GroupScore`` per group from ``source``. ``prompts``: one text per group (the chat
     prompt as the model saw it); the query of a sample is prompt + response.
 
@@ -241,15 +259,22 @@ def score_remote(source, prompts: list[str], responses: list[list[str]], labels:
         k = 0
         for gi in part:
             n = len(responses[gi])
-            rew, logs = reply.rewards[k:k + n], {key: v[k:k + n] for key, v in reply.logs.items()}
+            rew, logs = reply.rewards[k : k + n], {key: v[k : k + n] for key, v in reply.logs.items()}
             no_ans = [bool(x) for x in logs.get("no_answer", [0] * n)]
-            answers = [None if no_ans[j] else (extract_answer(r, fallback) or r)
-                       for j, r in enumerate(responses[gi])]
+            answers = [None if no_ans[j] else (extract_answer(r, fallback) or r) for j, r in enumerate(responses[gi])]
             clusters = logs.get("n_clusters", [0] * n)
-            out.append(GroupScore(rewards=rew, answers=answers, label=None,
-                                  agreement=sum(rew) / n if n else 0.0,
-                                  n_clusters=int(clusters[0]) if n else 0, n_no_answer=sum(no_ans),
-                                  tie=bool(logs.get("tie", [0])[0]) if n else False, source="remote"))
+            out.append(
+                GroupScore(
+                    rewards=rew,
+                    answers=answers,
+                    label=None,
+                    agreement=sum(rew) / n if n else 0.0,
+                    n_clusters=int(clusters[0]) if n else 0,
+                    n_no_answer=sum(no_ans),
+                    tie=bool(logs.get("tie", [0])[0]) if n else False,
+                    source="remote",
+                )
+            )
             k += n
     return out
 
@@ -265,6 +290,11 @@ def score_for(cfg, checker, tokenizer, groups, labels):
         labels = labels if cfg.reward_mode != "majority" else None
         return score_groups(texts, labels, checker, mode=cfg.reward_mode, fallback=cfg.answer_fallback)
     prompts = [tokenizer.decode(g[0].prompt_ids, skip_special_tokens=False) if g else "" for g in groups]
-    return score_remote(source_for(cfg), prompts, texts, list(labels or [None] * len(groups)),
-                        cfg.answer_fallback, cfg.remote_rm_batch_size)
-
+    return score_remote(
+        source_for(cfg),
+        prompts,
+        texts,
+        list(labels or [None] * len(groups)),
+        cfg.answer_fallback,
+        cfg.remote_rm_batch_size,
+    )

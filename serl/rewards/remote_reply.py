@@ -1,6 +1,7 @@
 """What a remote reward source gives back (``Reply``), its checks, and the error raised when a
 reward does not arrive. Shared by the URL client (serl.rewards.remote) and the reward-file
 worker (serl.rewards.reward_file); stdlib only."""
+
 from __future__ import annotations
 
 import math
@@ -17,7 +18,8 @@ class Reply:
     rewards: list[float]
     logs: dict[str, list]
 
-def _rewards_of(value, n: int, where: str) -> list[float]:
+
+def rewards_of(value, n: int, where: str) -> list[float]:
     if hasattr(value, "tolist"):  # a tensor or an array
         value = value.tolist()
     if not isinstance(value, (list, tuple)) or len(value) != n:
@@ -31,15 +33,16 @@ def _rewards_of(value, n: int, where: str) -> list[float]:
     return out
 
 
-def _logs_of(value, n: int, where: str = "the reward source") -> dict[str, list]:
+def logs_of(value, n: int, where: str = "the reward source") -> dict[str, list]:
     """``extra_logs`` as {key: n numbers}. A finite number is one value for every sample;
     anything else that is not n finite numbers is refused naming the source and the key
     (a text value ended the step later with a ValueError traceback)."""
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise RemoteRewardError(f"{where}: 'extra_logs' must be an object of per-sample numbers, got "
-                                f"{type(value).__name__}")
+        raise RemoteRewardError(
+            f"{where}: 'extra_logs' must be an object of per-sample numbers, got {type(value).__name__}"
+        )
     logs = {}
     for k, v in value.items():
         v = v.tolist() if hasattr(v, "tolist") else v
@@ -47,12 +50,14 @@ def _logs_of(value, n: int, where: str = "the reward source") -> dict[str, list]
             v = [v] * n
         if not isinstance(v, (list, tuple)) or len(v) != n:
             got = f"{len(v)} entries" if isinstance(v, (list, tuple)) else type(v).__name__
-            raise RemoteRewardError(f"{where}: extra_logs[{str(k)[:60]!r}] must hold {n} numbers (one per "
-                                    f"sample), got {got}")
+            raise RemoteRewardError(
+                f"{where}: extra_logs[{str(k)[:60]!r}] must hold {n} numbers (one per sample), got {got}"
+            )
         for i, x in enumerate(v):
             if not _number(x):
-                raise RemoteRewardError(f"{where}: extra_logs[{str(k)[:60]!r}][{i}] is not a finite number "
-                                        f"({str(x)[:40]!r})")
+                raise RemoteRewardError(
+                    f"{where}: extra_logs[{str(k)[:60]!r}][{i}] is not a finite number ({str(x)[:40]!r})"
+                )
         logs[str(k)] = list(v)
     return logs
 

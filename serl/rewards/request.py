@@ -4,6 +4,7 @@ The limits come first: the sample count is checked as soon as the JSON is decode
 each text's length before any text is looked at, so an oversized request costs one
 C-speed decode (bounded by the body limit), not per-sample work (10^6 empty strings
 took 20 s to refuse when they were counted last)."""
+
 from __future__ import annotations
 
 import json
@@ -19,10 +20,10 @@ class TooLarge(BadRequest):
 def response_text(query: str, prompt: str) -> str:
     """The part of ``query`` the model wrote (see module doc)."""
     if query.startswith(prompt):
-        return query[len(prompt):]
+        return query[len(prompt) :]
     k = query.find(prompt) if prompt else -1
     if k >= 0:
-        return query[k + len(prompt):]
+        return query[k + len(prompt) :]
     n = 0
     for a, b in zip(query, prompt):
         if a != b:
@@ -42,8 +43,9 @@ def _label(i: int, v):
     return str(v)
 
 
-def parse_request(body: bytes, max_samples: int | None = None,
-                  max_query_chars: int | None = None) -> tuple[list[str], list[str], list[str | None]]:
+def parse_request(
+    body: bytes, max_samples: int | None = None, max_query_chars: int | None = None
+) -> tuple[list[str], list[str], list[str | None]]:
     """Validate a request body; raises BadRequest naming the field at fault (TooLarge: 413)."""
     try:
         data = json.loads(body)
@@ -58,8 +60,11 @@ def parse_request(body: bytes, max_samples: int | None = None,
         raise BadRequest("field 'query' must be a list of strings")
     n = len(queries)
     if max_samples is not None and n > max_samples:
-        raise TooLarge(f"request has {n} samples; this server scores at most {max_samples} per request "
-                       f"(--max_samples): split it into smaller requests", 413)
+        raise TooLarge(
+            f"request has {n} samples; this server scores at most {max_samples} per request "
+            f"(--max_samples): split it into smaller requests",
+            413,
+        )
     prompts = data.get("prompts")
     if prompts is None:
         raise BadRequest("field 'prompts' is required (answers are never read from the prompt)")
@@ -75,7 +80,9 @@ def parse_request(body: bytes, max_samples: int | None = None,
             if not isinstance(v, str):
                 raise BadRequest(f"field '{name}'[{i}] must be a string, got {type(v).__name__}")
             if max_query_chars is not None and len(v) > max_query_chars:
-                raise TooLarge(f"field '{name}'[{i}] has {len(v)} characters; at most {max_query_chars} are "
-                               f"accepted (--max_query_kb)", 413)
+                raise TooLarge(
+                    f"field '{name}'[{i}] has {len(v)} characters; at most {max_query_chars} are "
+                    f"accepted (--max_query_kb)",
+                    413,
+                )
     return queries, prompts, [_label(i, v) for i, v in enumerate(labels)]
-

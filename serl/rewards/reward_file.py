@@ -18,6 +18,7 @@ daemon stays its descendant, and every descendant is killed by pid when the work
 stopped, or by the worker itself when it finds its parent gone.
 Model output reaches the file as text; nothing here evaluates it.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -27,8 +28,9 @@ import os
 import signal
 import traceback
 from pathlib import Path
+from typing import Any
 
-from serl.rewards.remote_reply import RemoteRewardError, Reply, _logs_of, _rewards_of
+from serl.rewards.remote_reply import RemoteRewardError, Reply, logs_of, rewards_of
 
 LOAD_LIMIT_S = 120.0  # loading may import torch and friends; never less than the call limit
 
@@ -37,8 +39,8 @@ def _where(path: Path, e: BaseException) -> str:
     """``file:line`` of the deepest frame in the reward file (else the deepest frame)."""
     frames = traceback.extract_tb(e.__traceback__)
     mine = [f for f in frames if Path(f.filename).resolve() == path]
-    f = (mine or frames or [None])[-1]
-    return f"{f.filename}:{f.lineno}" if f is not None else str(path)
+    deepest = mine or frames
+    return f"{deepest[-1].filename}:{deepest[-1].lineno}" if deepest else str(path)
 
 
 def _plain(value):
@@ -157,8 +159,12 @@ def _serve(conn, path: str, shown: str) -> None:
         except (OSError, EOFError):  # the parent is gone
             return
         except Exception as e:  # an object that does not pickle
-            conn.send(("error", f"{shown}: reward_func returned what cannot be sent back "
-                                f"({type(e).__name__}: {str(e)[:200]})"))
+            conn.send(
+                (
+                    "error",
+                    f"{shown}: reward_func returned what cannot be sent back ({type(e).__name__}: {str(e)[:200]})",
+                )
+            )
 
 
 class FileReward:
@@ -166,22 +172,24 @@ class FileReward:
     most ``timeout`` seconds."""
 
     def __init__(self, path: str, timeout: float = 60.0):
-        from serl.rewards.equivalence import _start_without_main
+        from serl.rewards.equivalence import start_without_main
 
         self.path, self.shown, self.timeout = Path(path).resolve(), str(path), float(timeout)
         ctx = mp.get_context("spawn")
         self.conn, child = ctx.Pipe(duplex=True)
-        self.proc = ctx.Process(target=_worker_main, args=(child, str(self.path), self.shown),
-                                name="serl-reward-file", daemon=False)
-        _start_without_main(self.proc)  # the child needs nothing from the parent's __main__
+        self.proc: Any = ctx.Process(
+            target=_worker_main, args=(child, str(self.path), self.shown), name="serl-reward-file", daemon=False
+        )
+        start_without_main(self.proc)  # the child needs nothing from the parent's __main__
         child.close()
         atexit.register(self.close)
         limit = max(LOAD_LIMIT_S, self.timeout)
         kind, why = self._reply(limit)
         if kind is None:
             self.close()
-            raise RemoteRewardError(f"{self.shown}: loading the reward file took longer than {limit:g} s; "
-                                    f"it was stopped")
+            raise RemoteRewardError(
+                f"{self.shown}: loading the reward file took longer than {limit:g} s; it was stopped"
+            )
         if kind != "ready":
             self.close()
             raise RemoteRewardError(why)
@@ -207,7 +215,8 @@ class FileReward:
             raise RemoteRewardError(
                 f"{self.shown}: reward_func did not return within {self.timeout:g} s (--remote_rm_timeout) "
                 f"on {n} samples; it was stopped and the step was not trained. Make it faster, give it more "
-                f"time (--remote_rm_timeout) or fewer samples per call (--remote_rm_batch_size)")
+                f"time (--remote_rm_timeout) or fewer samples per call (--remote_rm_batch_size)"
+            )
         if kind == "died":
             self.close()
         if kind != "ok":  # an exception in reward_func leaves the worker (and its state) as it was
@@ -216,8 +225,8 @@ class FileReward:
         if isinstance(out, dict):
             if "rewards" not in out:
                 raise RemoteRewardError(f"{where} returned a dict without 'rewards'")
-            return Reply(_rewards_of(out["rewards"], n, where), _logs_of(out.get("extra_logs"), n, where))
-        return Reply(_rewards_of(out, n, where), {})
+            return Reply(rewards_of(out["rewards"], n, where), logs_of(out.get("extra_logs"), n, where))
+        return Reply(rewards_of(out, n, where), {})
 
     def close(self) -> None:
         """Stop the worker (a kill of its process group: nothing it started stays behind)."""

@@ -36,6 +36,7 @@ installed in every worker process by :func:`install_guards`:
    and every check has a hard time limit enforced by the parent (the worker is
    killed and replaced).
 """
+
 from __future__ import annotations
 
 import re
@@ -47,11 +48,33 @@ _SAFE_EXPR = re.compile(r"[0-9.\s+\-*/()]*")
 # (lazy imports need it).
 _BLOCKED_EVENTS = frozenset(
     {
-        "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty",
-        "os.kill", "os.killpg", "subprocess.Popen", "pty.spawn", "socket.connect",
-        "socket.bind", "socket.sendto", "os.remove", "os.rmdir", "os.rename",
-        "os.mkdir", "os.symlink", "os.link", "os.truncate", "os.chmod", "os.chown",
-        "shutil.rmtree", "shutil.copyfile", "shutil.move", "ctypes.dlopen", "webbrowser.open",
+        "os.system",
+        "os.exec",
+        "os.posix_spawn",
+        "os.spawn",
+        "os.fork",
+        "os.forkpty",
+        "os.kill",
+        "os.killpg",
+        "subprocess.Popen",
+        "pty.spawn",
+        "socket.connect",
+        "socket.bind",
+        "socket.sendto",
+        "os.remove",
+        "os.rmdir",
+        "os.rename",
+        "os.mkdir",
+        "os.symlink",
+        "os.link",
+        "os.truncate",
+        "os.chmod",
+        "os.chown",
+        "shutil.rmtree",
+        "shutil.copyfile",
+        "shutil.move",
+        "ctypes.dlopen",
+        "webbrowser.open",
     }
 )
 _WRITE_FLAGS = 0o1 | 0o2 | 0o100 | 0o1000 | 0o2000  # O_WRONLY|O_RDWR|O_CREAT|O_TRUNC|O_APPEND

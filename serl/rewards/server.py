@@ -74,6 +74,7 @@ Fair scoring (:mod:`serl.rewards.lanes`): small batches go to a fast pool with a
 1-second budget, big ones (or ones that overrun it) to a slow pool, so a request
 inside every limit that needs a minute of math-verify never delays a small one.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -103,9 +104,20 @@ class _Sample:
 class RewardService:
     """Scoring and grouping behind the HTTP handler (usable without HTTP)."""
 
-    def __init__(self, checker, mode="majority", fallback="number", group_size=0, group_wait=60.0, *,
-                 max_samples=4096, max_distinct=256, max_score_seconds=60.0, max_query_chars=256 * 1024,
-                 max_waiting=512):
+    def __init__(
+        self,
+        checker,
+        mode="majority",
+        fallback="number",
+        group_size=0,
+        group_wait=60.0,
+        *,
+        max_samples=4096,
+        max_distinct=256,
+        max_score_seconds=60.0,
+        max_query_chars=256 * 1024,
+        max_waiting=512,
+    ):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}")
         self.checker, self.mode, self.fallback = checker, mode, fallback
@@ -116,13 +128,22 @@ class RewardService:
         self.max_waiting = max(int(max_waiting), self.group_size)
         self._waiting = 0  # samples in incomplete groups (each holds a connection)
         if self.group_size > self.max_distinct:
-            raise ValueError(f"group_size {self.group_size} > max_distinct {self.max_distinct}: a full group "
-                             "could be refused")
+            raise ValueError(
+                f"group_size {self.group_size} > max_distinct {self.max_distinct}: a full group could be refused"
+            )
         self._buckets: dict[str, list[_Sample]] = {}
         self._lock = threading.Lock()
         self._scoring: dict[int, float] = {}  # id of a _score call -> when it began (waiting for the pool too)
-        self.counts = {"requests": 0, "samples": 0, "groups": 0, "partial_groups": 0, "ties": 0,
-                       "refused_too_large": 0, "over_budget": 0, "groups_voted_early": 0}
+        self.counts = {
+            "requests": 0,
+            "samples": 0,
+            "groups": 0,
+            "partial_groups": 0,
+            "ties": 0,
+            "refused_too_large": 0,
+            "over_budget": 0,
+            "groups_voted_early": 0,
+        }
         self.connections = None  # set by make_server: () -> counts of open and idle connections
 
     def health(self) -> dict:
@@ -135,10 +156,16 @@ class RewardService:
         busy = self.checker.busy_since if hasattr(self.checker, "busy_since") else None
         oldest = max(ages, default=0.0)
         lanes = self.checker.health() if callable(getattr(self.checker, "health", None)) else None
-        out = {"ok": oldest <= self.max_score_seconds and (lanes is None or lanes["ok"]), "scoring": len(ages),
-               "oldest_scoring_s": round(oldest, 3), "pool_busy_s": None if busy is None else round(now - busy, 3),
-               "max_score_seconds": self.max_score_seconds, "waiting_samples": self._waiting, "counts": counts,
-               "checker": dict(getattr(self.checker, "stats", {}))}
+        out = {
+            "ok": oldest <= self.max_score_seconds and (lanes is None or lanes["ok"]),
+            "scoring": len(ages),
+            "oldest_scoring_s": round(oldest, 3),
+            "pool_busy_s": None if busy is None else round(now - busy, 3),
+            "max_score_seconds": self.max_score_seconds,
+            "waiting_samples": self._waiting,
+            "counts": counts,
+            "checker": dict(getattr(self.checker, "stats", {})),
+        }
         if lanes is not None:
             out["lanes"] = lanes
         if self.connections is not None:
@@ -162,8 +189,15 @@ class RewardService:
         with self._lock:
             self._scoring[id(key)] = time.monotonic()
         try:
-            scores = score_groups([[s.text for s in g] for g in groups], labels, self.checker, mode, self.fallback,
-                                  max_distinct=self.max_distinct, time_budget=self.max_score_seconds)
+            scores = score_groups(
+                [[s.text for s in g] for g in groups],
+                labels,
+                self.checker,
+                mode,
+                self.fallback,
+                max_distinct=self.max_distinct,
+                time_budget=self.max_score_seconds,
+            )
         except BaseException:
             for g in groups:  # wake every waiting request; they report the failure
                 for s in g:
@@ -179,14 +213,19 @@ class RewardService:
         for g, gs in zip(groups, scores):
             for k, s in enumerate(g):
                 s.result = {
-                    "reward": gs.rewards[k], "agreement": gs.agreement, "n_clusters": gs.n_clusters,
-                    "tie": int(gs.tie), "no_answer": int(gs.answers[k] is None), "group_n": len(g),
-                    "partial_group": int(partial), "rule": int(gs.source == "rule"),
+                    "reward": gs.rewards[k],
+                    "agreement": gs.agreement,
+                    "n_clusters": gs.n_clusters,
+                    "tie": int(gs.tie),
+                    "no_answer": int(gs.answers[k] is None),
+                    "group_n": len(g),
+                    "partial_group": int(partial),
+                    "rule": int(gs.source == "rule"),
                 }
                 s.done.set()
 
     def handle(self, queries, prompts, labels) -> dict:
-        samples = []
+        samples: list = []
         for q, p, lab in zip(queries, prompts, labels):
             lab = normalize_label(lab) if self.mode != "majority" else None
             if self.mode == "rule" and lab is None:
@@ -195,8 +234,11 @@ class RewardService:
         if len(samples) > self.max_samples:
             with self._lock:
                 self.counts["refused_too_large"] += 1
-            raise BadRequest(f"request has {len(samples)} samples; this server scores at most {self.max_samples} "
-                             f"per request (--max_samples): split it into smaller requests", 413)
+            raise BadRequest(
+                f"request has {len(samples)} samples; this server scores at most {self.max_samples} "
+                f"per request (--max_samples): split it into smaller requests",
+                413,
+            )
         with self._lock:
             self.counts["requests"] += 1
             self.counts["samples"] += len(samples)
@@ -236,14 +278,20 @@ class RewardService:
             except GroupTooLarge as e:
                 with self._lock:
                     self.counts["refused_too_large"] += 1
-                raise BadRequest(f"{e} per prompt (--max_distinct); a vote over k distinct answers costs up "
-                                 f"to k^2/2 checks: send fewer samples per prompt", 413) from None
+                raise BadRequest(
+                    f"{e} per prompt (--max_distinct); a vote over k distinct answers costs up "
+                    f"to k^2/2 checks: send fewer samples per prompt",
+                    413,
+                ) from None
             except OverBudget:
                 with self._lock:
                     self.counts["over_budget"] += 1
-                raise BadRequest(f"scoring this request took over {self.max_score_seconds:g} s "
-                                 f"(--max_score_seconds) and was stopped so other clients are served; "
-                                 f"send fewer or simpler answers per request", 503) from None
+                raise BadRequest(
+                    f"scoring this request took over {self.max_score_seconds:g} s "
+                    f"(--max_score_seconds) and was stopped so other clients are served; "
+                    f"send fewer or simpler answers per request",
+                    503,
+                ) from None
         deadline = time.monotonic() + self.group_wait
         for s in samples:
             if not s.done.wait(max(0.0, deadline - time.monotonic())):
@@ -270,67 +318,135 @@ class RewardService:
         self._score([bucket], partial=True)
 
 
-def make_server(service: RewardService, host="127.0.0.1", port=0, max_request_mb=8.0, *, backlog=1024,
-                max_connections=1024, idle_timeout=60.0, request_timeout=30.0,
-                max_idle_per_client=128) -> RewardHTTPServer:
+def make_server(
+    service: RewardService,
+    host="127.0.0.1",
+    port=0,
+    max_request_mb=8.0,
+    *,
+    backlog=1024,
+    max_connections=1024,
+    idle_timeout=60.0,
+    request_timeout=30.0,
+    max_idle_per_client=128,
+) -> RewardHTTPServer:
     """A ready (not yet serving) server; ``server.server_address`` has the port."""
-    handler = make_handler(service.answer, service.health, int(max_request_mb * 2**20), idle_timeout,
-                           request_timeout)
-    server = RewardHTTPServer((host, port), handler, backlog=backlog, max_connections=max_connections,
-                              max_idle_per_client=max_idle_per_client)
+    handler = make_handler(service.answer, service.health, int(max_request_mb * 2**20), idle_timeout, request_timeout)
+    server = RewardHTTPServer(
+        (host, port), handler, backlog=backlog, max_connections=max_connections, max_idle_per_client=max_idle_per_client
+    )
     service.connections = server.open_connections
     return server
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="serl serve-reward", description=__doc__.split("\n\n")[0],
+        prog="serl serve-reward",
+        description=__doc__.split("\n\n")[0],
         epilog="An answer with nothing in it (\\boxed{}, \\boxed{\\text{}}, \\boxed{.}, \\boxed{$$}) is no "
-               "answer: reward 0, never the majority, never equal to a label. Labels are strings, finite "
-               "numbers or null. Errors are JSON {\"error\": ...} with a 4xx status.")
+        "answer: reward 0, never the majority, never equal to a label. Labels are strings, finite "
+        'numbers or null. Errors are JSON {"error": ...} with a 4xx status.',
+    )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=5000, help="port (0 = pick a free one)")
-    p.add_argument("--mode", choices=MODES, default="majority",
-                   help="majority: vote, ignore labels; rule: compare with labels; auto: rule where labelled")
-    p.add_argument("--fallback", choices=FALLBACKS, default="number",
-                   help="answer when a response has no \\boxed{}: none, last number, or choice letter A-J")
-    p.add_argument("--group_size", type=int, default=0,
-                   help="0: vote per request; N: collect N samples of a prompt across requests, then vote")
-    p.add_argument("--group_wait", type=float, default=60.0,
-                   help="seconds to wait for a group to fill before voting on what arrived")
+    p.add_argument(
+        "--mode",
+        choices=MODES,
+        default="majority",
+        help="majority: vote, ignore labels; rule: compare with labels; auto: rule where labelled",
+    )
+    p.add_argument(
+        "--fallback",
+        choices=FALLBACKS,
+        default="number",
+        help="answer when a response has no \\boxed{}: none, last number, or choice letter A-J",
+    )
+    p.add_argument(
+        "--group_size",
+        type=int,
+        default=0,
+        help="0: vote per request; N: collect N samples of a prompt across requests, then vote",
+    )
+    p.add_argument(
+        "--group_wait",
+        type=float,
+        default=60.0,
+        help="seconds to wait for a group to fill before voting on what arrived",
+    )
     p.add_argument("--timeout", type=float, default=3.0, help="hard time limit of one equivalence check (s)")
-    p.add_argument("--workers", type=int, default=2,
-                   help="math-verify worker processes of the fast lane; the slow lane for big requests has "
-                        "half as many (at least 1), so one big request leaves CPU for the small ones")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=2,
+        help="math-verify worker processes of the fast lane; the slow lane for big requests has "
+        "half as many (at least 1), so one big request leaves CPU for the small ones",
+    )
     p.add_argument("--max_request_mb", type=float, default=8.0, help="largest request body accepted (MiB)")
-    p.add_argument("--backlog", type=int, default=1024,
-                   help="listen backlog: connections the kernel queues before accept (the OS may cap it)")
-    p.add_argument("--max_connections", type=int, default=1024,
-                   help="open connections served at once (one thread each); more get 503")
-    p.add_argument("--idle_timeout", type=float, default=60.0,
-                   help="seconds one read may wait: an idle or silent connection is closed after this (default 60)")
-    p.add_argument("--request_timeout", type=float, default=30.0,
-                   help="seconds a request (request line, headers and body) may take to arrive, from its "
-                        "first byte; past it the client gets 408 and its connection is closed, freeing the "
-                        "slot (stops clients that trickle bytes). Default 30; raise it for large bodies on slow links")
-    p.add_argument("--max_query_kb", type=float, default=256.0,
-                   help="longest query or prompt text accepted, in KiB of characters; longer gets 413 before any "
-                        "text is read (default 256: far above any model response)")
-    p.add_argument("--max_idle_per_client", type=int, default=128,
-                   help="idle connections kept open per client address; past it that client's oldest idle one "
-                        "is closed. When every slot is taken, a new connection closes the oldest idle one")
-    p.add_argument("--max_waiting", type=int, default=512,
-                   help="samples held waiting for their group (--group_size) to fill; past it the oldest "
-                        "incomplete groups are voted at once (partial_group = 1) to free their connections")
-    p.add_argument("--max_samples", type=int, default=4096,
-                   help="samples one request may carry; more get 413 (default 4096)")
-    p.add_argument("--max_distinct", type=int, default=256,
-                   help="distinct answers (after the cheap normal form) one prompt's group may have; a vote "
-                        "costs up to k^2/2 checks for k of them, so more get 413 (default 256; >= --group_size)")
-    p.add_argument("--max_score_seconds", type=float, default=60.0,
-                   help="seconds the worker pool may spend on one request's groups; past it the request "
-                        "gets 503 and the workers restart, so other clients are served. /health reports "
-                        "ok: false while some scoring has run longer than this (default 60)")
+    p.add_argument(
+        "--backlog",
+        type=int,
+        default=1024,
+        help="listen backlog: connections the kernel queues before accept (the OS may cap it)",
+    )
+    p.add_argument(
+        "--max_connections",
+        type=int,
+        default=1024,
+        help="open connections served at once (one thread each); more get 503",
+    )
+    p.add_argument(
+        "--idle_timeout",
+        type=float,
+        default=60.0,
+        help="seconds one read may wait: an idle or silent connection is closed after this (default 60)",
+    )
+    p.add_argument(
+        "--request_timeout",
+        type=float,
+        default=30.0,
+        help="seconds a request (request line, headers and body) may take to arrive, from its "
+        "first byte; past it the client gets 408 and its connection is closed, freeing the "
+        "slot (stops clients that trickle bytes). Default 30; raise it for large bodies on slow links",
+    )
+    p.add_argument(
+        "--max_query_kb",
+        type=float,
+        default=256.0,
+        help="longest query or prompt text accepted, in KiB of characters; longer gets 413 before any "
+        "text is read (default 256: far above any model response)",
+    )
+    p.add_argument(
+        "--max_idle_per_client",
+        type=int,
+        default=128,
+        help="idle connections kept open per client address; past it that client's oldest idle one "
+        "is closed. When every slot is taken, a new connection closes the oldest idle one",
+    )
+    p.add_argument(
+        "--max_waiting",
+        type=int,
+        default=512,
+        help="samples held waiting for their group (--group_size) to fill; past it the oldest "
+        "incomplete groups are voted at once (partial_group = 1) to free their connections",
+    )
+    p.add_argument(
+        "--max_samples", type=int, default=4096, help="samples one request may carry; more get 413 (default 4096)"
+    )
+    p.add_argument(
+        "--max_distinct",
+        type=int,
+        default=256,
+        help="distinct answers (after the cheap normal form) one prompt's group may have; a vote "
+        "costs up to k^2/2 checks for k of them, so more get 413 (default 256; >= --group_size)",
+    )
+    p.add_argument(
+        "--max_score_seconds",
+        type=float,
+        default=60.0,
+        help="seconds the worker pool may spend on one request's groups; past it the request "
+        "gets 503 and the workers restart, so other clients are served. /health reports "
+        "ok: false while some scoring has run longer than this (default 60)",
+    )
     return p
 
 
@@ -341,42 +457,79 @@ def _stop_on_sigterm(signum, frame):
 def cli_main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    for name in ("timeout", "group_wait", "max_request_mb", "idle_timeout", "request_timeout", "max_score_seconds",
-                 "max_query_kb"):
+    for name in (
+        "timeout",
+        "group_wait",
+        "max_request_mb",
+        "idle_timeout",
+        "request_timeout",
+        "max_score_seconds",
+        "max_query_kb",
+    ):
         if not (math.isfinite(getattr(args, name)) and getattr(args, name) > 0):
             print(f"serl serve-reward: error: --{name} must be a finite number > 0", file=sys.stderr)
             return 2
     if args.max_idle_per_client < 1 or args.max_waiting < max(1, args.group_size):
-        print("serl serve-reward: error: --max_idle_per_client >= 1 and --max_waiting >= max(1, --group_size)",
-              file=sys.stderr)
+        print(
+            "serl serve-reward: error: --max_idle_per_client >= 1 and --max_waiting >= max(1, --group_size)",
+            file=sys.stderr,
+        )
         return 2
-    if args.workers < 1 or args.group_size < 0 or not (0 <= args.port < 65536) or args.backlog < 1 \
-            or args.max_connections < 1 or args.max_samples < 1 or args.max_distinct < max(1, args.group_size):
-        print("serl serve-reward: error: --workers >= 1, --group_size >= 0, 0 <= --port < 65536, "
-              "--backlog >= 1, --max_connections >= 1, --max_samples >= 1, --max_distinct >= max(1, --group_size)",
-              file=sys.stderr)
+    if (
+        args.workers < 1
+        or args.group_size < 0
+        or not (0 <= args.port < 65536)
+        or args.backlog < 1
+        or args.max_connections < 1
+        or args.max_samples < 1
+        or args.max_distinct < max(1, args.group_size)
+    ):
+        print(
+            "serl serve-reward: error: --workers >= 1, --group_size >= 0, 0 <= --port < 65536, "
+            "--backlog >= 1, --max_connections >= 1, --max_samples >= 1, --max_distinct >= max(1, --group_size)",
+            file=sys.stderr,
+        )
         return 2
     # two pools: a big request is scored in the slow lane, never holding the workers small ones need;
     # half the workers there: with --workers 2 on 2 cores, two heavy requests in flight cut the load's
     # throughput to ~405 req/s with 2 slow workers, ~530-700 req/s with 1 (bench/README.md)
-    checker = Lanes(EquivalenceChecker(timeout=args.timeout, workers=args.workers),
-                    EquivalenceChecker(timeout=args.timeout, workers=max(1, args.workers // 2)))
-    service = RewardService(checker, args.mode, args.fallback, args.group_size, args.group_wait,
-                            max_samples=args.max_samples, max_distinct=args.max_distinct,
-                            max_score_seconds=args.max_score_seconds,
-                            max_query_chars=int(args.max_query_kb * 1024), max_waiting=args.max_waiting)
+    checker = Lanes(
+        EquivalenceChecker(timeout=args.timeout, workers=args.workers),
+        EquivalenceChecker(timeout=args.timeout, workers=max(1, args.workers // 2)),
+    )
+    service = RewardService(
+        checker,
+        args.mode,
+        args.fallback,
+        args.group_size,
+        args.group_wait,
+        max_samples=args.max_samples,
+        max_distinct=args.max_distinct,
+        max_score_seconds=args.max_score_seconds,
+        max_query_chars=int(args.max_query_kb * 1024),
+        max_waiting=args.max_waiting,
+    )
     try:
-        server = make_server(service, args.host, args.port, args.max_request_mb, backlog=args.backlog,
-                             max_connections=args.max_connections, idle_timeout=args.idle_timeout,
-                             request_timeout=args.request_timeout,
-                             max_idle_per_client=args.max_idle_per_client)
+        server = make_server(
+            service,
+            args.host,
+            args.port,
+            args.max_request_mb,
+            backlog=args.backlog,
+            max_connections=args.max_connections,
+            idle_timeout=args.idle_timeout,
+            request_timeout=args.request_timeout,
+            max_idle_per_client=args.max_idle_per_client,
+        )
     except OSError as e:
         print(f"serl serve-reward: error: cannot bind {args.host}:{args.port}: {e}", file=sys.stderr)
         checker.close()
         return 2
-    host, port = server.server_address[:2]
-    print(f"serl serve-reward: POST http://{host}:{port}/get_reward (mode={args.mode}, "
-          f"group_size={args.group_size})", flush=True)
+    host, port = str(server.server_address[0]), server.server_address[1]
+    print(
+        f"serl serve-reward: POST http://{host}:{port}/get_reward (mode={args.mode}, group_size={args.group_size})",
+        flush=True,
+    )
     previous = signal.signal(signal.SIGTERM, _stop_on_sigterm)
     try:
         server.serve_forever()

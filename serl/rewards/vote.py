@@ -23,8 +23,10 @@ Majority vote (one prompt's group of n answers):
 Rule reward: each answer is compared with the label (gold side of math-verify);
 ``agreement`` is then the accuracy.  Clusters are still counted (``n_clusters``).
 """
+
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from serl.rewards.extract import extract_answer, normalize_label
@@ -54,7 +56,7 @@ def _dedup(answers: list[str | None]) -> tuple[list[str], list[int]]:
     index: list[int] = []
     for a in answers:
         key = None if a is None else normalize(a)
-        if key is None or is_blank(key):
+        if a is None or key is None or is_blank(key):
             index.append(-1)
             continue
         if key not in where:
@@ -66,7 +68,7 @@ def _dedup(answers: list[str | None]) -> tuple[list[str], list[int]]:
 
 def _group_job(uniques: list[str], label: str | None) -> dict:
     strings = list(uniques)
-    job = {"kind": "group", "strings": strings, "label": None}
+    job: dict = {"kind": "group", "strings": strings, "label": None}
     if label is not None:
         job["label"] = len(strings)
         strings.append(label)
@@ -95,14 +97,27 @@ def _score(answers, index, uniques, result, label, source) -> GroupScore:
         match = result["label_match"] or [False] * len(uniques)
         rewards = [1.0 if k >= 0 and match[k] else 0.0 for k in index]
         return GroupScore(
-            rewards=rewards, answers=list(answers), label=label,
-            agreement=(sum(rewards) / n) if n else 0.0, n_clusters=n_clusters,
-            n_no_answer=n_none, tie=False, source="rule", cluster_sizes=sizes,
+            rewards=rewards,
+            answers=list(answers),
+            label=label,
+            agreement=(sum(rewards) / n) if n else 0.0,
+            n_clusters=n_clusters,
+            n_no_answer=n_none,
+            tie=False,
+            source="rule",
+            cluster_sizes=sizes,
         )
     if not sizes:
         return GroupScore(
-            rewards=[0.0] * n, answers=list(answers), label=None, agreement=0.0,
-            n_clusters=0, n_no_answer=n_none, tie=False, source="majority", cluster_sizes=[],
+            rewards=[0.0] * n,
+            answers=list(answers),
+            label=None,
+            agreement=0.0,
+            n_clusters=0,
+            n_no_answer=n_none,
+            tie=False,
+            source="majority",
+            cluster_sizes=[],
         )
     best = max(sizes)
     # Clusters are numbered in order of first appearance, so the lowest index
@@ -112,8 +127,15 @@ def _score(answers, index, uniques, result, label, source) -> GroupScore:
     rewards = [1.0 if k >= 0 and cluster_of[k] == winner else 0.0 for k in index]
     pseudo = uniques[cluster_of.index(winner)]
     return GroupScore(
-        rewards=rewards, answers=list(answers), label=pseudo, agreement=best / n,
-        n_clusters=n_clusters, n_no_answer=n_none, tie=tie, source="majority", cluster_sizes=sizes,
+        rewards=rewards,
+        answers=list(answers),
+        label=pseudo,
+        agreement=best / n,
+        n_clusters=n_clusters,
+        n_no_answer=n_none,
+        tie=tie,
+        source="majority",
+        cluster_sizes=sizes,
     )
 
 
@@ -121,8 +143,13 @@ class GroupTooLarge(ValueError):
     """A group has more distinct answers than the caller allows (checked before any work)."""
 
 
-def _score_answer_groups(groups: list[list[str | None]], labels: list[str | None], checker,
-                         max_distinct: int | None = None, time_budget: float | None = None) -> list[GroupScore]:
+def _score_answer_groups(
+    groups: list[list[str | None]],
+    labels: list[str | None],
+    checker,
+    max_distinct: int | None = None,
+    time_budget: float | None = None,
+) -> list[GroupScore]:
     """Score groups of extracted answers; a label switches that group to the rule reward.
 
     ``max_distinct``: refuse (``GroupTooLarge``) a group with more distinct answers,
@@ -142,7 +169,7 @@ def _score_answer_groups(groups: list[list[str | None]], labels: list[str | None
             jobs.append(job)
         prepared.append((answers, index, uniques, label, job))
     if not jobs:
-        results = iter([])
+        results: Iterator = iter([])
     elif time_budget is not None:
         results = iter(checker.run_jobs(jobs, time_budget=time_budget))
     else:

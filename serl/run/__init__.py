@@ -1,1 +1,1 @@
-"""The run: the loop that owns it, its step frames and hooks, run state, checkpoints and resume."""
+"""The run: the loop that owns its steps, its hooks, run state, checkpoints and resume."""

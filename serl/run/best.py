@@ -6,6 +6,7 @@ metric, its value and the step. Better means higher unless the metric's name say
 (``serl.report.summary.direction``). Only trained steps compete (not the evaluation before training); a
 resumed run reads ``best.json`` and goes on comparing with it. The summary names the step.
 """
+
 from __future__ import annotations
 
 import json
@@ -13,7 +14,7 @@ import os
 import shutil
 from pathlib import Path
 
-from serl.errors import ConfigError
+from serl import ConfigError
 
 BEST_DIR = "best"
 BEST_FILE = "best.json"

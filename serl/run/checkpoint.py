@@ -12,6 +12,7 @@ saying where, how much is free, which checkpoint is intact and what to do, in pl
 the library's own error (torch reports a full disk as "unexpected pos ... vs ...").
 The partial write is removed.
 """
+
 from __future__ import annotations
 
 import errno
@@ -47,7 +48,7 @@ def out_of_space(exc: BaseException, where: Path) -> bool:
             return True
         if any(t in str(e) for t in _NO_SPACE_TEXT):
             return True
-        e = e.__cause__ or e.__context__
+        e = e.__cause__ or e.__context__  # type: ignore[assignment]  # None ends the loop
     try:
         return shutil.disk_usage(_existing(where)).free < LOW_SPACE
     except OSError:
@@ -87,7 +88,9 @@ def disk_space_guard(target: Path, run_dir: Path, what: str, partial: tuple[Path
 def _disk_full_message(target: Path, run_dir: Path, what: str) -> str:
     try:
         du = shutil.disk_usage(_existing(target))
-        space = f"{_mb(du.free)} free of {_mb(du.total)} on the filesystem of {run_dir}, after removing the partial write"
+        space = (
+            f"{_mb(du.free)} free of {_mb(du.total)} on the filesystem of {run_dir}, after removing the partial write"
+        )
     except OSError:
         space = "free space unknown"
     ckpt = latest_checkpoint(run_dir)
@@ -97,12 +100,14 @@ def _disk_full_message(target: Path, run_dir: Path, what: str) -> str:
     else:
         intact = f"The newest complete checkpoint, step {checkpoint_step(ckpt)} ({ckpt}), is intact."
         need = f"; one checkpoint takes {_mb(_size(ckpt))}"
-    return (f"out of disk space writing {what} to {target} ({space}{need}). {intact} Free space there "
-            f"(or keep fewer checkpoints with --max_ckpt_num, or move the run directory to a larger disk), "
-            f"then continue with: serl train --resume {run_dir}")
+    return (
+        f"out of disk space writing {what} to {target} ({space}{need}). {intact} Free space there "
+        f"(or keep fewer checkpoints with --max_ckpt_num, or move the run directory to a larger disk), "
+        f"then continue with: serl train --resume {run_dir}"
+    )
 
 
-def _fsync_dir(d: Path) -> None:
+def fsync_dir(d: Path) -> None:
     fd = os.open(d, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -130,8 +135,9 @@ def checkpoint_step(ckpt: Path) -> int:
 RUN_CONFIG = "run_config.json"  # the run-defining options the checkpoint was made with (serl.run.resume)
 
 
-def save_checkpoint(run_dir: Path, step: int, learner, trainer_state: dict, keep: int = 2,
-                    run_config: dict | None = None) -> Path:
+def save_checkpoint(
+    run_dir: Path, step: int, learner, trainer_state: dict, keep: int = 2, run_config: dict | None = None
+) -> Path:
     root = Path(run_dir) / CKPT_DIR
     root.mkdir(parents=True, exist_ok=True)
     final = checkpoint_dir(run_dir, step)
@@ -147,12 +153,12 @@ def save_checkpoint(run_dir: Path, step: int, learner, trainer_state: dict, keep
         if run_config is not None:
             (tmp / RUN_CONFIG).write_text(json.dumps(run_config, default=str, sort_keys=True) + "\n")
         (tmp / DONE).write_text(f"{step}\n")
-        _fsync_dir(tmp)
+        fsync_dir(tmp)
     if final.exists():  # a re-run of the same step after a resume
         shutil.rmtree(final)
     os.replace(tmp, final)
-    _fsync_dir(root)
-    for old in complete_checkpoints(run_dir)[:-max(1, keep)]:
+    fsync_dir(root)
+    for old in complete_checkpoints(run_dir)[: -max(1, keep)]:
         shutil.rmtree(old, ignore_errors=True)
     return final
 
@@ -181,9 +187,11 @@ def restore_reference(run_dir: Path, learner, ref_step: int, now_step: int) -> N
     policy of ``now_step`` (a resume inside a window whose reference lags the policy)."""
     ref, now = checkpoint_dir(run_dir, ref_step), checkpoint_dir(run_dir, now_step)
     if not (ref / DONE).exists():
-        raise RuntimeError(f"--resume: the reference model of this step is the policy of step {ref_step}, but "
-                           f"{ref} is gone; keep it (--save_steps at the reference's period and "
-                           f"--max_ckpt_num >= 2)")
+        raise RuntimeError(
+            f"--resume: the reference model of this step is the policy of step {ref_step}, but "
+            f"{ref} is gone; keep it (--save_steps at the reference's period and "
+            f"--max_ckpt_num >= 2)"
+        )
     learner.load(str(ref / "policy"))
     learner.sync_ref()
     learner.load(str(now / "policy"))
@@ -201,5 +209,7 @@ def resume_hint(run_dir) -> str:
     ckpt = latest_checkpoint(Path(run_dir))
     if ckpt is None:
         return f"no checkpoint had been saved yet in {run_dir} (see --save_steps); nothing to resume"
-    return (f"the last checkpoint, {ckpt} (step {checkpoint_step(ckpt)}), is intact: then continue with "
-            f"`serl train --resume {run_dir}`")
+    return (
+        f"the last checkpoint, {ckpt} (step {checkpoint_step(ckpt)}), is intact: then continue with "
+        f"`serl train --resume {run_dir}`"
+    )

@@ -1,5 +1,6 @@
 """What the run hands a recipe (``Recipe.__init__(ctx, data)``): the config, the run directory,
 the model, the engines, the logger and where a resume starts."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -17,11 +18,11 @@ class RunContext:
     run_dir: Path
     model_path: str
     tokenizer: Any
-    generator: Any        # engines.base.Generator
-    learner: Any          # engines.base.Learner
-    checker: Any          # engines.base.Checker
-    logger: Any           # metrics.MetricsLogger
+    generator: Any  # engines.base.Generator
+    learner: Any  # engines.base.Learner
+    checker: Any  # engines.base.Checker
+    logger: Any  # metrics.MetricsLogger
     progress: str = "plain"
-    resume_step: int = 0    # the newest checkpoint's step when resuming (0: none yet)
+    resume_step: int = 0  # the newest checkpoint's step when resuming (0: none yet)
     resuming: bool = False  # the run directory holds an earlier run of this config
-    plan: Any = None        # the run's serl.config.plan.RunPlan (None: decided from cfg)
+    plan: Any = None  # the run's serl.config.plan.RunPlan (None: decided from cfg)

@@ -18,6 +18,7 @@ names the damaged file of each newer one; with none intact it refuses in one lin
 :func:`check_logs` reads ``metrics.jsonl`` and ``pool.jsonl`` as the resume will, so a
 bad line is named by file and line before the model loads.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,7 +27,7 @@ import struct
 import zipfile
 from pathlib import Path
 
-from serl.errors import ConfigError
+from serl import ConfigError
 from serl.run.checkpoint import DONE, checkpoint_step, complete_checkpoints
 
 log = logging.getLogger("serl")
@@ -105,21 +106,27 @@ def checkpoint_damage(ckpt: Path) -> tuple[Path, str] | None:
 def intact_checkpoint(run_dir: Path, warn: bool = True) -> Path | None:
     """The newest complete checkpoint that is not damaged (None: the run has none yet).
     Newer damaged ones are skipped with a warning naming the file; none intact: ConfigError."""
-    damaged = []
+    damaged: list = []
     for ckpt in reversed(complete_checkpoints(run_dir)):
         found = checkpoint_damage(ckpt)
         if found is None:
             if damaged and warn:
                 for bad, path, why in damaged:
                     log.warning("--resume: checkpoint %s is damaged (%s: %s); it is skipped", bad.name, path, why)
-                log.warning("--resume: continuing from the newest intact checkpoint, step %d (%s); the steps "
-                            "after it are trained again", checkpoint_step(ckpt), ckpt)
+                log.warning(
+                    "--resume: continuing from the newest intact checkpoint, step %d (%s); the steps "
+                    "after it are trained again",
+                    checkpoint_step(ckpt),
+                    ckpt,
+                )
             return ckpt
         damaged.append((ckpt, *found))
     if damaged:
         _, path, why = damaged[0]
-        raise ConfigError(f"--resume: every checkpoint of {run_dir} is damaged (newest: {path}: {why}); "
-                          f"restore the file from a copy, or start a new run directory")
+        raise ConfigError(
+            f"--resume: every checkpoint of {run_dir} is damaged (newest: {path}: {why}); "
+            f"restore the file from a copy, or start a new run directory"
+        )
     return None
 
 
@@ -129,6 +136,6 @@ def check_logs(run_dir: Path, step: int) -> None:
 
     read_steps(Path(run_dir) / "metrics.jsonl")
     if (Path(run_dir) / "pool.jsonl").is_file():
-        from serl.instruct.pool import PromptPool
+        from serl.config.registry import recipe_module
 
-        PromptPool.load(run_dir, until_step=step, truncate=False)
+        recipe_module("serl", "instruct.pool").PromptPool.load(run_dir, until_step=step, truncate=False)

@@ -18,6 +18,7 @@ The runner calls ``CollapseGuard`` between steps (``serl.run.runner``); probe wo
 counted in ``--max_minutes`` and is logged as ``guard/probe_s``. The probe and the anchor file are
 ``serl.run.guard_anchor``.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,14 +27,27 @@ import os
 import shutil
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
-from serl.config.options import _f
-from serl.errors import ConfigError
+from serl import ConfigError
+from serl.config.options import option as _f
 from serl.run.guard_anchor import ANCHOR_FILE, anchor_header, read_anchor, select_probe, write_anchor
-from serl.run.guard_rule import (EPS, RULES, GuardState, Rule, act, cut_lr, drop_p, flip_rate, judge,  # noqa: F401
-                                 lost_gained, planned_checks, slope)
+from serl.run.guard_rule import (  # noqa: F401
+    EPS,
+    RULES,
+    GuardState,
+    Rule,
+    act,
+    cut_lr,
+    drop_p,
+    flip_rate,
+    judge,
+    lost_gained,
+    planned_checks,
+    slope,
+)
 
 log = logging.getLogger("serl")
 
@@ -45,43 +59,69 @@ ITEMS_FILE = "guard_items.jsonl"  # one line per check: per-item outcomes and gr
 SCRIPT_ENV = "SERL_GUARD_SCRIPT"  # test hook: comma-separated agreements replace the measured ones
 
 
-# The options that change what a guarded run does: a resume must keep them (Recipe.resume_fixed).
-GUARD_OPTIONS = ("collapse_guard", "guard_probe", "guard_probe_data", "guard_k", "guard_every", "guard_margin",
-                 "guard_patience", "guard_alpha", "guard_lr_scale", "guard_max_rollbacks", "guard_anchor",
-                 "guard_labels")
+# The options that change what a guarded run does: a resume must keep them (SeRL's RecipeSpec.resume_fixed).
+GUARD_OPTIONS = (
+    "collapse_guard",
+    "guard_probe",
+    "guard_probe_data",
+    "guard_k",
+    "guard_every",
+    "guard_margin",
+    "guard_patience",
+    "guard_alpha",
+    "guard_lr_scale",
+    "guard_max_rollbacks",
+    "guard_anchor",
+    "guard_labels",
+)
 
 
 @dataclass
 class GuardOptions:
     """Options of the collapse guard (mixed into a recipe's config that supports it)."""
 
-    collapse_guard: str = _f("off", "collapse guard: off, watch (log what it would do), stop (end at a "
-                                    "collapse, keep the best policy) or rollback (reload it, lower the LR)",
-                             choices=MODES)
+    collapse_guard: str = _f(
+        "off",
+        "collapse guard: off, watch (log what it would do), stop (end at a "
+        "collapse, keep the best policy) or rollback (reload it, lower the LR)",
+        choices=MODES,
+    )
     guard_probe: int = _f(64, "guard: training prompts in the fixed probe (drawn with --seed)")
-    guard_probe_data: str = _f("", "guard: draw the probe from this problem file (same keys as --prompt_data; "
-                                   "labels only read with --guard_labels) instead of the training prompts")
+    guard_probe_data: str = _f(
+        "",
+        "guard: draw the probe from this problem file (same keys as --prompt_data; "
+        "labels only read with --guard_labels) instead of the training prompts",
+    )
     guard_k: int = _f(8, "guard: answers the untrained model samples per probe prompt for its vote (the anchor)")
     guard_every: int = _f(2, "guard: check the policy's greedy answers on the probe every N steps (and at the end)")
     guard_margin: float = _f(0.10, "guard: a check is bad when agreement fell this far below its best")
     guard_patience: int = _f(2, "guard: bad checks in a row that fire it (was 1 before the spent rule)")
-    guard_alpha: float = _f(0.05, "guard: false-alarm budget; with --guard_rule spent for the whole run, with "
-                                  "per_check for each check (a bad check needs one-sided McNemar p below its "
-                                  "share; 1 = no test)")
-    guard_rule: str = _f("spent", "guard: spent (--guard_alpha spread over the run's planned checks) or "
-                                  "per_check (every check at --guard_alpha: the rule before issue 61)",
-                         choices=RULES)
-    guard_checks: int = _f(0, "guard: planned checks --guard_alpha is spread over (0 = from --steps and "
-                              "--guard_every)")
-    guard_lr_scale: float = _f(0.5, "guard rollback: multiply the learning rate by this at each rollback "
-                                    "(1 = no cut)")
-    guard_lr_floor: float = _f(0.0, "guard rollback: the cumulative LR scale never goes below this "
-                                    "(0 = no floor)")
+    guard_alpha: float = _f(
+        0.05,
+        "guard: false-alarm budget; with --guard_rule spent for the whole run, with "
+        "per_check for each check (a bad check needs one-sided McNemar p below its "
+        "share; 1 = no test)",
+    )
+    guard_rule: str = _f(
+        "spent",
+        "guard: spent (--guard_alpha spread over the run's planned checks) or "
+        "per_check (every check at --guard_alpha: the rule before issue 61)",
+        choices=RULES,
+    )
+    guard_checks: int = _f(0, "guard: planned checks --guard_alpha is spread over (0 = from --steps and --guard_every)")
+    guard_lr_scale: float = _f(0.5, "guard rollback: multiply the learning rate by this at each rollback (1 = no cut)")
+    guard_lr_floor: float = _f(0.0, "guard rollback: the cumulative LR scale never goes below this (0 = no floor)")
     guard_max_rollbacks: int = _f(2, "guard rollback: after this many rollbacks the next firing stops the run")
-    guard_anchor: str = _f("", "guard: reuse this anchor file (another run's guard_anchor.jsonl; same probe, "
-                               "model, --generate_max_len and --system_prompt) instead of sampling one")
-    guard_labels: bool = _f(False, "guard: score the probe against the seed labels instead of the anchor "
-                                   "(labelled mode, reported apart from the label-free one)")
+    guard_anchor: str = _f(
+        "",
+        "guard: reuse this anchor file (another run's guard_anchor.jsonl; same probe, "
+        "model, --generate_max_len and --system_prompt) instead of sampling one",
+    )
+    guard_labels: bool = _f(
+        False,
+        "guard: score the probe against the seed labels instead of the anchor "
+        "(labelled mode, reported apart from the label-free one)",
+    )
 
     def validate_guard(self) -> None:
         for name in ("guard_probe", "guard_k", "guard_every", "guard_patience"):
@@ -99,22 +139,27 @@ class GuardOptions:
             raise ConfigError(f"guard_lr_scale: must lie in (0, 1], got {self.guard_lr_scale}")
         if self.guard_max_rollbacks < 0:
             raise ConfigError(f"guard_max_rollbacks: must be >= 0, got {self.guard_max_rollbacks}")
-        if self.collapse_guard in ("stop", "rollback") and (self.learner != "torch" or self.ray):
-            raise ConfigError(f"collapse_guard: {self.collapse_guard} reloads the kept policy into the learner, "
-                              f"which only the one-process torch learner can (got --learner {self.learner}"
-                              f"{' with --ray' if self.ray else ''}); use watch, or --learner torch")
+        common: Any = self  # TrainConfig's options, beside this mixin's
+        if self.collapse_guard in ("stop", "rollback") and (common.learner != "torch" or common.ray):
+            raise ConfigError(
+                f"collapse_guard: {self.collapse_guard} reloads the kept policy into the learner, "
+                f"which only the one-process torch learner can (got --learner {common.learner}"
+                f"{' with --ray' if common.ray else ''}); use watch, or --learner torch"
+            )
 
 
 # ---- the probe and its anchor ------------------------------------------------------------------
-def prepare(cfg, recipe_cls, data, model_path: str, run_dir: Path | None = None):
+def prepare(cfg, spec, data, model_path: str, run_dir: Path | None = None):
     """Checks before anything is written: the recipe supports the guard, the probe has what
     the mode scores against, a given anchor file fits. Returns (probe, anchor or None)."""
     if getattr(cfg, "collapse_guard", "off") == "off":
         return None
-    prompts = recipe_cls.guard_prompts(data)
+    prompts = None if spec.guard_prompts is None else spec.guard_prompts(data)  # spec: the recipe's RecipeSpec
     if prompts is None:
-        raise ConfigError(f"collapse_guard: recipe '{cfg.recipe}' does not support the collapse guard "
-                          f"(only serl does); use --collapse_guard off")
+        raise ConfigError(
+            f"collapse_guard: recipe '{cfg.recipe}' does not support the collapse guard "
+            f"(only serl does); use --collapse_guard off"
+        )
     if cfg.guard_probe_data:  # prompts the run does not train on, read and length-checked as the seeds are
         from serl.data.lengths import fit_problems
         from serl.data.seeds import read_seeds
@@ -123,9 +168,11 @@ def prepare(cfg, recipe_cls, data, model_path: str, run_dir: Path | None = None)
         prompts = [(r.text, r.label) for r in fit_problems(cfg, rows)]
     probe = select_probe(prompts, cfg.guard_probe, cfg.seed)
     if cfg.guard_labels and not any(lab for _, _, lab in probe):
-        raise ConfigError(f"guard_labels: none of the {len(probe)} probe prompts from "
-                          f"{cfg.guard_probe_data or cfg.prompt_data} has a "
-                          f"'{cfg.label_key}' label")
+        raise ConfigError(
+            f"guard_labels: none of the {len(probe)} probe prompts from "
+            f"{cfg.guard_probe_data or cfg.prompt_data} has a "
+            f"'{cfg.label_key}' label"
+        )
     own = Path(run_dir or ".") / ANCHOR_FILE  # a resume reads the run's own copy
     given = own if run_dir and own.is_file() else Path(cfg.guard_anchor) if cfg.guard_anchor else None
     anchor = read_anchor(given, cfg, model_path, probe) if given and not cfg.guard_labels else None
@@ -159,8 +206,9 @@ class CollapseGuard:
         self.probe, self.anchor = prepared
         self.mode = cfg.collapse_guard
         checks = getattr(cfg, "guard_checks", 0) or planned_checks(getattr(cfg, "steps", 1), cfg.guard_every)
-        self.rule = Rule(cfg.guard_margin, cfg.guard_patience, cfg.guard_alpha,
-                         getattr(cfg, "guard_rule", "spent"), checks)
+        self.rule = Rule(
+            cfg.guard_margin, cfg.guard_patience, cfg.guard_alpha, getattr(cfg, "guard_rule", "spent"), checks
+        )
         self.st = GuardState(rule=self.rule_record())
         self.recent: list[tuple[float | None, float | None]] = []  # (vote agreement, entropy) per step
         self.since_check = 0  # steps since the last check (what the per-check means average over)
@@ -175,8 +223,12 @@ class CollapseGuard:
     def rule_record(self) -> dict:
         """What a resume must keep: the rule, its budget, the checks it is spread over, the
         rollback's floor."""
-        return {"rule": self.rule.rule, "alpha": self.rule.alpha, "checks": self.rule.checks,
-                "lr_floor": getattr(self.cfg, "guard_lr_floor", 0.0)}
+        return {
+            "rule": self.rule.rule,
+            "alpha": self.rule.alpha,
+            "checks": self.rule.checks,
+            "lr_floor": getattr(self.cfg, "guard_lr_floor", 0.0),
+        }
 
     def load_state_dict(self, state: dict | None) -> None:
         if not state:
@@ -187,28 +239,39 @@ class CollapseGuard:
         if "checks" in saved and not given:  # the plan made at the start holds, even if --steps grew since
             now["checks"] = self.rule.checks = saved["checks"]
         if saved.get("rule") != now["rule"] or ("alpha" in saved and saved != now):
-            raise ConfigError(f"collapse guard: this run decides by {saved} (its checkpoint's guard state), "
-                              f"the resume would decide by {now}; resume with the run's --guard_rule, "
-                              f"--guard_alpha, --guard_checks and --guard_lr_floor")
+            raise ConfigError(
+                f"collapse guard: this run decides by {saved} (its checkpoint's guard state), "
+                f"the resume would decide by {now}; resume with the run's --guard_rule, "
+                f"--guard_alpha, --guard_checks and --guard_lr_floor"
+            )
         planned = planned_checks(getattr(self.cfg, "steps", 1), self.cfg.guard_every)
         if self.rule.rule == "spent" and planned > self.rule.checks:
-            log.warning("collapse guard: --steps now plans %d checks, the run's false-alarm budget was spread over "
-                        "%d when it started; the checks beyond those spend past it (plan with --guard_checks at "
-                        "the start of a run that will be extended)", planned, self.rule.checks)
+            log.warning(
+                "collapse guard: --steps now plans %d checks, the run's false-alarm budget was spread over "
+                "%d when it started; the checks beyond those spend past it (plan with --guard_checks at "
+                "the start of a run that will be extended)",
+                planned,
+                self.rule.checks,
+            )
         self.st = GuardState(**{**state, "rule": now})
         self.learner.lr_scale = self.st.lr_scale
         meta = self.run_dir / BEST_DIR / BEST_META
         kept = json.loads(meta.read_text())["step"] if meta.is_file() else None
         if kept != self.st.best_step:  # a best saved after the checkpoint this resume starts from
-            log.warning("collapse guard: %s holds step %s's policy, the checkpoint's best is step %d; it is "
-                        "replaced at the next new best", BEST_DIR, kept, self.st.best_step)
+            log.warning(
+                "collapse guard: %s holds step %s's policy, the checkpoint's best is step %d; it is "
+                "replaced at the next new best",
+                BEST_DIR,
+                kept,
+                self.st.best_step,
+            )
 
     # ---- secondary signals (logged, never decide) -------------------------------------------
     def signals(self, m: dict) -> dict:
         """Each step's candidate signals; the step's vote agreement and entropy are also kept
         for the next check's means and trend (``window_signals``)."""
         out = self.step_signals(m)
-        self.recent = (self.recent + [(m.get("reward/agreement"), m.get("actor/entropy"))])[-2 * self.cfg.guard_every:]
+        self.recent = (self.recent + [(m.get("reward/agreement"), m.get("actor/entropy"))])[-2 * self.cfg.guard_every :]
         self.since_check += 1
         return out
 
@@ -217,7 +280,7 @@ class CollapseGuard:
         check, and the vote agreement's least-squares slope per step over the last 2 x guard_every steps."""
         out = {}
         for j, name in ((0, "vote_agreement"), (1, "entropy")):
-            last = [r[j] for r in self.recent[max(0, len(self.recent) - self.since_check):] if r[j] is not None]
+            last = [x for r in self.recent[max(0, len(self.recent) - self.since_check) :] if (x := r[j]) is not None]
             if self.since_check and last:
                 out[f"guard/{name}_mean"] = sum(last) / len(last)
         trend = slope([r[0] for r in self.recent if r[0] is not None])
@@ -229,8 +292,11 @@ class CollapseGuard:
     @staticmethod
     def step_signals(m: dict) -> dict:
         out = {}
-        for key, name in (("reward/agreement", "vote_agreement"), ("actor/entropy", "entropy"),
-                          ("reward/clusters", "clusters")):
+        for key, name in (
+            ("reward/agreement", "vote_agreement"),
+            ("actor/entropy", "entropy"),
+            ("reward/clusters", "clusters"),
+        ):
             if key in m:
                 out[f"guard/{name}"] = m[key]
         if m.get("batch/rolled_out"):
@@ -263,18 +329,24 @@ class CollapseGuard:
         style = "chat_boxed" if cfg.system_prompt else "chat"
         prompts = [build_prompt_ids(text, self.recipe.tok, style, cfg.system_prompt) for _, text, _ in self.probe]
         with untouched_rng(self.generator):
-            groups = self.generator.generate(prompts, cfg.guard_k, Sampling(
-                cfg.generate_max_len, cfg.temperature, cfg.top_p, seed=cfg.seed * 7919 + 17))
-        scores = score_groups([[c.text for c in g] for g in groups], None, self.checker, mode="majority",
-                              fallback=cfg.answer_fallback)
+            groups = self.generator.generate(
+                prompts,
+                cfg.guard_k,
+                Sampling(cfg.generate_max_len, cfg.temperature, cfg.top_p, seed=cfg.seed * 7919 + 17),
+            )
+        scores = score_groups(
+            [[c.text for c in g] for g in groups], None, self.checker, mode="majority", fallback=cfg.answer_fallback
+        )
         answers = {i: s.label for (i, _, _), s in zip(self.probe, scores)}
         shares = {i: s.agreement for (i, _, _), s in zip(self.probe, scores)}
         write_anchor(path, anchor_header(cfg, self.model_path), self.probe, answers, shares)
         n = sum(a is not None for a in answers.values())
         log.info("collapse guard: anchor of %d probe prompts (%d with a vote) written to %s", len(self.probe), n, path)
         if n == 0:
-            raise ConfigError(f"collapse_guard: the untrained model's vote gave no answer on any of the "
-                              f"{len(self.probe)} probe prompts (see {path}); the guard has nothing to compare")
+            raise ConfigError(
+                f"collapse_guard: the untrained model's vote gave no answer on any of the "
+                f"{len(self.probe)} probe prompts (see {path}); the guard has nothing to compare"
+            )
         return answers
 
     def score(self) -> tuple[float, list[int], dict]:
@@ -288,17 +360,29 @@ class CollapseGuard:
             golds = {i: normalize_label(lab) for i, _, lab in self.probe if lab}
         else:
             golds = {i: a for i, a in self.anchor.items() if a is not None}
-        problems = [MathProblem("guard", i, text, golds[i]) for i, text, _ in self.probe if golds.get(i)]
+        problems = [MathProblem("guard", i, text, str(golds[i])) for i, text, _ in self.probe if golds.get(i)]
         with untouched_rng(self.generator):
-            out = evaluate_math(self.generator, self.recipe.tok, problems, k=0, checker=self.checker,
-                                max_new_tokens=cfg.generate_max_len, fallback=cfg.answer_fallback,
-                                prompt_style="chat_boxed" if cfg.system_prompt else "chat",
-                                instruction=cfg.system_prompt, prefix="guard", log=None)
+            out = evaluate_math(
+                self.generator,
+                self.recipe.tok,
+                problems,
+                k=0,
+                checker=self.checker,
+                max_new_tokens=cfg.generate_max_len,
+                fallback=cfg.answer_fallback,
+                prompt_style="chat_boxed" if cfg.system_prompt else "chat",
+                instruction=cfg.system_prompt,
+                prefix="guard",
+                log=None,
+            )
         recs = out["records"]
         items = [int(r["correct"]) for r in recs]
-        extra = {"guard/probe_n": len(items),
-                 "guard/probe_cut": sum(r["finish_reason"] == "length" for r in recs) / max(1, len(recs)),
-                 "_answers": [r["answer"] for r in recs], "_idx": [r["idx"] for r in recs]}
+        extra = {
+            "guard/probe_n": len(items),
+            "guard/probe_cut": sum(r["finish_reason"] == "length" for r in recs) / max(1, len(recs)),
+            "_answers": [r["answer"] for r in recs],
+            "_idx": [r["idx"] for r in recs],
+        }
         return sum(items) / max(1, len(items)), items, extra
 
     def check(self, step: int, final: bool, extra_s: float = 0.0) -> str:
@@ -332,12 +416,22 @@ class CollapseGuard:
             action = act(self.st, self.mode, step, self.cfg.guard_max_rollbacks)
             self.do(action, step, score)
         key = "guard/label_acc" if self.cfg.guard_labels else "guard/agreement"
-        m.update({key: score, "guard/best": self.st.best, "guard/best_step": self.st.best_step,
-                  "guard/fired": int(self.st.fired), "guard/action": ACTIONS[action],
-                  "guard/rollbacks": self.st.rollbacks, "guard/bad_checks": self.st.below, "guard/drop_p": p,
-                  "guard/lr_scale": self.st.lr_scale, "guard/labelled": int(self.cfg.guard_labels),
-                  "guard/level": self.rule.level(),
-                  "guard/probe_s": time.perf_counter() - t0 + extra_s})
+        m.update(
+            {
+                key: score,
+                "guard/best": self.st.best,
+                "guard/best_step": self.st.best_step,
+                "guard/fired": int(self.st.fired),
+                "guard/action": ACTIONS[action],
+                "guard/rollbacks": self.st.rollbacks,
+                "guard/bad_checks": self.st.below,
+                "guard/drop_p": p,
+                "guard/lr_scale": self.st.lr_scale,
+                "guard/labelled": int(self.cfg.guard_labels),
+                "guard/level": self.rule.level(),
+                "guard/probe_s": time.perf_counter() - t0 + extra_s,
+            }
+        )
         self.keep_items(step, items, answers, idx)
         self.logger.log(step, m)
         self.last_metrics = m
@@ -353,15 +447,18 @@ class CollapseGuard:
     # ---- the kept policy and the actions --------------------------------------------------
     def save_best(self, step: int, score: float) -> None:
         """The policy's weights (no optimizer state) to RUN_DIR/guard_best, whole or not at all."""
-        from serl.run.checkpoint import _fsync_dir, disk_space_guard
+        from serl.run.checkpoint import disk_space_guard, fsync_dir
 
-        final, new, old = (self.run_dir / BEST_DIR, self.run_dir / f".{BEST_DIR}.new",
-                           self.run_dir / f".{BEST_DIR}.old")
+        final, new, old = (
+            self.run_dir / BEST_DIR,
+            self.run_dir / f".{BEST_DIR}.new",
+            self.run_dir / f".{BEST_DIR}.old",
+        )
         shutil.rmtree(new, ignore_errors=True)
         with disk_space_guard(new, self.run_dir, "the guard's best policy", partial=(new,)):
             self.learner.save(str(new), state=False)
             (new / BEST_META).write_text(json.dumps({"step": step, "agreement": score}) + "\n")
-            _fsync_dir(new)
+            fsync_dir(new)
         shutil.rmtree(old, ignore_errors=True)
         if final.exists():
             os.replace(final, old)
@@ -375,17 +472,26 @@ class CollapseGuard:
         self.generator.load_weights(self.learner.named_weights())
 
     def do(self, action: str, step: int, score: float) -> None:
-        what = (f"collapse guard fired at step {step}: agreement {score:.3f}, best {self.st.best:.3f} at step "
-                f"{self.st.best_step}")
+        what = (
+            f"collapse guard fired at step {step}: agreement {score:.3f}, best {self.st.best:.3f} at step "
+            f"{self.st.best_step}"
+        )
         if action == "watch":
             log.warning("%s (watch mode: no action; %s stays frozen)", what, BEST_DIR)
         elif action == "rollback":
-            self.st.lr_scale = cut_lr(self.st.lr_scale, self.cfg.guard_lr_scale,
-                                      getattr(self.cfg, "guard_lr_floor", 0.0))
+            self.st.lr_scale = cut_lr(
+                self.st.lr_scale, self.cfg.guard_lr_scale, getattr(self.cfg, "guard_lr_floor", 0.0)
+            )
             self.learner.lr_scale = self.st.lr_scale
             self.restore_best()
-            log.warning("%s: rolled back to step %d's policy (rollback %d of %d), learning rate x%g",
-                        what, self.st.best_step, self.st.rollbacks, self.cfg.guard_max_rollbacks, self.st.lr_scale)
+            log.warning(
+                "%s: rolled back to step %d's policy (rollback %d of %d), learning rate x%g",
+                what,
+                self.st.best_step,
+                self.st.rollbacks,
+                self.cfg.guard_max_rollbacks,
+                self.st.lr_scale,
+            )
         else:
             self.restore_best()
             log.warning("%s: training stops; the final model is step %d's policy", what, self.st.best_step)

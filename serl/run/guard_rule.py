@@ -16,6 +16,7 @@ The check's level is where the two rules differ (docs/guard.md, "The rule"):
     later check is compared with it (a selection the McNemar test does not know about):
     the default ``patience`` of 2 asks for a second bad check in a row before acting.
 """
+
 from __future__ import annotations
 
 import math
@@ -32,7 +33,7 @@ class Rule:
     patience: int = 2
     alpha: float = 0.05
     rule: str = "spent"
-    checks: int = 1            # the planned checks ``spent`` spreads alpha over
+    checks: int = 1  # the planned checks ``spent`` spreads alpha over
 
     def level(self) -> float:
         """The p-value a single check must fall below (alpha 1: no test, under either rule)."""
@@ -46,17 +47,17 @@ def planned_checks(steps: int, every: int) -> int:
 
 @dataclass
 class GuardState:
-    best: float | None = None      # best agreement so far (a*)
-    best_step: int = -1            # its step (s*); its policy is in RUN_DIR/guard_best
+    best: float | None = None  # best agreement so far (a*)
+    best_step: int = -1  # its step (s*); its policy is in RUN_DIR/guard_best
     best_items: list = field(default_factory=list)  # per-probe-item 0/1 at s*, for McNemar
-    below: int = 0                 # bad checks in a row
+    below: int = 0  # bad checks in a row
     fired: bool = False
-    fired_step: int = -1           # the first firing
+    fired_step: int = -1  # the first firing
     rollbacks: int = 0
-    stopped: bool = False          # the guard ended the run (a resume trains no further)
+    stopped: bool = False  # the guard ended the run (a resume trains no further)
     lr_scale: float = 1.0
     checks: int = 0
-    rule: dict = field(default_factory=dict)       # the rule this run decides by (a resume must keep it)
+    rule: dict = field(default_factory=dict)  # the rule this run decides by (a resume must keep it)
     last_answers: list = field(default_factory=list)  # the previous check's greedy answers (flip rate)
 
 
@@ -71,7 +72,7 @@ def lost_gained(before: list[int], now: list[int]) -> tuple[int, int]:
 def binom_tail(b: int, c: int) -> float:
     """P(X >= b) for X ~ Binomial(b + c, 1/2); 1.0 when b + c = 0."""
     n = b + c
-    return sum(math.comb(n, k) for k in range(b, n + 1)) / 2 ** n if n else 1.0
+    return sum(math.comb(n, k) for k in range(b, n + 1)) / 2**n if n else 1.0
 
 
 def drop_p(before: list[int], now: list[int]) -> float:

@@ -14,6 +14,7 @@ The points, in the order the loop reaches them (each hook in list order):
 
 A hook with a ``name`` is saved in each checkpoint's run state under that name.
 """
+
 from __future__ import annotations
 
 import json
@@ -77,8 +78,12 @@ class Budget(Hook):
     def ends(self, loop, step: int, m: dict, last: bool) -> bool:
         if self.used < self.budget:
             return False
-        log.info("wall-clock budget of %g min reached after step %d (%.1f min of training steps); stopping",
-                 self.minutes, step, self.used / 60)
+        log.info(
+            "wall-clock budget of %g min reached after step %d (%.1f min of training steps); stopping",
+            self.minutes,
+            step,
+            self.used / 60,
+        )
         return True
 
 
@@ -90,8 +95,12 @@ def budget_used(run_dir: Path, step: int) -> float:
     for s, line in reversed(read_steps(Path(run_dir) / "metrics.jsonl")):
         if s == step and BUDGET_KEY in (row := json.loads(line)):
             return float(row[BUDGET_KEY])
-    log.warning("%s: step %d logged no %s (the run had no --max_minutes); the wall-clock budget "
-                "counts from this resume", run_dir, step, BUDGET_KEY)
+    log.warning(
+        "%s: step %d logged no %s (the run had no --max_minutes); the wall-clock budget counts from this resume",
+        run_dir,
+        step,
+        BUDGET_KEY,
+    )
     return 0.0
 
 
@@ -139,8 +148,8 @@ class Evaluation(Hook):
 
     def start(self, loop) -> None:
         if self.cfg.save_best:  # checked against the first evaluation's metrics
-            from serl.run.best import BestKeeper
             from serl.report.summary import direction
+            from serl.run.best import BestKeeper
 
             self.keeper = BestKeeper(self.cfg.save_best, loop.run_dir, direction(self.cfg.save_best))
         if loop.done == 0:
@@ -157,15 +166,16 @@ class Evaluation(Hook):
         got = evaluate(loop.recipe, self.problems, loop.logger, step)
         m.update(got)
         if self.keeper is not None and self.keeper.offer(step, got, loop.engines.learner):
-            log.info("best %s so far: %.4g at step %d (RUN_DIR/best)", self.cfg.save_best,
-                     got[self.cfg.save_best], step)
+            log.info(
+                "best %s so far: %.4g at step %d (RUN_DIR/best)", self.cfg.save_best, got[self.cfg.save_best], step
+            )
 
 
 def evaluate(recipe, problems, logger, step: int) -> dict:
     """``recipe.evaluate`` with every RNG put back afterwards, logged at ``step``."""
     from serl.report.progress import stage
+    from serl.report.summary import save_items, save_records
     from serl.run.state import isolated_rng
-    from serl.report.summary import save_items
 
     n = len(problems) if hasattr(problems, "__len__") else None  # SPELL's held-out set is no list
     with isolated_rng(recipe), stage("evaluation", n, "items", getattr(recipe, "progress", "quiet")) as st:
@@ -175,6 +185,7 @@ def evaluate(recipe, problems, logger, step: int) -> dict:
     logger.log(step, metrics)
     if getattr(logger, "run_dir", None) is not None:  # per-problem results, for the paired summary
         save_items(logger.run_dir, step, getattr(recipe, "eval_items", None) or {})
+        save_records(logger.run_dir, step, getattr(recipe, "eval_records", None) or [])
     return metrics
 
 

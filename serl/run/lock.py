@@ -8,6 +8,7 @@ lock file left by a killed run never blocks ``--resume``. A run that ends remove
 while it still holds the lock; a process that opened the file just before then finds, once
 it has the lock, that the path no longer names the file it locked, and starts over.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -15,7 +16,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from serl.errors import ConfigError
+from serl import ConfigError
 
 LOCK_NAME = "run.lock"
 
@@ -64,22 +65,27 @@ def lock_run_dir(run_dir: Path, new: bool, leftovers: tuple[str, ...] = ()) -> R
             run_dir.mkdir(parents=True, exist_ok=True)
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as e:
-            raise ConfigError(f"run_dir: cannot write in {run_dir}: {e.strerror}; choose a writable "
-                              f"directory") from None
+            raise ConfigError(
+                f"run_dir: cannot write in {run_dir}: {e.strerror}; choose a writable directory"
+            ) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             who = _holder(fd)
             os.close(fd)
-            raise ConfigError(f"run_dir: {run_dir} is in use by {who} (a serl run holds {path}); wait for it "
-                              f"to end or stop it, then --resume {run_dir}; or choose another directory") from None
+            raise ConfigError(
+                f"run_dir: {run_dir} is in use by {who} (a serl run holds {path}); wait for it "
+                f"to end or stop it, then --resume {run_dir}; or choose another directory"
+            ) from None
         if _same_file(fd, path):
             break
         os.close(fd)  # the run that held it ended and removed it meanwhile: lock the path's file now
     if new and any(p.name not in (LOCK_NAME, *leftovers) for p in run_dir.iterdir()):
         os.close(fd)
-        raise ConfigError(f"run_dir: {run_dir} already exists and is not empty "
-                          f"(use --resume {run_dir} to continue it, or choose another directory)")
+        raise ConfigError(
+            f"run_dir: {run_dir} already exists and is not empty "
+            f"(use --resume {run_dir} to continue it, or choose another directory)"
+        )
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     return RunLock(path, fd)
@@ -97,5 +103,7 @@ def check_writable(run_dir: Path) -> None:
     try:
         os.rmdir(tempfile.mkdtemp(prefix=".serl-write-check-", dir=where))
     except OSError as e:
-        raise ConfigError(f"run_dir: cannot write in {where} ({e.strerror or e}), so the run directory "
-                          f"{run_dir} cannot be made there; choose a writable --run_dir (--save_path)") from None
+        raise ConfigError(
+            f"run_dir: cannot write in {where} ({e.strerror or e}), so the run directory "
+            f"{run_dir} cannot be made there; choose a writable --run_dir (--save_path)"
+        ) from None

@@ -6,33 +6,35 @@ Ray mode hands in its own engines (``run(..., engines=...)``).
 recipe state, RNG states, data order and learning-rate position, so that (with the
 transformers generator) the steps after it are the steps an uninterrupted run makes.
 """
+
 from __future__ import annotations
 
 import logging
 import time
+import traceback
 from datetime import datetime
 from pathlib import Path
 
 import numpy as np
 
+from serl import ConfigError, DataError, ModelError
+from serl.config import registry
+from serl.config.options import TrainConfig
+from serl.config.plan import plan_run
+from serl.data.lengths import run_tokenizer
+from serl.engines.vllm_quirks import EngineDied
+from serl.models.resolve import resolve_model
+from serl.report.progress import progress_mode
+from serl.rewards.remote_reply import RemoteRewardError
 from serl.run import guard as collapse_guard
 from serl.run import hooks
 from serl.run.checkpoint import DiskFullError, checkpoint_step, resume_hint
+from serl.run.context import RunContext
 from serl.run.damage import check_logs, intact_checkpoint
-from serl.config.options import TrainConfig
-from serl.errors import ConfigError
-from serl.data.lengths import run_tokenizer
-from serl.errors import DataError
-from serl.engines.vllm_quirks import EngineDied
-from serl.run.loop import CtrlC, Interrupted, Loop, stopped_at_once
-from serl.run.stop import stop_name
-from serl.models.resolve import resolve_model
-from serl.errors import ModelError
-from serl.config.plan import plan_run
-from serl.config import registry
-from serl.rewards.remote_reply import RemoteRewardError
 from serl.run.lock import LOCK_NAME, check_writable, lock_run_dir
+from serl.run.loop import CtrlC, Interrupted, Loop, stopped_at_once
 from serl.run.resume import write_config
+from serl.run.stop import stop_name
 
 log = logging.getLogger("serl")
 
@@ -49,8 +51,10 @@ def new_run_dir(cfg: TrainConfig) -> Path:
         d = Path(cfg.run_dir)
         # a stale lock file, or what a failed start left, alone: the directory may be used again
         if d.exists() and any(p.name not in (*LEFTOVERS, LOCK_NAME) for p in d.iterdir()):
-            raise ConfigError(f"run_dir: {d} already exists and is not empty "
-                              f"(use --resume {d} to continue it, or choose another directory)")
+            raise ConfigError(
+                f"run_dir: {d} already exists and is not empty "
+                f"(use --resume {d} to continue it, or choose another directory)"
+            )
         return d
     return Path("runs") / datetime.now().strftime(f"{cfg.recipe}-%Y%m%d-%H%M%S")
 
@@ -65,12 +69,15 @@ def prepare(cfg: TrainConfig, run_dir: Path | None = None):
     model_path = resolve_model(cfg.model)
     eval_set = recipe.eval_set(cfg)
     if cfg.save_best and not eval_set:
-        raise ConfigError(f"save_best: {cfg.save_best} needs an evaluation during training (--eval_data or "
-                          f"--eval_benchmarks, or the recipe's own), and this run has none")
+        raise ConfigError(
+            f"save_best: {cfg.save_best} needs an evaluation during training (--eval_data or "
+            f"--eval_benchmarks, or the recipe's own), and this run has none"
+        )
     names = recipe.eval_metric_names(cfg, eval_set) if cfg.save_best else None
     if names is not None and cfg.save_best not in names:  # before the model loads, not after its first evaluation
-        raise ConfigError(f"save_best: the evaluation has no metric {cfg.save_best!r}; it has: "
-                          f"{', '.join(sorted(names))}")
+        raise ConfigError(
+            f"save_best: the evaluation has no metric {cfg.save_best!r}; it has: {', '.join(sorted(names))}"
+        )
     return data, model_path, eval_set, run_dir
 
 
@@ -80,13 +87,12 @@ def take_lock(run_dir: Path, resume_dir: Path | None):
     return lock_run_dir(run_dir, new=not resume_dir, leftovers=LEFTOVERS)
 
 
-def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None, prepared=None, plan=None,
-        lock=None) -> Path:
+def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None, prepared=None, plan=None, lock=None) -> Path:
     """Train ``cfg.recipe`` to ``cfg.steps``; ``engines`` (Ray) replaces the local ones, and
     ``prepared`` / ``plan`` / ``lock`` what the Ray driver already read, decided and took."""
     data, model_path, eval_set, run_dir = prepared or prepare(cfg, resume_dir)  # fail fast, before heavy imports
     plan = plan or plan_run(cfg)
-    probe = collapse_guard.prepare(cfg, registry.recipe_class(cfg.recipe), data, model_path, run_dir)  # None: no guard
+    probe = collapse_guard.prepare(cfg, registry.config_class(cfg.recipe).SPEC, data, model_path, run_dir)  # None: none
     t_start = time.time()
     seed_process(cfg)
     ckpt = intact_checkpoint(run_dir) if resume_dir else None  # a damaged newest one: skipped, named
@@ -99,7 +105,7 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None, prepared
 
     precision = run_precision(cfg)
     log.info("%s", precision.line())
-    loop, logger, finished = None, None, False
+    loop, logger, finished = None, None, False  # loop: the report after the engines close
     if engines is None:
         route_engine_log(cfg, run_dir)
         # only now: bad input never leaves a directory; the lock before any engine or write (serl.run.lock)
@@ -111,37 +117,70 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None, prepared
         except BaseException:
             lock.release()
             raise
-    ctrl_c = CtrlC().__enter__()
+    recipe = None
     try:
-        lock = lock or take_lock(run_dir, resume_dir)
-        logger = open_metrics(cfg, run_dir, resume_dir, done)
-        note_precision(run_dir, precision, done)
-        loop = Loop(cfg, None, None, engines, run_dir, logger, skipped_long=len(getattr(data, "skipped", ())))
-        build_loop(loop, plan, data, model_path, tok, probe, eval_set, done, resume_dir is not None)
-        loop.restore(ckpt)
-        loop.run(ctrl_c)
-        finished = True
-    except EngineDied as e:
-        keep_traceback(e, run_dir)
-        if ctrl_c.requested:  # the engine went down with the signal that stops the run: say that
-            raise stopped_at_once(run_dir, ctrl_c.requested) from None
-        raise
-    except RemoteRewardError as e:  # the step that asked was not trained: say what the run keeps
-        raise RemoteRewardError(f"{e}; {resume_hint(run_dir)}") from None
-    except KeyboardInterrupt as e:  # a second Ctrl-C (or one before the loop): no traceback, say where it stands
-        raise stopped_at_once(run_dir, stop_name(e)) from None
-    finally:
-        ctrl_c.__exit__()
-        close(loop, engines, logger)
+        with CtrlC() as ctrl_c:
+            try:
+                lock = lock or take_lock(run_dir, resume_dir)
+                logger = open_metrics(cfg, run_dir, resume_dir, done)
+                note_precision(run_dir, precision, done)
+                if plan.framed:  # serl.run.async_frame: the recipe and the loop see recording (and gated) engines
+                    from serl.run.async_frame import wrap_engines
+
+                    engines = wrap_engines(cfg, plan, engines)
+                mode = progress_mode(cfg.progress)
+                ctx = RunContext(
+                    cfg,
+                    run_dir,
+                    model_path,
+                    tok,
+                    engines.generator,
+                    engines.learner,
+                    engines.checker,
+                    logger,
+                    mode,
+                    resume_step=done,
+                    resuming=resume_dir is not None,
+                    plan=plan,
+                )
+                recipe = registry.recipe_class(cfg.recipe)(ctx, data)
+                made = make_hooks(cfg, recipe, engines, run_dir, model_path, logger, probe, eval_set, mode)
+                loop = Loop(
+                    cfg,
+                    plan,
+                    engines,
+                    recipe,
+                    made,
+                    run_dir=run_dir,
+                    logger=logger,
+                    progress=mode,
+                    skipped_long=len(getattr(data, "skipped", ())),
+                )
+                loop.restore(ckpt)
+                loop.run(ctrl_c)
+                finished = True
+            except EngineDied as e:
+                keep_traceback(e, run_dir)
+                if ctrl_c.requested:  # the engine went down with the signal that stops the run: say that
+                    raise stopped_at_once(run_dir, ctrl_c.requested) from None
+                raise
+            except RemoteRewardError as e:  # the step that asked was not trained: say what the run keeps
+                raise RemoteRewardError(f"{e}; {resume_hint(run_dir)}") from None
+            except KeyboardInterrupt as e:  # a second Ctrl-C (or one before the loop): no traceback, say where
+                raise stopped_at_once(run_dir, stop_name(e)) from None
+    finally:  # after the handler is gone: a Ctrl-C while closing stops at once
+        close(recipe, engines, logger)
         if lock is not None and not finished:  # an error ends the run here: another may take the directory
             lock.release()
     try:
         loop.closed(time.time() - t_start)  # the report and the summary (serl.run.hooks.Report)
     except KeyboardInterrupt as e:  # the training is done and saved: only the report is missing
-        done = Interrupted(run_dir, "")
-        done.args = (f"stopped by {stop_name(e)} while writing the report; the training finished and is saved "
-                     f"(serl report {run_dir} writes the report)",)
-        raise done from None
+        stopped = Interrupted(run_dir, "")
+        stopped.args = (
+            f"stopped by {stop_name(e)} while writing the report; the training finished and is saved "
+            f"(serl report {run_dir} writes the report)",
+        )
+        raise stopped from None
     finally:
         lock.release()
     return run_dir
@@ -149,8 +188,6 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None, prepared
 
 def seed_process(cfg: TrainConfig) -> None:
     """Seed the global RNGs; quiet transformers' per-load bars in plain logs."""
-    from serl.report.progress import progress_mode
-
     if progress_mode(cfg.progress) != "bar":
         from transformers.utils import logging as hf_logging
 
@@ -176,57 +213,38 @@ def open_metrics(cfg: TrainConfig, run_dir: Path, resume_dir: Path | None, done:
 
     if not resume_dir:
         write_config(cfg, run_dir)
-    logger = MetricsLogger(run_dir, tensorboard_dir=cfg.use_tensorboard or None,
-                           use_wandb=cfg.use_wandb, wandb_project=cfg.wandb_project,
-                           wandb_run_name=cfg.wandb_run_name or run_dir.name, config=cfg.to_dict(),
-                           resume=resume_dir is not None)
+    logger = MetricsLogger(
+        run_dir,
+        tensorboard_dir=cfg.use_tensorboard or None,
+        use_wandb=cfg.use_wandb,
+        wandb_project=cfg.wandb_project,
+        wandb_run_name=cfg.wandb_run_name or run_dir.name,
+        config=cfg.to_dict(),
+        resume=resume_dir is not None,
+    )
     if resume_dir:
         logger.truncate_after(done)
     return logger
 
 
-def build_loop(loop: Loop, plan, data, model_path: str, tok, probe, eval_set, done: int, resuming: bool) -> None:
-    """The recipe on the run's engines, its step frame and the hooks, into ``loop``."""
-    from serl.report.panels import of_recipe
-    from serl.report.progress import progress_mode
-    from serl.run.context import RunContext
+def make_hooks(cfg, recipe, engines, run_dir: Path, model_path: str, logger, probe, eval_set, mode: str) -> list:
+    """The loop's hooks (serl.run.hooks), in the order it calls them."""
+    from serl.report.panels import Report, of_recipe
 
-    cfg, engines = loop.cfg, loop.engines
-    mode = progress_mode(cfg.progress)
-    gen, learner = engines.generator, engines.learner
-    if plan.framed:  # serl.run.async_frame: the recipe is given wrapped engines
-        from serl.run.async_frame import wrap_engines
-
-        gen, learner = wrap_engines(cfg, plan, gen, learner)
-    ctx = RunContext(cfg, loop.run_dir, model_path, tok, gen, learner, engines.checker, loop.logger, mode,
-                     resume_step=done, resuming=resuming, plan=plan)
-    loop.recipe = registry.recipe_class(cfg.recipe)(ctx, data)
-    loop.frame = make_frame(loop.recipe, plan, engines.learner)
+    made: list[hooks.Hook] = []
     if cfg.max_minutes:
-        loop.hooks.append(hooks.Budget(cfg.max_minutes))
+        made.append(hooks.Budget(cfg.max_minutes))
     if probe is not None:  # --collapse_guard (serl.run.guard): checks between steps
-        guard = collapse_guard.CollapseGuard(cfg, loop.recipe, engines, loop.run_dir, model_path, loop.logger, probe)
-        loop.hooks.append(hooks.Guard(guard))
+        made.append(hooks.Guard(collapse_guard.CollapseGuard(cfg, recipe, engines, run_dir, model_path, logger, probe)))
     if eval_set:
-        loop.hooks.append(hooks.Evaluation(cfg, eval_set))
-    loop.hooks.append(hooks.Report(mode, of_recipe(cfg.recipe).line))  # the recipe's metrics after each step
+        made.append(hooks.Evaluation(cfg, eval_set))
+    made.append(hooks.Report(mode, (of_recipe(cfg.recipe) or Report()).line))  # the recipe's metrics after each step
+    return made
 
 
-def make_frame(recipe, plan, learner):
-    """The step frame: ``serl.run.async_frame.AsyncFrame`` when the plan asks for it (``plan.framed``;
-    ``learner``: the real one, not the gated one the recipe holds), else ``serl.run.step.SyncFrame``."""
-    if plan.framed:
-        from serl.run.async_frame import AsyncFrame
-
-        return AsyncFrame(recipe, recipe.generator, learner, plan, recipe.cfg.steps)
-    from serl.run.step import SyncFrame
-
-    return SyncFrame(recipe, learner)
-
-
-def close(loop: Loop | None, engines, logger) -> None:
-    if loop is not None and loop.recipe is not None:
-        loop.recipe.close()
+def close(recipe, engines, logger) -> None:
+    if recipe is not None:
+        recipe.close()
     engines.close()
     if logger is not None:
         logger.close()
@@ -246,8 +264,7 @@ def route_engine_log(cfg: TrainConfig, run_dir: Path) -> None:
 
 
 def keep_traceback(e: EngineDied, run_dir: Path) -> None:
-    """The full traceback goes to RUN_DIR/error.log; the user sees one message (serl.train)."""
-    import traceback
+    """The full traceback goes to RUN_DIR/error.log; the user sees one message (serl.cli.train)."""
 
     try:
         path = run_dir / ERROR_LOG

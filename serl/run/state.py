@@ -10,6 +10,7 @@ Layout 1 (every checkpoint before it) was one flat dict that each recipe wrote i
 same entries at the top level (``generator_calls`` for the generator), beside the recipe's
 own keys. ``upgrade`` reads it as layout 2, so old runs resume.
 """
+
 from __future__ import annotations
 
 from contextlib import contextmanager
@@ -37,10 +38,17 @@ def load_generator_state(generator, state: dict) -> None:
 
 
 def capture(recipe, step: int, frame=None) -> dict:
-    """The run state after ``step`` (what a checkpoint keeps); ``frame``: the loop's step frame."""
-    state = {"layout": LAYOUT, "step": step, "rng": recipe.rng.getstate(),
-             "numpy_rng": np.random.get_state(), "torch_rng": torch.get_rng_state(),
-             "generator": generator_state(recipe.generator), "recipe": recipe.state_dict()}
+    """The run state after ``step`` (what a checkpoint keeps); ``frame``: what the loop collects
+    through under --async_train (``serl.run.async_frame.Overlap``), or None."""
+    state = {
+        "layout": LAYOUT,
+        "step": step,
+        "rng": recipe.rng.getstate(),
+        "numpy_rng": np.random.get_state(),
+        "torch_rng": torch.get_rng_state(),
+        "generator": generator_state(recipe.generator),
+        "recipe": recipe.state_dict(),
+    }
     kept = frame.state_dict() if frame is not None else None
     if kept is not None:  # --async_train: the batch collected ahead, ...
         state["frame"] = kept
@@ -52,21 +60,30 @@ def upgrade(state: dict) -> dict:
     if state.get("layout") == LAYOUT:
         return state
     if "layout" in state:
-        raise ValueError(f"trainer_state layout {state['layout']} is newer than this serl reads ({LAYOUT}); "
-                         f"upgrade serl to resume this run")
+        raise ValueError(
+            f"trainer_state layout {state['layout']} is newer than this serl reads ({LAYOUT}); "
+            f"upgrade serl to resume this run"
+        )
     # a ray run's old checkpoint has generator_calls 0 (GeneratorGroup counted nothing): the
     # engines then start where fresh ones do, as those runs always resumed
     generator = {"calls": state["generator_calls"]} if state.get("generator_calls") else {}
-    return {"layout": LAYOUT, "step": state["step"], "rng": state["rng"], "numpy_rng": state.get("numpy_rng"),
-            "torch_rng": state["torch_rng"], "generator": generator, "guard": state.get("guard"),
-            "recipe": {k: v for k, v in state.items() if k not in _COMMON}}
+    return {
+        "layout": LAYOUT,
+        "step": state["step"],
+        "rng": state["rng"],
+        "numpy_rng": state.get("numpy_rng"),
+        "torch_rng": state["torch_rng"],
+        "generator": generator,
+        "guard": state.get("guard"),
+        "recipe": {k: v for k, v in state.items() if k not in _COMMON},
+    }
 
 
-def restore(recipe, state: dict, run_dir=None, frame=None) -> dict:
+def restore(recipe, state: dict, frame=None) -> dict:
     """Put ``recipe`` (and its generator, the global RNGs and ``frame``) back where ``state`` was
-    taken; the policy is the learner's own load. Returns ``state`` in layout 2 (its step: ``state["step"]``)."""
+    taken; the policy (and a lagging reference) is the loop's to load. Returns ``state`` in layout 2
+    (its step: ``state["step"]``)."""
     state = upgrade(state)
-    step = state["step"]
     recipe.rng.setstate(state["rng"])
     if state.get("numpy_rng") is not None:
         np.random.set_state(state["numpy_rng"])
@@ -76,15 +93,12 @@ def restore(recipe, state: dict, run_dir=None, frame=None) -> dict:
     if frame is not None and state.get("frame"):
         frame.load_state_dict(state["frame"])
     elif state.get("frame", {}).get("ahead"):
-        from serl.errors import ConfigError
+        from serl import ConfigError
 
-        raise ConfigError("this checkpoint holds a batch that an --async_train run collected ahead; resume it "
-                          "with --async_train (or --importance_sampling_correction) so that batch is trained")
-    ref = recipe.reference_step(step)
-    if ref not in (None, 0, step):  # the reference lags the policy: a checkpoint's policy
-        from serl.run.checkpoint import restore_reference
-
-        restore_reference(run_dir if run_dir is not None else recipe.run_dir, recipe.learner, ref, step)
+        raise ConfigError(
+            "this checkpoint holds a batch that an --async_train run collected ahead; resume it "
+            "with --async_train (or --importance_sampling_correction) so that batch is trained"
+        )
     return state
 
 

@@ -7,6 +7,7 @@ run keeps the step before it; a step already updating finishes, and is saved. A 
 at once (``Stop``, a KeyboardInterrupt), from the newest checkpoint. The vLLM engine runs in a
 process group of its own (``serl.engines.own_group``), so a terminal's Ctrl-C reaches only us.
 """
+
 from __future__ import annotations
 
 import logging
@@ -17,7 +18,7 @@ from contextlib import contextmanager
 log = logging.getLogger("serl")
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
-_ACTIVE: "CtrlC | None" = None  # the run's handler, while one is installed
+_ACTIVE: CtrlC | None = None  # the run's handler, while one is installed
 received: str | None = None  # the first stop signal this process got ("Ctrl-C", "SIGTERM"): for messages
 
 

@@ -12,6 +12,7 @@ there, and the path names a shipped file (``dataset/NAME``, ``prompts/NAME``,
 ``configs/NAME``), does it mean serl's own copy. So the defaults, and the names the docs
 use, work from any directory, while a user's own ``dataset/`` folder still wins.
 """
+
 from __future__ import annotations
 
 from importlib import resources
@@ -34,8 +35,10 @@ def shipped_dir(kind: str) -> Path:
     # a checkout, installed editable or put on PYTHONPATH (never a site-packages neighbour)
     if checkout.is_dir() and (_CHECKOUT / "pyproject.toml").is_file():
         return checkout
-    raise FileNotFoundError(f"serl's shipped {kind}/ folder is missing: not at {packaged} (an installed "
-                            f"wheel) nor at {checkout} (a checkout); reinstall serl")
+    raise FileNotFoundError(
+        f"serl's shipped {kind}/ folder is missing: not at {packaged} (an installed "
+        f"wheel) nor at {checkout} (a checkout); reinstall serl"
+    )
 
 
 def locate(path: str | Path) -> Path:

@@ -3,20 +3,24 @@
 The shared batch: four sequences, two prompt groups (group 1 has a single member),
 one row with a masked hole in the middle and rows with right padding.
 """
+
 import math
 
 import pytest
 import torch
 
-from serl.algos import (ADVANTAGE_ESTIMATORS, canonical_estimator, compute_advantages,
-                        masked_whiten)
+from serl.algos import ADVANTAGE_ESTIMATORS, canonical_estimator, compute_advantages, masked_whiten
 
 REWARDS = torch.tensor([1.0, 0.0, 1.0, 0.5])
 GROUPS = torch.tensor([0, 0, 0, 1])
-MASK = torch.tensor([[1, 1, 0],
-                     [1, 0, 1],   # hole in the middle
-                     [1, 0, 0],
-                     [1, 1, 0]])
+MASK = torch.tensor(
+    [
+        [1, 1, 0],
+        [1, 0, 1],  # hole in the middle
+        [1, 0, 0],
+        [1, 1, 0],
+    ]
+)
 S3 = 1 / math.sqrt(3)  # group 0: mean 2/3, unbiased std sqrt(1/3) = 0.57735
 
 # Expected [B, T] by hand. Group 1 (one member) is always zero.
@@ -29,12 +33,10 @@ EXPECTED = {
     "rloo": [[0.5, 0.5, 0], [-1, 0, -1], [0.5, 0, 0], [0, 0, 0]],
     # centred scores on tokens [1/3,1/3,-2/3,-2/3,1/3] (group 1 left out): mean -1/15,
     # deviations 0.4 (x3) and -0.6 (x2), var 0.24, std 0.489898 -> 0.816497, -1.224745
-    "reinforce_baseline": [[0.816497, 0.816497, 0], [-1.224745, 0, -1.224745],
-                           [0.816497, 0, 0], [0, 0, 0]],
+    "reinforce_baseline": [[0.816497, 0.816497, 0], [-1.224745, 0, -1.224745], [0.816497, 0, 0], [0, 0, 0]],
     # no groups: tokens [1,1,0,0,1,.5,.5], mean 4/7, var 0.5-16/49, std 0.416497
     # -> 1: 1.028992, 0: -1.371989, 0.5: -0.171499
-    "reinforce": [[1.028992, 1.028992, 0], [-1.371989, 0, -1.371989], [1.028992, 0, 0],
-                  [-0.171499, -0.171499, 0]],
+    "reinforce": [[1.028992, 1.028992, 0], [-1.371989, 0, -1.371989], [1.028992, 0, 0], [-0.171499, -0.171499, 0]],
 }
 
 
@@ -85,33 +87,51 @@ def test_reinforce_token_return_with_kl_and_gamma():
     # R = -β·kl + r at the last token; β=0.5, γ=0.5, r=1
     kl = torch.tensor([[0.1, 0.2, 0.3], [0.1, 9.0, 0.3], [0.1, 0.2, 5.0]])
     mask = torch.tensor([[1, 1, 1], [1, 0, 1], [1, 1, 0]])
-    adv = compute_advantages("reinforce", torch.ones(3), torch.arange(3), mask, kl=kl,
-                             kl_coef=0.5, gamma=0.5, whiten=False)
-    expected = torch.tensor([
-        # R=[-.05,-.1,.85]: G2=.85, G1=-.1+.425=.325, G0=-.05+.1625=.1125
-        [0.1125, 0.325, 0.85],
-        # hole carries no reward but counts as a step: G1=.425, G0=-.05+.2125
-        [0.1625, 0.0, 0.85],
-        # padding at the end: R=[-.05,.9,0]: G1=.9, G0=-.05+.45
-        [0.4, 0.9, 0.0],
-    ])
+    adv = compute_advantages(
+        "reinforce", torch.ones(3), torch.arange(3), mask, kl=kl, kl_coef=0.5, gamma=0.5, whiten=False
+    )
+    expected = torch.tensor(
+        [
+            # R=[-.05,-.1,.85]: G2=.85, G1=-.1+.425=.325, G0=-.05+.1625=.1125
+            [0.1125, 0.325, 0.85],
+            # hole carries no reward but counts as a step: G1=.425, G0=-.05+.2125
+            [0.1625, 0.0, 0.85],
+            # padding at the end: R=[-.05,.9,0]: G1=.9, G0=-.05+.45
+            [0.4, 0.9, 0.0],
+        ]
+    )
     assert torch.allclose(adv, expected, atol=1e-6), adv
 
 
 def test_reinforce_baseline_kl_on_informative_group():
     # group [1, 0], one token each: scores ±0.5, minus β·kl = 0.1·1.0
-    adv = compute_advantages("reinforce_baseline", torch.tensor([1.0, 0.0]),
-                             torch.tensor([0, 0]), torch.ones(2, 1),
-                             kl=torch.ones(2, 1), kl_coef=0.1, whiten=False)
+    adv = compute_advantages(
+        "reinforce_baseline",
+        torch.tensor([1.0, 0.0]),
+        torch.tensor([0, 0]),
+        torch.ones(2, 1),
+        kl=torch.ones(2, 1),
+        kl_coef=0.1,
+        whiten=False,
+    )
     assert torch.allclose(adv[:, 0], torch.tensor([0.4, -0.6]))
 
 
-@pytest.mark.parametrize("alias,name", [
-    ("reinforce++", "reinforce"), ("reinforce_plus_plus", "reinforce"),
-    ("REINFORCE++", "reinforce"), ("reinforce++_baseline", "reinforce_baseline"),
-    ("reinforce_plus_plus_baseline", "reinforce_baseline"), ("grpo", "group_norm"),
-    ("group_norm", "group_norm"), ("dr_grpo", "dr_grpo"), ("dr-grpo", "dr_grpo"),
-    ("rloo", "rloo")])
+@pytest.mark.parametrize(
+    "alias,name",
+    [
+        ("reinforce++", "reinforce"),
+        ("reinforce_plus_plus", "reinforce"),
+        ("REINFORCE++", "reinforce"),
+        ("reinforce++_baseline", "reinforce_baseline"),
+        ("reinforce_plus_plus_baseline", "reinforce_baseline"),
+        ("grpo", "group_norm"),
+        ("group_norm", "group_norm"),
+        ("dr_grpo", "dr_grpo"),
+        ("dr-grpo", "dr_grpo"),
+        ("rloo", "rloo"),
+    ],
+)
 def test_aliases(alias, name):
     assert canonical_estimator(alias) == name
 
@@ -137,17 +157,19 @@ def test_all_equal_batch_whitened_is_zero_not_nan():
 
 def test_row_without_response_tokens():
     mask = torch.tensor([[0, 0], [1, 1]])
-    adv = compute_advantages("reinforce", torch.tensor([1.0, 0.0]), torch.tensor([0, 1]),
-                             mask, whiten=False)
+    adv = compute_advantages("reinforce", torch.tensor([1.0, 0.0]), torch.tensor([0, 1]), mask, whiten=False)
     assert torch.equal(adv, torch.zeros(2, 2))
 
 
-@pytest.mark.parametrize("bad,match", [
-    (dict(rewards=torch.ones(2, 1)), "rewards must be 1-D"),
-    (dict(group_ids=torch.zeros(4)), "group_ids must be an integer"),
-    (dict(mask=torch.ones(3, 2)), "mask must be"),
-    (dict(rewards=torch.tensor([1.0, float("nan"), 0.0, 0.0])), "NaN"),
-])
+@pytest.mark.parametrize(
+    "bad,match",
+    [
+        (dict(rewards=torch.ones(2, 1)), "rewards must be 1-D"),
+        (dict(group_ids=torch.zeros(4)), "group_ids must be an integer"),
+        (dict(mask=torch.ones(3, 2)), "mask must be"),
+        (dict(rewards=torch.tensor([1.0, float("nan"), 0.0, 0.0])), "NaN"),
+    ],
+)
 def test_bad_input(bad, match):
     args = dict(rewards=REWARDS, group_ids=GROUPS, mask=MASK)
     args.update(bad)
@@ -164,6 +186,7 @@ def test_reinforce_baseline_leaves_all_equal_groups_out_of_whitening():
     # docs/algorithms.md: rewards [1,1,1,0], groups [0,0,1,1]. Centred: [0, 0, 0.5, -0.5].
     # serl whitens over group 1 only: mean 0, std 0.5 -> [0, 0, 1, -1]. OpenRLHF 0.11.2 keeps
     # group 0 in the statistics: mean 0, std sqrt(0.5/4) = 0.353553 -> [0, 0, 1.414214, -1.414214].
-    adv = compute_advantages("reinforce_baseline", torch.tensor([1.0, 1.0, 1.0, 0.0]),
-                             torch.tensor([0, 0, 1, 1]), torch.ones(4, 1))
+    adv = compute_advantages(
+        "reinforce_baseline", torch.tensor([1.0, 1.0, 1.0, 0.0]), torch.tensor([0, 0, 1, 1]), torch.ones(4, 1)
+    )
     assert adv[:, 0].tolist() == pytest.approx([0.0, 0.0, 1.0, -1.0], abs=1e-5)

@@ -3,23 +3,26 @@ import math
 import pytest
 import torch
 
+from serl import ConfigError
 from serl.algos import KL_CLIP, kl_estimate
 from serl.algos.objectives import ObjectiveInput, get_objective
 from serl.config.options import TrainConfig
 from serl.config.parser import parse_args
-from serl.errors import ConfigError
 from serl.engines.learner_core import LearnerConfig
 
 LOGP = torch.tensor([0.0, -1.0, -2.0])
 REF = torch.tensor([-0.5, -1.0, -1.0])  # Δ = [0.5, 0, -1]
 
 
-@pytest.mark.parametrize("kind,expected", [
-    ("k1", [0.5, 0.0, -1.0]),
-    ("k2", [0.125, 0.0, 0.5]),                                    # Δ²/2
-    ("k3", [math.exp(-0.5) - 0.5, 0.0, math.e - 2.0]),            # e^{-Δ} - 1 + Δ
-    ("low_var_kl", [math.exp(-0.5) - 0.5, 0.0, math.e - 2.0]),
-])
+@pytest.mark.parametrize(
+    "kind,expected",
+    [
+        ("k1", [0.5, 0.0, -1.0]),
+        ("k2", [0.125, 0.0, 0.5]),  # Δ²/2
+        ("k3", [math.exp(-0.5) - 0.5, 0.0, math.e - 2.0]),  # e^{-Δ} - 1 + Δ
+        ("low_var_kl", [math.exp(-0.5) - 0.5, 0.0, math.e - 2.0]),
+    ],
+)
 def test_kl_by_hand(kind, expected):
     assert torch.allclose(kl_estimate(LOGP, REF, kind), torch.tensor(expected), atol=1e-6)
 
@@ -34,8 +37,8 @@ def _value_and_grad(kind, delta, clip):
 # (kind, Δ, uncapped value, its gradient d/dΔ), all by hand:
 # k1 = Δ (grad 1); k2 = Δ²/2 (grad Δ); k3 = e^{-Δ} - 1 + Δ (grad 1 - e^{-Δ})
 OUTSIDE = [
-    ("k3", -5.0, math.exp(5) - 6.0, 1.0 - math.exp(5)),     # 142.413, -147.413 (issue 30)
-    ("k2", 8.0, 32.0, 8.0),                                 # issue 30
+    ("k3", -5.0, math.exp(5) - 6.0, 1.0 - math.exp(5)),  # 142.413, -147.413 (issue 30)
+    ("k2", 8.0, 32.0, 8.0),  # issue 30
     ("k2", -5.0, 12.5, -5.0),
     ("k1", 12.0, 12.0, 1.0),
     ("k1", -12.0, -12.0, 1.0),
@@ -44,8 +47,8 @@ OUTSIDE = [
 INSIDE = [
     ("k1", -5.0, -5.0, 1.0),
     ("k2", 4.0, 8.0, 4.0),
-    ("k3", -2.0, math.exp(2) - 3.0, 1.0 - math.exp(2)),    # 4.389056, -6.389056
-    ("k3", 8.0, math.exp(-8) + 7.0, 1.0 - math.exp(-8)),   # 7.000335, 0.999665
+    ("k3", -2.0, math.exp(2) - 3.0, 1.0 - math.exp(2)),  # 4.389056, -6.389056
+    ("k3", 8.0, math.exp(-8) + 7.0, 1.0 - math.exp(-8)),  # 7.000335, 0.999665
 ]
 
 
@@ -104,8 +107,8 @@ def test_one_default_cap_everywhere():
 
 
 def test_kl_clip_option_reaches_the_learner():
-    from serl.engines.factory import learner_config
     from serl.config.plan import plan_run
+    from serl.engines.factory import learner_config
 
     cfg, _ = parse_args(["--use_kl_loss", "--init_kl_coef", "0.1", "--kl_clip", "3"])
     assert learner_config(cfg, plan_run(cfg)).kl_clip == 3.0
@@ -115,8 +118,14 @@ def test_ppo_clip_loss_reads_the_cap():
     # one sequence, Δ = [-5, -2], zero advantages: only the k3 KL term moves the loss.
     # capped k3 = [10, e^2 - 3]; token mean over 2 tokens; gradient 0.1 * [0, 1 - e^2] / 2
     logp = torch.tensor([[-5.0, -2.0]], requires_grad=True)
-    inp = ObjectiveInput(logp=logp, mask=torch.ones(1, 2, dtype=torch.bool), advantages=torch.zeros(1, 2),
-                         ref_logp=torch.zeros(1, 2), num_tokens=2.0, num_seqs=1.0)
+    inp = ObjectiveInput(
+        logp=logp,
+        mask=torch.ones(1, 2, dtype=torch.bool),
+        advantages=torch.zeros(1, 2),
+        ref_logp=torch.zeros(1, 2),
+        num_tokens=2.0,
+        num_seqs=1.0,
+    )
     cfg = LearnerConfig(kl_loss_coef=0.1, kl_estimator="k3", kl_clip=10.0)
     loss, sums = get_objective("ppo_clip").fn(inp, cfg)
     loss.backward()

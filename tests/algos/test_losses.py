@@ -10,20 +10,22 @@ from serl.algos import dpo_loss, ppo_clip_loss
 def _one_token(ratio, adv, eps_low=0.2, eps_high=0.2):
     logp = torch.tensor([[math.log(ratio)]], requires_grad=True)
     old = torch.zeros(1, 1)
-    loss, metrics = ppo_clip_loss(logp, old, torch.tensor([[adv]]), torch.ones(1, 1),
-                                  eps_low, eps_high)
+    loss, metrics = ppo_clip_loss(logp, old, torch.tensor([[adv]]), torch.ones(1, 1), eps_low, eps_high)
     loss.backward()
     return loss.item(), logp.grad.item(), metrics
 
 
-@pytest.mark.parametrize("ratio,adv,loss,grad,clipped", [
-    (1.1, 1.0, -1.1, -1.1, 0.0),    # inside the range: -ρA, d/dlogp = -ρA
-    (1.5, 1.0, -1.2, 0.0, 1.0),     # above 1+ε with A>0: clipped, no gradient
-    (0.5, -1.0, 0.8, 0.0, 1.0),     # below 1-ε with A<0: clipped, no gradient
-    (1.5, -1.0, 1.5, 1.5, 0.0),     # above 1+ε with A<0: unclipped side wins
-    (0.5, 1.0, -0.5, -0.5, 0.0),    # below 1-ε with A>0: unclipped side wins
-    (0.9, -2.0, 1.8, 1.8, 0.0),     # inside, negative advantage
-])
+@pytest.mark.parametrize(
+    "ratio,adv,loss,grad,clipped",
+    [
+        (1.1, 1.0, -1.1, -1.1, 0.0),  # inside the range: -ρA, d/dlogp = -ρA
+        (1.5, 1.0, -1.2, 0.0, 1.0),  # above 1+ε with A>0: clipped, no gradient
+        (0.5, -1.0, 0.8, 0.0, 1.0),  # below 1-ε with A<0: clipped, no gradient
+        (1.5, -1.0, 1.5, 1.5, 0.0),  # above 1+ε with A<0: unclipped side wins
+        (0.5, 1.0, -0.5, -0.5, 0.0),  # below 1-ε with A>0: unclipped side wins
+        (0.9, -2.0, 1.8, 1.8, 0.0),  # inside, negative advantage
+    ],
+)
 def test_ppo_clip_one_token(ratio, adv, loss, grad, clipped):
     got_loss, got_grad, m = _one_token(ratio, adv)
     assert got_loss == pytest.approx(loss, abs=1e-6)
@@ -61,10 +63,10 @@ def test_aggregation_token_vs_seq_mean():
     z = torch.zeros(2, 3)
     tok, _ = ppo_clip_loss(z, z, adv, mask, agg="token_mean")
     seq, _ = ppo_clip_loss(z, z, adv, mask, agg="seq_mean")
-    assert tok.item() == pytest.approx(5 / 4)      # (2 + 3) / 4 tokens
-    assert seq.item() == pytest.approx(3 / 2)      # (2/1 + 3/3) / 2 sequences
+    assert tok.item() == pytest.approx(5 / 4)  # (2 + 3) / 4 tokens
+    assert seq.item() == pytest.approx(3 / 2)  # (2/1 + 3/3) / 2 sequences
     drgrpo, _ = ppo_clip_loss(z, z, adv, mask, agg="seq_sum_const", const=4.0)
-    assert drgrpo.item() == pytest.approx(5 / 8)   # (2/4 + 3/4) / 2 sequences (Dr.GRPO)
+    assert drgrpo.item() == pytest.approx(5 / 8)  # (2/4 + 3/4) / 2 sequences (Dr.GRPO)
 
 
 def test_seq_sum_const_gradient_ignores_length():
@@ -77,8 +79,7 @@ def test_seq_sum_const_gradient_ignores_length():
     loss.backward()
     assert torch.allclose(logp.grad, -mask / 16.0)
     with pytest.raises(ValueError, match="constant > 0"):
-        ppo_clip_loss(torch.zeros(1, 1), torch.zeros(1, 1), torch.ones(1, 1), torch.ones(1, 1),
-                      agg="seq_sum_const")
+        ppo_clip_loss(torch.zeros(1, 1), torch.zeros(1, 1), torch.ones(1, 1), torch.ones(1, 1), agg="seq_sum_const")
 
 
 @pytest.mark.parametrize("agg", ["token_mean", "seq_mean", "seq_sum_const"])
@@ -90,9 +91,10 @@ def test_micro_batches_add_up_to_the_step(agg):
     mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 0, 0, 0, 0], [1, 1, 0, 0, 0]])
     whole, _ = ppo_clip_loss(logp, old, adv, mask, agg=agg, const=5.0)
     n_tok, n_seq = float(mask.sum()), 4.0
-    parts = sum(ppo_clip_loss(logp[s], old[s], adv[s], mask[s], agg=agg,
-                              num_tokens=n_tok, num_seqs=n_seq, const=5.0)[0]
-                for s in (slice(0, 1), slice(1, 4)))
+    parts = sum(
+        ppo_clip_loss(logp[s], old[s], adv[s], mask[s], agg=agg, num_tokens=n_tok, num_seqs=n_seq, const=5.0)[0]
+        for s in (slice(0, 1), slice(1, 4))
+    )
     assert parts.item() == pytest.approx(whole.item(), rel=1e-6)
 
 
@@ -105,8 +107,7 @@ def test_ppo_bad_agg_and_shapes():
 
 
 def test_ppo_huge_log_ratio_stays_finite():
-    loss, m = ppo_clip_loss(torch.tensor([[500.0]]), torch.zeros(1, 1), torch.tensor([[-1.0]]),
-                            torch.ones(1, 1))
+    loss, m = ppo_clip_loss(torch.tensor([[500.0]]), torch.zeros(1, 1), torch.tensor([[-1.0]]), torch.ones(1, 1))
     assert math.isfinite(loss.item()) and math.isfinite(m["approx_kl"])
 
 
@@ -147,21 +148,30 @@ def test_dpo_label_smoothing():
 # hinge: relu(1 − β·h) = 0.5, 2, 0 -> mean 2.5/3 = 0.833333; d/dπ_c = −β/3 where active
 #   = −1/6, −1/6, 0
 # ipo: (h − 1/(2β))² = (h − 1)² = 0, 9, 9 -> mean 6; d/dπ_c = 2(h − 1)/3 = 0, −2, 2
-PAIRS = dict(pc=[-1.0, -3.0, 0.0], pr=[-2.0, -1.0, -4.0], rc=[-1.5, -2.0, -1.0],
-             rr=[-1.5, -2.0, -1.0])
+PAIRS = dict(pc=[-1.0, -3.0, 0.0], pr=[-2.0, -1.0, -4.0], rc=[-1.5, -2.0, -1.0], rr=[-1.5, -2.0, -1.0])
 
 
-@pytest.mark.parametrize("loss_type,smoothing,loss,grad", [
-    ("sigmoid", 0.0, 0.638089, [-0.062923, -0.121843, -0.019867]),
-    ("sigmoid", 0.2, 0.738089, [-0.029590, -0.088510, 0.013466]),
-    ("hinge", 0.0, 2.5 / 3, [-1 / 6, -1 / 6, 0.0]),
-    ("ipo", 0.0, 6.0, [0.0, -2.0, 2.0]),
-])
+@pytest.mark.parametrize(
+    "loss_type,smoothing,loss,grad",
+    [
+        ("sigmoid", 0.0, 0.638089, [-0.062923, -0.121843, -0.019867]),
+        ("sigmoid", 0.2, 0.738089, [-0.029590, -0.088510, 0.013466]),
+        ("hinge", 0.0, 2.5 / 3, [-1 / 6, -1 / 6, 0.0]),
+        ("ipo", 0.0, 6.0, [0.0, -2.0, 2.0]),
+    ],
+)
 def test_dpo_variants_by_hand(loss_type, smoothing, loss, grad):
     pc = torch.tensor(PAIRS["pc"], requires_grad=True)
     pr = torch.tensor(PAIRS["pr"], requires_grad=True)
-    got, m = dpo_loss(pc, pr, torch.tensor(PAIRS["rc"]), torch.tensor(PAIRS["rr"]), beta=0.5,
-                      label_smoothing=smoothing, loss_type=loss_type)
+    got, m = dpo_loss(
+        pc,
+        pr,
+        torch.tensor(PAIRS["rc"]),
+        torch.tensor(PAIRS["rr"]),
+        beta=0.5,
+        label_smoothing=smoothing,
+        loss_type=loss_type,
+    )
     assert got.item() == pytest.approx(loss, abs=1e-6)
     got.backward()
     assert pc.grad.tolist() == pytest.approx(grad, abs=1e-6)
@@ -187,16 +197,18 @@ def test_ipo_minimum_is_at_half_over_beta():
     assert dpo_loss(z, z, z, z, beta=0.2, loss_type="ipo")[0].item() == pytest.approx(6.25)
 
 
-@pytest.mark.parametrize("kwargs,needle", [
-    (dict(beta=0.0), "beta must be > 0, got 0.0"),
-    (dict(beta=-0.1), "beta must be > 0, got -0.1"),
-    (dict(beta=float("nan")), "beta must be > 0, got nan"),
-    (dict(loss_type="kto"),
-     re.escape("unknown DPO loss type 'kto'; expected one of ('sigmoid', 'hinge', 'ipo')")),
-    (dict(label_smoothing=0.5), r"label_smoothing must be in \[0, 0.5\), got 0.5"),
-    (dict(label_smoothing=-0.1), r"label_smoothing must be in \[0, 0.5\), got -0.1"),
-    (dict(label_smoothing=0.1, loss_type="ipo"), "applies only to loss type 'sigmoid', not 'ipo'"),
-])
+@pytest.mark.parametrize(
+    "kwargs,needle",
+    [
+        (dict(beta=0.0), "beta must be > 0, got 0.0"),
+        (dict(beta=-0.1), "beta must be > 0, got -0.1"),
+        (dict(beta=float("nan")), "beta must be > 0, got nan"),
+        (dict(loss_type="kto"), re.escape("unknown DPO loss type 'kto'; expected one of ('sigmoid', 'hinge', 'ipo')")),
+        (dict(label_smoothing=0.5), r"label_smoothing must be in \[0, 0.5\), got 0.5"),
+        (dict(label_smoothing=-0.1), r"label_smoothing must be in \[0, 0.5\), got -0.1"),
+        (dict(label_smoothing=0.1, loss_type="ipo"), "applies only to loss type 'sigmoid', not 'ipo'"),
+    ],
+)
 def test_dpo_bad_arguments(kwargs, needle):
     z = torch.zeros(2)
     with pytest.raises(ValueError, match=needle):

@@ -1,5 +1,6 @@
 """The learner objectives: DPO against numbers worked out by hand, and micro-batching
 that leaves the step's loss and update unchanged (on a tiny random Llama)."""
+
 import math
 
 import pytest
@@ -25,22 +26,24 @@ def softplus(x):
 
 
 HAND = {  # per-pair losses, by the formulas in serl.algos.losses.dpo_loss
-    ("sigmoid", 0.0): [softplus(-BETA * h) for h in H],                         # 0.38687, 0.91302
+    ("sigmoid", 0.0): [softplus(-BETA * h) for h in H],  # 0.38687, 0.91302
     ("sigmoid", 0.1): [0.9 * softplus(-BETA * h) + 0.1 * softplus(BETA * h) for h in H],
-    ("hinge", 0.0): [0.25, 1.4],                                                 # relu(1 - 0.75), relu(1 + 0.4)
-    ("ipo", 0.0): [0.25, 3.24],                                                  # (1.5 - 1)^2, (-0.8 - 1)^2
+    ("hinge", 0.0): [0.25, 1.4],  # relu(1 - 0.75), relu(1 + 0.4)
+    ("ipo", 0.0): [0.25, 3.24],  # (1.5 - 1)^2, (-0.8 - 1)^2
 }
 
 
 def _cfg(loss_type="sigmoid", smoothing=0.0, **kw):
-    return LearnerConfig(objective="dpo", objective_args={"beta": BETA, "loss_type": loss_type,
-                                                          "label_smoothing": smoothing}, **kw)
+    return LearnerConfig(
+        objective="dpo", objective_args={"beta": BETA, "loss_type": loss_type, "label_smoothing": smoothing}, **kw
+    )
 
 
 def _inp(rows, pairs, num_pairs):
     t = lambda xs: torch.tensor([xs[i] for i in rows], dtype=torch.float32)  # noqa: E731
-    return ObjectiveInput(logp=t(LOGP), mask=t(MASK).bool(), ref_logp=t(REF),
-                          pairs=torch.tensor(pairs), num_pairs=num_pairs)
+    return ObjectiveInput(
+        logp=t(LOGP), mask=t(MASK).bool(), ref_logp=t(REF), pairs=torch.tensor(pairs), num_pairs=num_pairs
+    )
 
 
 @pytest.mark.parametrize("loss_type,smoothing", list(HAND))
@@ -82,17 +85,28 @@ def test_micro_batched_dpo_step_equals_the_unbatched_loss(tiny_path, loss_type):
 
     runs = {}
     for micro in (2, 6):  # one pair per micro-batch vs all three pairs in one
-        cfg = LearnerConfig(lr=1e-2, warmup_ratio=0.0, total_steps=4, micro_batch_size=micro, objective="dpo",
-                            objective_args={"beta": 0.5, "loss_type": loss_type})
+        cfg = LearnerConfig(
+            actor_learning_rate=1e-2,
+            lr_warmup_ratio=0.0,
+            total_steps=4,
+            micro_batch_size=micro,
+            objective="dpo",
+            objective_args={"beta": 0.5, "loss_type": loss_type},
+        )
         learner = TorchLearner(tiny_path, cfg, need_ref=False)
         pre = learner.logprobs(PROMPTS, RESPONSES)
         # a reference that differs from the policy, so the margins are not all 0
         ref = [t - 0.1 * (i % 2 + 1) for i, t in enumerate(pre)]
         seq, rseq = [float(t.sum()) for t in pre], [float(t.sum()) for t in ref]
         c, r = zip(*PAIRS)
-        want, m = dpo_loss(torch.tensor([seq[i] for i in c]), torch.tensor([seq[i] for i in r]),
-                           torch.tensor([rseq[i] for i in c]), torch.tensor([rseq[i] for i in r]),
-                           beta=0.5, loss_type=loss_type)
+        want, m = dpo_loss(
+            torch.tensor([seq[i] for i in c]),
+            torch.tensor([seq[i] for i in r]),
+            torch.tensor([rseq[i] for i in c]),
+            torch.tensor([rseq[i] for i in r]),
+            beta=0.5,
+            loss_type=loss_type,
+        )
         got = learner.step(TrainBatch(PROMPTS, RESPONSES, ref_logprobs=ref, pairs=PAIRS))
         assert got["loss/policy"] == pytest.approx(want.item(), rel=1e-5, abs=1e-6)
         assert got["dpo/margin"] == pytest.approx(m["reward_margin"], abs=1e-5)

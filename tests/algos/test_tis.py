@@ -7,6 +7,7 @@ Four tokens, advantage 1, the learner's log-probs equal the old ones (first step
 With cap 2 the third is capped to 2; with cap 10 nothing is; without correction every weight is 1.
 pg, token mean: loss = mean(-logp * w); ppo_clip at ratio 1: loss = mean(-w).
 """
+
 import math
 
 import pytest
@@ -29,8 +30,16 @@ CASES = {  # name: (is_cap, weights)
 
 def _run(objective, cap):
     logp = OLD.clone().requires_grad_(True)
-    inp = ObjectiveInput(logp, torch.ones_like(OLD, dtype=torch.bool), torch.ones_like(OLD), None, None,
-                         behaviour_logp=BEHAVIOUR, num_tokens=4.0, num_seqs=1.0)
+    inp = ObjectiveInput(
+        logp,
+        torch.ones_like(OLD, dtype=torch.bool),
+        torch.ones_like(OLD),
+        None,
+        None,
+        behaviour_logp=BEHAVIOUR,
+        num_tokens=4.0,
+        num_seqs=1.0,
+    )
     loss, sums = get_objective(objective).fn(inp, LearnerConfig(is_cap=cap, objective=objective))
     loss.backward()
     return loss.item(), logp.grad[0].tolist(), sums
@@ -42,7 +51,9 @@ def test_pg_loss_and_gradient(case):
     loss, grad, sums = _run("pg", cap)
     expected = (1.0 * w[0] + 0.5 * w[1] + 0.1 * w[2] + 2.0 * w[3]) / 4
     assert loss == pytest.approx(expected, rel=1e-5)
-    assert {"cap hit": 1.00609, "cap not hit": 1.12324, "correction off": 0.9}[case] == pytest.approx(expected, abs=1e-5)
+    assert {"cap hit": 1.00609, "cap not hit": 1.12324, "correction off": 0.9}[case] == pytest.approx(
+        expected, abs=1e-5
+    )
     assert grad == pytest.approx([-x / 4 for x in w], rel=1e-5)  # d/dlogp of -logp*w/4, w detached
     if cap:
         assert sums["actor/is_weight_mean"] == pytest.approx(sum(w), rel=1e-5)  # a sum; the learner divides
@@ -82,8 +93,15 @@ def test_the_learner_weights_each_token_by_its_own_ratio(tiny_path, micro):
     from serl.engines.base import TrainBatch
     from serl.engines.torch_learner import TorchLearner
 
-    cfg = LearnerConfig(lr=1e-2, warmup_ratio=0.0, total_steps=10, micro_batch_size=micro, max_grad_norm=0.0,
-                        objective="pg", is_cap=2.0)
+    cfg = LearnerConfig(
+        actor_learning_rate=1e-2,
+        lr_warmup_ratio=0.0,
+        total_steps=10,
+        micro_batch_size=micro,
+        max_norm=0.0,
+        objective="pg",
+        is_cap=2.0,
+    )
     learner = TorchLearner(tiny_path, cfg, need_ref=False)
     lp = learner.logprobs(PROMPTS, RESPONSES)
     ratios, weights = [0.5, 1.5, 4.0, float("nan")], [0.5, 1.5, 2.0, 1.0]
@@ -94,7 +112,7 @@ def test_the_learner_weights_each_token_by_its_own_ratio(tiny_path, micro):
         behaviour.append(t - torch.log(r))  # NaN where r is NaN
         k += len(t)
     adv = [torch.full((len(t),), float(i) - 1.5) for i, t in enumerate(lp)]
-    want = -sum(float((a * l * x).sum()) for a, l, x in zip(adv, lp, w)) / 12
+    want = -sum(float((a * ln * x).sum()) for a, ln, x in zip(adv, lp, w)) / 12
     m = learner.step(TrainBatch(PROMPTS, RESPONSES, adv, behaviour_logprobs=behaviour))
     assert m["loss/policy"] == pytest.approx(want, rel=1e-5)
     assert m["actor/is_weight_mean"] == pytest.approx(1.25, rel=1e-5)

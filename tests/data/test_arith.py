@@ -11,12 +11,13 @@ from serl.data.seeds import read_seeds
 from serl.rewards.extract import last_boxed
 
 DATASET = Path(__file__).resolve().parents[2] / "dataset"
-FILES = ["arith_seed.jsonl", "arith_heldout.jsonl", "arith_spin_train.jsonl",
-         "arith_spin_heldout.jsonl"]
+FILES = ["arith_seed.jsonl", "arith_heldout.jsonl", "arith_spin_train.jsonl", "arith_spin_heldout.jsonl"]
 # sha256 of [[problem, answer, kind], ...] of the two files as they shipped before the
 # solutions were added: adding the solutions must not change a problem, answer or the order
-PINNED = {"arith_seed.jsonl": "fd4daed6eb011851a57ec92b40dbef76bb34f1b250c46a9277d037c242404e7e",
-          "arith_heldout.jsonl": "daabb25b36f5700ee1016a164e8b7c663183d8559af5ce5e679946afda844d61"}
+PINNED = {
+    "arith_seed.jsonl": "fd4daed6eb011851a57ec92b40dbef76bb34f1b250c46a9277d037c242404e7e",
+    "arith_heldout.jsonl": "daabb25b36f5700ee1016a164e8b7c663183d8559af5ce5e679946afda844d61",
+}
 EQUATION = re.compile(r"(\d+) ([-+*/]) (\d+) = (\d+)")
 
 
@@ -32,11 +33,10 @@ def test_shipped_problems_unchanged(name):
 
 @pytest.mark.parametrize("name", FILES + ["arith_efficacy_heldout.jsonl"])
 def test_every_solution_is_worked_and_boxed(name):
-    ops = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
-           "/": lambda a, b: a / b}
+    ops = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b, "/": lambda a, b: a / b}
     for r in rows(name):
         sol = r["solution"]
-        assert sol.endswith("The answer is \\boxed{%s}" % r["answer"]), sol
+        assert sol.endswith(f"The answer is \\boxed{{{r['answer']}}}"), sol
         assert last_boxed(sol) == r["answer"]
         steps = EQUATION.findall(sol)
         assert steps, sol  # at least one written step, each one correct
@@ -70,7 +70,7 @@ def test_exclude_keeps_the_template_order():
 
 def test_spin_train_reads_with_output_key():
     probs = read_seeds(DATASET / "arith_spin_train.jsonl", output_key="solution")
-    assert len(probs) == 256 and all(p.solution.endswith("\\boxed{%s}" % p.label) for p in probs)
+    assert len(probs) == 256 and all(p.solution.endswith(f"\\boxed{{{p.label}}}") for p in probs)
 
 
 def test_efficacy_heldout_matches_the_generator_and_is_disjoint():

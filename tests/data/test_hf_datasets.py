@@ -1,4 +1,5 @@
 """Hugging Face dataset sources for --prompt_data, offline: each dataset is built here."""
+
 import json
 import time
 
@@ -6,12 +7,14 @@ import pytest
 
 datasets = pytest.importorskip("datasets", reason="the 'datasets' dependency is not installed")
 
+from serl import DataError  # noqa: E402
 from serl.data import hf  # noqa: E402
-from serl.data.seeds import read_seeds
-from serl.errors import DataError
+from serl.data.seeds import read_seeds  # noqa: E402
 
-TRAIN = {"question": ["What is 2+3?", "What is 6*7?", "What is 9-4?"],
-         "answer": ["2+3 = <<2+3=5>>5\n#### 5", "6*7 = 42\n#### 42", "9-4 = 5\n#### 5"]}
+TRAIN = {
+    "question": ["What is 2+3?", "What is 6*7?", "What is 9-4?"],
+    "answer": ["2+3 = <<2+3=5>>5\n#### 5", "6*7 = 42\n#### 42", "9-4 = 5\n#### 5"],
+}
 TEST = {"question": ["What is 1+1?"], "answer": ["#### 2"]}
 
 
@@ -22,8 +25,7 @@ def _isolated_cache(monkeypatch, tmp_path):
 
 
 def _dict():
-    return datasets.DatasetDict({"train": datasets.Dataset.from_dict(TRAIN),
-                                 "test": datasets.Dataset.from_dict(TEST)})
+    return datasets.DatasetDict({"train": datasets.Dataset.from_dict(TRAIN), "test": datasets.Dataset.from_dict(TEST)})
 
 
 def _read(src, **kw):
@@ -85,8 +87,7 @@ def test_missing_column_names_source_and_columns(tmp_path):
     with pytest.raises(DataError) as e:
         read_seeds(tmp_path / "dd", input_key="problem")
     assert str(tmp_path / "dd") in str(e.value)
-    assert "(split 'train'): missing column 'problem' (columns present: question, answer)" \
-        in str(e.value)
+    assert "(split 'train'): missing column 'problem' (columns present: question, answer)" in str(e.value)
     with pytest.raises(DataError, match="missing column 'solution'"):
         _read(tmp_path / "dd", output_key="solution")
 
@@ -101,8 +102,7 @@ def test_empty_answer_names_source_split_and_row(tmp_path):
 def test_empty_split(tmp_path):
     # a split filtered down to no rows still saves one (empty) shard
     empty = datasets.Dataset.from_dict(TRAIN).filter(lambda row: False)
-    datasets.DatasetDict({"train": datasets.Dataset.from_dict(TRAIN), "test": empty}
-                         ).save_to_disk(tmp_path / "dd")
+    datasets.DatasetDict({"train": datasets.Dataset.from_dict(TRAIN), "test": empty}).save_to_disk(tmp_path / "dd")
     with pytest.raises(DataError, match=r"dd: split 'test' is empty"):
         _read(tmp_path / "dd", split="test")
     p = tmp_path / "empty.csv"
@@ -111,11 +111,14 @@ def test_empty_split(tmp_path):
         _read(p)
 
 
-@pytest.mark.parametrize("name,content", [
-    ("broken.arrow", b"this is not an arrow file"),
-    ("broken.parquet", b"PAR1 not really"),
-    ("notes.txt", b"hello"),
-])
+@pytest.mark.parametrize(
+    "name,content",
+    [
+        ("broken.arrow", b"this is not an arrow file"),
+        ("broken.parquet", b"PAR1 not really"),
+        ("notes.txt", b"hello"),
+    ],
+)
 def test_unreadable_files(tmp_path, name, content):
     p = tmp_path / name
     p.write_bytes(content)
@@ -137,10 +140,18 @@ def test_missing_local_paths(tmp_path, src):
         read_seeds(tmp_path / src)
 
 
-@pytest.mark.parametrize("src,ok", [
-    ("openai/gsm8k", True), ("gsm8k", True), ("openai/gsm8k:main", True),
-    ("data.csv", False), ("a/b/c", False), ("./x", False), ("owner/seeds.jsonl", False),
-])
+@pytest.mark.parametrize(
+    "src,ok",
+    [
+        ("openai/gsm8k", True),
+        ("gsm8k", True),
+        ("openai/gsm8k:main", True),
+        ("data.csv", False),
+        ("a/b/c", False),
+        ("./x", False),
+        ("owner/seeds.jsonl", False),
+    ],
+)
 def test_hub_id_shape(src, ok):
     assert hf.looks_like_hub_id(src) is ok
 
@@ -176,6 +187,5 @@ def test_offline_mode_uses_only_the_cache(monkeypatch):
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(hf, "_hub_probe", lambda repo_id: pytest.fail("probed while offline"))
-    with pytest.raises(DataError, match="only the local datasets cache is searched for "
-                                        "dataset 'openai/gsm8k'"):
+    with pytest.raises(DataError, match="only the local datasets cache is searched for dataset 'openai/gsm8k'"):
         read_seeds("openai/gsm8k:main")

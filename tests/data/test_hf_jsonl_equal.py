@@ -1,4 +1,5 @@
 """The same rows as a JSONL file and as a `save_to_disk` folder give the same seeds."""
+
 import json
 from pathlib import Path
 

@@ -1,4 +1,5 @@
 """Shuffled passes over a recipe's data (serl.data.passes)."""
+
 import random
 
 from serl.data.passes import Passes

@@ -1,21 +1,25 @@
 """Seed files that Python's JSON parser cannot take, labels that are no labels, and paths
 that are no files: each a DataError naming file and line (or the path), never a traceback."""
+
 import os
 
 import pytest
 
+from serl import DataError
 from serl.data.seeds import read_seeds
-from serl.errors import DataError
 
 GOOD = '{"problem": "What is 1 + 1?", "answer": "2"}\n'
 
 
-@pytest.mark.parametrize("line, needle", [
-    ('{"problem": ' + "[" * 100000 + "]" * 100000 + "}", ":2: JSON nested too deeply"),
-    ('{"problem": "x", "answer": 1' + "0" * 5000 + "}", ":2: JSON that cannot be read"),
-    ('{"problem": "What is 0/0?", "answer": NaN}', ":2: key 'answer' is nan, not a label"),
-    ('{"problem": "What is 1/0?", "answer": Infinity}', ":2: key 'answer' is inf, not a label"),
-])
+@pytest.mark.parametrize(
+    "line, needle",
+    [
+        ('{"problem": ' + "[" * 100000 + "]" * 100000 + "}", ":2: JSON nested too deeply"),
+        ('{"problem": "x", "answer": 1' + "0" * 5000 + "}", ":2: JSON that cannot be read"),
+        ('{"problem": "What is 0/0?", "answer": NaN}', ":2: key 'answer' is nan, not a label"),
+        ('{"problem": "What is 1/0?", "answer": Infinity}', ":2: key 'answer' is inf, not a label"),
+    ],
+)
 def test_unreadable_json_and_nan_labels_name_file_and_line(tmp_path, line, needle):
     seeds = tmp_path / "seeds.jsonl"
     seeds.write_text(GOOD + line + "\n")

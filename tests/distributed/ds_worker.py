@@ -5,6 +5,7 @@ second step, reloads the checkpoint and trains that second step again; rank 0 wr
 everything the test compares to ``OUT/result.pt`` (each rank its weights to
 ``OUT/weights_rankN.pt``). ``--quick`` stops after the HF export.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,12 +19,14 @@ def batch(seed: int, n: int, vocab: int, nan: bool = False, shared: bool = False
     """Random prompts/responses/advantages; also rebuilt by the test for the torch learner.
     ``shared``: sequences 0-2, 3-5, ... have one prompt (GRPO groups of 3)."""
     g = torch.Generator().manual_seed(seed)
-    prompts = [torch.randint(1, vocab, (int(torch.randint(2, 6, (1,), generator=g)),), generator=g).tolist()
-               for _ in range(n)]
+    prompts = [
+        torch.randint(1, vocab, (int(torch.randint(2, 6, (1,), generator=g)),), generator=g).tolist() for _ in range(n)
+    ]
     if shared:
         prompts = [list(prompts[i - i % 3]) for i in range(n)]
-    resps = [torch.randint(1, vocab, (int(torch.randint(1, 7, (1,), generator=g)),), generator=g).tolist()
-             for _ in range(n)]
+    resps = [
+        torch.randint(1, vocab, (int(torch.randint(1, 7, (1,), generator=g)),), generator=g).tolist() for _ in range(n)
+    ]
     adv = [torch.randn(len(r), generator=g) for r in resps]
     if nan:
         adv[0][0] = float("nan")
@@ -45,8 +48,13 @@ def main() -> int:
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--kl", action="store_true", help="use the KL loss (needs the reference model)")
     ap.add_argument("--quick", action="store_true", help="one step and an HF export only")
-    ap.add_argument("--bf16", nargs="?", const="true", default="false",
-                    help="bf16 weights (fp32 Adam masters): true, false or auto (where the CPU has native bf16)")
+    ap.add_argument(
+        "--bf16",
+        nargs="?",
+        const="true",
+        default="false",
+        help="bf16 weights (fp32 Adam masters): true, false or auto (where the CPU has native bf16)",
+    )
     ap.add_argument("--adam_offload", action="store_true", help="DeepSpeed's CPU Adam")
     ap.add_argument("--grad_ckpt", action="store_true", help="gradient checkpointing")
     ap.add_argument("--lora_rank", type=int, default=0, help="train a LoRA adapter of this rank")
@@ -58,12 +66,21 @@ def main() -> int:
     from serl.engines.precision import hardware, learner_bf16
     from serl.engines.torch_learner import LearnerConfig
 
-    cfg = LearnerConfig(lr=a.lr, warmup_ratio=0.0, total_steps=10, micro_batch_size=2,
-                        kl_loss_coef=0.1 if a.kl else 0.0, seed=0, bf16=learner_bf16(a.bf16, hardware("cpu")),
-                        grad_checkpointing=a.grad_ckpt, lora_rank=a.lora_rank,
-                        share_prompts=a.share_prompts)
-    ln = DeepSpeedLearner(a.model, cfg, need_ref=a.kl,
-                          opts=DeepSpeedOptions(zero_stage=a.stage, adam_offload=a.adam_offload))
+    cfg = LearnerConfig(
+        actor_learning_rate=a.lr,
+        lr_warmup_ratio=0.0,
+        total_steps=10,
+        micro_batch_size=2,
+        kl_loss_coef=0.1 if a.kl else 0.0,
+        seed=0,
+        bf16=learner_bf16(a.bf16, hardware("cpu")),
+        gradient_checkpointing=a.grad_ckpt,
+        lora_rank=a.lora_rank,
+        share_prompts=a.share_prompts,
+    )
+    ln = DeepSpeedLearner(
+        a.model, cfg, need_ref=a.kl, opts=DeepSpeedOptions(zero_stage=a.stage, adam_offload=a.adam_offload)
+    )
     vocab = ln.lm.config.vocab_size
     res: dict = {"world": ln.world}
 

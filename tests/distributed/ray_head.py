@@ -4,6 +4,7 @@
 head's processes are found by what is unique to it: its temp dir or its GCS port on the
 command line, plus their descendants; they are stopped by pid.
 """
+
 from __future__ import annotations
 
 import os
@@ -17,9 +18,17 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-PORT_FLAGS = ("--port", "--dashboard-port", "--ray-client-server-port", "--node-manager-port",
-              "--object-manager-port", "--metrics-export-port", "--dashboard-agent-listen-port",
-              "--dashboard-agent-grpc-port", "--runtime-env-agent-port")
+PORT_FLAGS = (
+    "--port",
+    "--dashboard-port",
+    "--ray-client-server-port",
+    "--node-manager-port",
+    "--object-manager-port",
+    "--metrics-export-port",
+    "--dashboard-agent-listen-port",
+    "--dashboard-agent-grpc-port",
+    "--runtime-env-agent-port",
+)
 
 
 def _free_ports(n: int) -> list[int]:
@@ -91,9 +100,22 @@ def start_head(num_cpus: int = 2, timeout: float = 120.0) -> Head:
     temp = tempfile.mkdtemp(prefix="serl-rh-", dir="/tmp")  # socket paths must stay short
     ports = dict(zip(PORT_FLAGS, _free_ports(len(PORT_FLAGS))))
     head = Head(temp, ports)
-    cmd = [ray, "start", "--head", "--node-ip-address", "127.0.0.1", "--dashboard-host", "127.0.0.1",
-           "--include-dashboard", "true", "--num-cpus", str(num_cpus), "--temp-dir", temp,
-           "--disable-usage-stats"]
+    cmd = [
+        ray,
+        "start",
+        "--head",
+        "--node-ip-address",
+        "127.0.0.1",
+        "--dashboard-host",
+        "127.0.0.1",
+        "--include-dashboard",
+        "true",
+        "--num-cpus",
+        str(num_cpus),
+        "--temp-dir",
+        temp,
+        "--disable-usage-stats",
+    ]
     for flag, port in ports.items():
         cmd += [flag, str(port)]
     try:

@@ -5,6 +5,7 @@ data-parallel split must not change the loss, the gradient norm or the update), 
 ranks (gathered weights identical), against its own HF export, and for checkpoint
 round-trips (the step after ``load`` repeats the step after ``save`` exactly).
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -19,8 +20,10 @@ import torch
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None,
-                       reason="deepspeed is not installed (pip install 'serl[deepspeed]')"),
+    pytest.mark.skipif(
+        importlib.util.find_spec("deepspeed") is None,
+        reason="deepspeed is not installed (pip install 'serl[deepspeed]')",
+    ),
 ]
 
 HERE = Path(__file__).resolve().parent
@@ -43,11 +46,29 @@ def _port() -> int:
 
 def _torchrun(model: str, out: Path, stage: int, *extra: str, timeout: int = 600) -> dict:  # a hang, not a slow machine
     torchrun = Path(sys.executable).with_name("torchrun")
-    env = dict(os.environ, DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1",
-               PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
-    cmd = [str(torchrun), "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-           "--master_port", str(_port()), str(WORKER), "--model", model, "--out", str(out),
-           "--stage", str(stage), *extra]
+    env = dict(
+        os.environ,
+        DS_ACCELERATOR="cpu",
+        OMP_NUM_THREADS="1",
+        PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+    )
+    cmd = [
+        str(torchrun),
+        "--nproc_per_node",
+        "2",
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(_port()),
+        str(WORKER),
+        "--model",
+        model,
+        "--out",
+        str(out),
+        "--stage",
+        str(stage),
+        *extra,
+    ]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     return torch.load(out / "result.pt", weights_only=False)
@@ -58,9 +79,16 @@ def tiny_llama(tmp_path_factory) -> str:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                      tie_word_embeddings=True)
+    cfg = LlamaConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        tie_word_embeddings=True,
+    )
     path = tmp_path_factory.mktemp("tiny-llama")
     LlamaForCausalLM(cfg).save_pretrained(path)
     return str(path)
@@ -73,8 +101,14 @@ def _torch_reference(model: str, kl: bool, n: int = 5, shared: bool = False):
     from serl.engines.torch_learner import LearnerConfig, TorchLearner
 
     w = _worker_module()
-    cfg = LearnerConfig(lr=1e-3, warmup_ratio=0.0, total_steps=10, micro_batch_size=2,
-                        kl_loss_coef=0.1 if kl else 0.0, seed=0)
+    cfg = LearnerConfig(
+        actor_learning_rate=1e-3,
+        lr_warmup_ratio=0.0,
+        total_steps=10,
+        micro_batch_size=2,
+        kl_loss_coef=0.1 if kl else 0.0,
+        seed=0,
+    )
     ln = TorchLearner(model, cfg, need_ref=kl)
     p, r, adv = w.batch(1, n, ln.policy.config.vocab_size, shared=shared)
     old = ln.logprobs(p, r)
@@ -93,8 +127,11 @@ def _load_hf(path: Path) -> dict[str, torch.Tensor]:
 
 # Two cases, not four: each two-rank launch costs about two minutes of CI, so gradient
 # checkpointing and shared prompts ride on the ZeRO-3 case together (ZeRO-2 covers both off).
-@pytest.mark.parametrize("stage,kl,extra", [(2, False, ()), (3, True, ("--grad_ckpt", "--share_prompts"))],
-                         ids=["zero2", "zero3-kl-gradckpt-shared-prompts"])
+@pytest.mark.parametrize(
+    "stage,kl,extra",
+    [(2, False, ()), (3, True, ("--grad_ckpt", "--share_prompts"))],
+    ids=["zero2", "zero3-kl-gradckpt-shared-prompts"],
+)
 def test_two_ranks_match_single_process(tiny_llama, tmp_path, stage, kl, extra):
     """``--share_prompts``: each rank writes a prompt once per micro-batch; the reference
     scores every sequence on its own."""
@@ -111,8 +148,17 @@ def test_two_ranks_match_single_process(tiny_llama, tmp_path, stage, kl, extra):
     # the update equals the single-process one: same loss, same gradient norm, same weights
     m1 = res["m1"]
     assert set(m1) == set(m_ref)
-    for key in ("loss/policy", "loss/kl", "actor/grad_norm", "actor/entropy", "actor/ratio",
-                "actor/approx_kl", "actor/tokens", "actor/lr", "actor/updates"):
+    for key in (
+        "loss/policy",
+        "loss/kl",
+        "actor/grad_norm",
+        "actor/entropy",
+        "actor/ratio",
+        "actor/approx_kl",
+        "actor/tokens",
+        "actor/lr",
+        "actor/updates",
+    ):
         assert m1[key] == pytest.approx(m_ref[key], rel=1e-4, abs=1e-7), key
     w0 = torch.load(tmp_path / "weights_rank0.pt")
     w1 = torch.load(tmp_path / "weights_rank1.pt")
@@ -146,9 +192,11 @@ def _cpu_adam_built() -> bool:
     return any(root.glob("*/cpu_adam/cpu_adam*.so"))
 
 
-@pytest.mark.skipif(not (_cpu_adam_built() or os.environ.get("SERL_TEST_CPU_ADAM")),
-                    reason="DeepSpeed's CPU Adam is not compiled yet (~85 s on first use); "
-                           "set SERL_TEST_CPU_ADAM=1 to build and test it")
+@pytest.mark.skipif(
+    not (_cpu_adam_built() or os.environ.get("SERL_TEST_CPU_ADAM")),
+    reason="DeepSpeed's CPU Adam is not compiled yet (~85 s on first use); "
+    "set SERL_TEST_CPU_ADAM=1 to build and test it",
+)
 def test_adam_offload_zero3_matches_torch_adamw(tiny_llama, tmp_path):
     """SeRL's --adam_offload: DeepSpeed's CPU Adam under ZeRO-3 gives the torch AdamW update."""
     res = _torchrun(tiny_llama, tmp_path, 3, "--adam_offload", timeout=400)
@@ -164,12 +212,16 @@ def test_adam_offload_zero3_matches_torch_adamw(tiny_llama, tmp_path):
 def test_one_process_without_launcher(tiny_llama, tmp_path):
     """`serl train --learner deepspeed` on one machine: no torchrun, the learner starts a
     one-rank process group itself; the step equals the torch learner's."""
-    env = dict(os.environ, OMP_NUM_THREADS="1",
-               PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
     for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "DS_ACCELERATOR"):
         env.pop(k, None)
-    r = subprocess.run([sys.executable, str(WORKER), "--model", tiny_llama, "--out", str(tmp_path),
-                        "--stage", "2", "--quick"], env=env, capture_output=True, text=True, timeout=180)
+    r = subprocess.run(
+        [sys.executable, str(WORKER), "--model", tiny_llama, "--out", str(tmp_path), "--stage", "2", "--quick"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     res = torch.load(tmp_path / "result.pt", weights_only=False)
     assert res["world"] == 1
@@ -184,8 +236,7 @@ def test_smollm2_zero3_two_ranks(smol_path, tmp_path):
     the HF export."""
     from serl.engines.precision import cpu_hardware
 
-    res = _torchrun(smol_path, tmp_path, 3, "--quick", "--bf16", "auto", "--num_seqs", "3", "--lr", "1e-5",
-                    timeout=300)
+    res = _torchrun(smol_path, tmp_path, 3, "--quick", "--bf16", "auto", "--num_seqs", "3", "--lr", "1e-5", timeout=300)
     assert res["m1"]["actor/skipped"] == 0.0 and res["m1"]["actor/grad_norm"] > 0
     w0 = torch.load(tmp_path / "weights_rank0.pt")
     w1 = torch.load(tmp_path / "weights_rank1.pt")
@@ -215,7 +266,7 @@ def test_ds_config_shapes():
     from serl.engines.deepspeed_learner import DeepSpeedOptions, ds_config
     from serl.engines.torch_learner import LearnerConfig
 
-    cfg = LearnerConfig(micro_batch_size=3, max_grad_norm=0.5, bf16=True)
+    cfg = LearnerConfig(micro_batch_size=3, max_norm=0.5, bf16=True)
     c = ds_config(cfg, DeepSpeedOptions(zero_stage=3, adam_offload=True, param_offload=True))
     assert c["zero_optimization"]["stage"] == 3
     assert c["zero_optimization"]["offload_optimizer"]["device"] == "cpu"

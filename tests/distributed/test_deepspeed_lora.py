@@ -6,6 +6,7 @@ update's metrics and the merged weights; the reference (adapter off) equals the 
 and the checkpoint (adapter in PEFT layout, DeepSpeed state of the adapter only) resumes
 the next step exactly.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -20,8 +21,10 @@ import torch
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None,
-                       reason="deepspeed is not installed (pip install 'serl[deepspeed]')"),
+    pytest.mark.skipif(
+        importlib.util.find_spec("deepspeed") is None,
+        reason="deepspeed is not installed (pip install 'serl[deepspeed]')",
+    ),
 ]
 
 HERE = Path(__file__).resolve().parent
@@ -40,9 +43,16 @@ def tiny_llama(tmp_path_factory) -> str:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                      tie_word_embeddings=True)
+    cfg = LlamaConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        tie_word_embeddings=True,
+    )
     path = tmp_path_factory.mktemp("tiny-llama")
     LlamaForCausalLM(cfg).save_pretrained(path)
     return str(path)
@@ -58,11 +68,31 @@ def _worker_module():
 @pytest.mark.parametrize("ranks,stage", [(1, 2), (2, 3)], ids=["zero2-1rank", "zero3-2ranks"])
 def test_lora_matches_torch_learner_and_resumes(tiny_llama, tmp_path, ranks, stage):
     torchrun = Path(sys.executable).with_name("torchrun")
-    env = dict(os.environ, DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1",
-               PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
-    cmd = [str(torchrun), "--nproc_per_node", str(ranks), "--master_addr", "127.0.0.1", "--master_port", str(_port()),
-           str(WORKER), "--model", tiny_llama, "--out", str(tmp_path), "--stage", str(stage), "--kl",
-           "--lora_rank", "4"]
+    env = dict(
+        os.environ,
+        DS_ACCELERATOR="cpu",
+        OMP_NUM_THREADS="1",
+        PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+    )
+    cmd = [
+        str(torchrun),
+        "--nproc_per_node",
+        str(ranks),
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(_port()),
+        str(WORKER),
+        "--model",
+        tiny_llama,
+        "--out",
+        str(tmp_path),
+        "--stage",
+        str(stage),
+        "--kl",
+        "--lora_rank",
+        "4",
+    ]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     res = torch.load(tmp_path / "result.pt", weights_only=False)
@@ -71,8 +101,15 @@ def test_lora_matches_torch_learner_and_resumes(tiny_llama, tmp_path, ranks, sta
     from serl.engines.torch_learner import LearnerConfig, TorchLearner
 
     w = _worker_module()
-    cfg = LearnerConfig(lr=1e-3, warmup_ratio=0.0, total_steps=10, micro_batch_size=2,
-                        kl_loss_coef=0.1, seed=0, lora_rank=4)
+    cfg = LearnerConfig(
+        actor_learning_rate=1e-3,
+        lr_warmup_ratio=0.0,
+        total_steps=10,
+        micro_batch_size=2,
+        kl_loss_coef=0.1,
+        seed=0,
+        lora_rank=4,
+    )
     ln = TorchLearner(tiny_llama, cfg, need_ref=True)
     p, resp, adv = w.batch(1, 5, ln.policy.config.vocab_size)
     old = ln.logprobs(p, resp)

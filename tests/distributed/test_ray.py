@@ -1,4 +1,5 @@
 """Ray placement plans (pure, fast) and real runs on a local Ray cluster (slow)."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -9,23 +10,28 @@ from pathlib import Path
 
 import pytest
 
+from serl import ConfigError
 from serl.config.options import TrainConfig
-from serl.errors import ConfigError
 from serl.distributed.groups import _split
 from serl.distributed.placement import plan_resources
 
 ROOT = Path(__file__).resolve().parents[2]
-needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None,
-                               reason="ray is not installed (pip install 'serl[ray]')")
-needs_ds = pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None,
-                              reason="deepspeed is not installed (pip install 'serl[deepspeed]')")
+needs_ray = pytest.mark.skipif(
+    importlib.util.find_spec("ray") is None, reason="ray is not installed (pip install 'serl[ray]')"
+)
+needs_ds = pytest.mark.skipif(
+    importlib.util.find_spec("deepspeed") is None, reason="deepspeed is not installed (pip install 'serl[deepspeed]')"
+)
 
 
-@pytest.mark.parametrize("n,parts,expected", [
-    (5, 2, [(0, 3), (3, 5)]),
-    (2, 3, [(0, 1), (1, 2), (2, 2)]),
-    (8, 4, [(0, 2), (2, 4), (4, 6), (6, 8)]),
-])
+@pytest.mark.parametrize(
+    "n,parts,expected",
+    [
+        (5, 2, [(0, 3), (3, 5)]),
+        (2, 3, [(0, 1), (1, 2), (2, 2)]),
+        (8, 4, [(0, 2), (2, 4), (4, 6), (6, 8)]),
+    ],
+)
 def test_split_is_contiguous_and_balanced(n, parts, expected):
     assert _split(n, parts) == expected
 
@@ -40,8 +46,7 @@ def _cfg(**kw) -> TrainConfig:
 
 def test_llama_colocated_plan_on_8_gpus():
     """SeRL's 3B layout: 8 bundles of 1 GPU; learner, reference and engine share each."""
-    cfg = _cfg(actor_num_gpus_per_node=8, ref_num_gpus_per_node=8, vllm_num_engines=8,
-               colocate_all_models=True)
+    cfg = _cfg(actor_num_gpus_per_node=8, ref_num_gpus_per_node=8, vllm_num_engines=8, colocate_all_models=True)
     plan = plan_resources(cfg, {"GPU": 8, "CPU": 64})
     assert plan.use_gpu and plan.colocate
     assert (plan.learner_ranks, plan.ref_workers, plan.engines) == (8, 8, 8)
@@ -72,13 +77,16 @@ def test_no_reference_without_kl():
     assert plan.ref_workers == 0 and "ref" not in plan.bundles()
 
 
-@pytest.mark.parametrize("kw,cluster,msg", [
-    (dict(actor_num_gpus_per_node=8, vllm_num_engines=2), {"GPU": 8}, "needs 11 GPUs"),
-    (dict(colocate_all_models=True, vllm_tensor_parallel_size=2), {"GPU": 8}, "vllm_tensor_parallel_size"),
-    (dict(colocate_all_models=True, actor_num_gpus_per_node=2, vllm_num_engines=4), {"GPU": 8}, "engines"),
-    (dict(learner="torch", actor_num_gpus_per_node=2), {"GPU": 8}, "--learner deepspeed"),
-    (dict(vllm_num_engines=0), {"GPU": 8}, "vllm_num_engines"),
-])
+@pytest.mark.parametrize(
+    "kw,cluster,msg",
+    [
+        (dict(actor_num_gpus_per_node=8, vllm_num_engines=2), {"GPU": 8}, "needs 11 GPUs"),
+        (dict(colocate_all_models=True, vllm_tensor_parallel_size=2), {"GPU": 8}, "vllm_tensor_parallel_size"),
+        (dict(colocate_all_models=True, actor_num_gpus_per_node=2, vllm_num_engines=4), {"GPU": 8}, "engines"),
+        (dict(learner="torch", actor_num_gpus_per_node=2), {"GPU": 8}, "--learner deepspeed"),
+        (dict(vllm_num_engines=0), {"GPU": 8}, "vllm_num_engines"),
+    ],
+)
 def test_impossible_layouts_are_named(kw, cluster, msg):
     with pytest.raises(ConfigError, match=msg):
         plan_resources(_cfg(**kw), cluster)
@@ -90,13 +98,50 @@ def _short_temp_dir() -> str:
 
 def _tiny_run_flags(run_dir: Path) -> list[str]:
     """One SeRL step on SmolLM2, as small as it gets: 1 prompt x 2 samples x 16 tokens."""
-    return ["--pretrain", "smollm2", "--prompt_data", str(ROOT / "dataset" / "arith_seed.jsonl"),
-            "--save_path", str(run_dir), "--steps", "1", "--rollout_batch_size", "1",
-            "--n_samples_per_prompt", "2", "--generate_max_len", "16", "--max_refill_rounds", "1",
-            "--enable_self_evolution", "false", "--reward_difficulty_bounds", "0", "1",
-            "--generator", "hf", "--learner", "deepspeed", "--zero_stage", "2",
-            "--actor_num_gpus_per_node", "2", "--vllm_num_engines", "1", "--micro_train_batch_size", "1",
-            "--actor_learning_rate", "1e-5", "--lr_warmup_ratio", "0", "--progress", "quiet", "--report", "false", "--ray"]
+    return [
+        "--pretrain",
+        "smollm2",
+        "--prompt_data",
+        str(ROOT / "dataset" / "arith_seed.jsonl"),
+        "--save_path",
+        str(run_dir),
+        "--steps",
+        "1",
+        "--rollout_batch_size",
+        "1",
+        "--n_samples_per_prompt",
+        "2",
+        "--generate_max_len",
+        "16",
+        "--max_refill_rounds",
+        "1",
+        "--enable_self_evolution",
+        "false",
+        "--reward_difficulty_bounds",
+        "0",
+        "1",
+        "--generator",
+        "hf",
+        "--learner",
+        "deepspeed",
+        "--zero_stage",
+        "2",
+        "--actor_num_gpus_per_node",
+        "2",
+        "--vllm_num_engines",
+        "1",
+        "--micro_train_batch_size",
+        "1",
+        "--actor_learning_rate",
+        "1e-5",
+        "--lr_warmup_ratio",
+        "0",
+        "--progress",
+        "quiet",
+        "--report",
+        "false",
+        "--ray",
+    ]
 
 
 def _check_run(run_dir: Path, smol_path: str) -> None:
@@ -136,7 +181,11 @@ def test_run_with_ray_one_step_on_local_cluster(smol_path, tmp_path):
     from serl.distributed import run_with_ray
 
     flags = _tiny_run_flags(tmp_path / "run") + [
-        "--eval_data", str(ROOT / "dataset" / "arith_heldout.jsonl"), "--eval_samples", "2"]
+        "--eval_data",
+        str(ROOT / "dataset" / "arith_heldout.jsonl"),
+        "--eval_samples",
+        "2",
+    ]
     cfg, _ = parse_args(flags)
     temp = _short_temp_dir()  # Ray's socket paths must stay under 108 bytes
     ray.init(num_cpus=2, include_dashboard=False, _temp_dir=temp)
@@ -175,9 +224,24 @@ def test_ray_job_submit_one_step(smol_path, tmp_path):
         ray_cli = str(Path(sys.executable).with_name("ray"))
         env = dict(os.environ, RAY_AUTH_MODE="token")  # token auth is on by default in Ray 2.60
         env.pop("RAY_ADDRESS", None)
-        r = subprocess.run([ray_cli, "job", "submit", "--address", head.dashboard, "--",
-                            sys.executable, "-m", "serl.distributed.run", *flags],
-                           env=env, capture_output=True, text=True, timeout=420)
+        r = subprocess.run(
+            [
+                ray_cli,
+                "job",
+                "submit",
+                "--address",
+                head.dashboard,
+                "--",
+                sys.executable,
+                "-m",
+                "serl.distributed.run",
+                *flags,
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=420,
+        )
         assert r.returncode == 0 and "succeeded" in r.stdout + r.stderr, r.stdout[-3000:] + r.stderr[-2000:]
         rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
         m = {k: v for row in rows if row.get("step") == 1 for k, v in row.items()}

@@ -3,8 +3,9 @@ uninterrupted `--ray` run (transformers generator in a Ray actor): the same metr
 weights and run state. Before serl.run.state, GeneratorGroup had no state, so a resumed run
 re-seeded sampling from call 0 and drew other samples. The stopped run is a copy of the
 uninterrupted one cut back to its step-1 checkpoint, what a run killed before its second update
-leaves (a third Ray run, killed there, cost about 40 s of CI; tests/test_resume.py kills runs
+leaves (a third Ray run, killed there, cost about 40 s of CI; tests/run/test_resume.py kills runs
 at every point)."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -19,22 +20,69 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray is not installed")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray is not installed"),
+]
 # two SeRL steps on the seeds (sampled: temperature 1), a torch learner, one HF engine
-FLAGS = ["--pretrain", "smollm2", "--prompt_data", str(ROOT / "dataset" / "arith_seed.jsonl"), "--steps", "2",
-         "--rollout_batch_size", "1", "--n_samples_per_prompt", "2", "--generate_max_len", "16",
-         "--max_refill_rounds", "1", "--enable_self_evolution", "false", "--reward_difficulty_bounds", "0", "1",
-         "--generator", "hf", "--learner", "torch", "--actor_num_gpus_per_node", "1", "--vllm_num_engines", "1",
-         "--init_kl_coef", "0", "--actor_learning_rate", "1e-4", "--lr_warmup_ratio", "0", "--save_steps", "1",
-         "--save_model", "false", "--progress", "quiet", "--report", "false", "--ray"]
+FLAGS = [
+    "--pretrain",
+    "smollm2",
+    "--prompt_data",
+    str(ROOT / "dataset" / "arith_seed.jsonl"),
+    "--steps",
+    "2",
+    "--rollout_batch_size",
+    "1",
+    "--n_samples_per_prompt",
+    "2",
+    "--generate_max_len",
+    "16",
+    "--max_refill_rounds",
+    "1",
+    "--enable_self_evolution",
+    "false",
+    "--reward_difficulty_bounds",
+    "0",
+    "1",
+    "--generator",
+    "hf",
+    "--learner",
+    "torch",
+    "--actor_num_gpus_per_node",
+    "1",
+    "--vllm_num_engines",
+    "1",
+    "--init_kl_coef",
+    "0",
+    "--actor_learning_rate",
+    "1e-4",
+    "--lr_warmup_ratio",
+    "0",
+    "--save_steps",
+    "1",
+    "--save_model",
+    "false",
+    "--progress",
+    "quiet",
+    "--report",
+    "false",
+    "--ray",
+]
 
 
 def _train(args):
     env = dict(os.environ, SERL_FAULT="", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     env.pop("RAY_ADDRESS", None)  # a local cluster of its own
-    proc = subprocess.Popen([sys.executable, "-m", "serl.cli", "train", *map(str, args)], cwd=ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "serl.cli", "train", *map(str, args)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         _, err = proc.communicate(timeout=1800)
     finally:
@@ -47,14 +95,16 @@ def _train(args):
 
 
 def _metrics(run_dir):
-    return [{k: v for k, v in json.loads(line).items() if not k.startswith("time/") and k != "wall_time"}
-            for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [
+        {k: v for k, v in json.loads(line).items() if not k.startswith("time/") and k != "wall_time"}
+        for line in (run_dir / "metrics.jsonl").read_text().splitlines()
+    ]
 
 
 def test_a_ray_run_stopped_and_resumed_matches_the_uninterrupted_one(tmp_path, cut_back):
     from serl.run.checkpoint import latest_checkpoint, load_trainer_state
 
-    spec = importlib.util.spec_from_file_location("_resume_helpers", ROOT / "tests" / "test_resume.py")
+    spec = importlib.util.spec_from_file_location("_resume_helpers", ROOT / "tests" / "run" / "test_resume.py")
     helpers = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(helpers)
 

@@ -2,6 +2,7 @@
 path's wiring checked on a CPU through a stand-in for ``flash_attn_varlen_func`` that
 follows flash-attn's documented contract ([T, H, D] inputs, int32 ``cu_seqlens``, query
 heads grouped onto key/value heads)."""
+
 import logging
 import sys
 import types
@@ -22,28 +23,34 @@ HAVE, MISSING = (True, "flash-attn importable"), (False, "flash-attn not importa
 
 
 # ------------------------------------------------------------------ the choice
-@pytest.mark.parametrize("device,requested,bf16,flash,load,packed", [
-    ("cpu", "auto", False, HAVE, None, "auto"),       # CPU: today's path, whatever is installed
-    ("cpu", "auto", True, HAVE, None, "auto"),
-    ("cuda", "auto", True, HAVE, "flash_attention_2", "flash_attention_2"),
-    ("cuda", "auto", True, MISSING, "sdpa", "sdpa"),
-    ("cuda", "auto", False, HAVE, "sdpa", "sdpa"),    # fp32: flash-attn cannot compute it
-    ("cuda", "sdpa", True, HAVE, "sdpa", "sdpa"),
-    ("cuda", "eager", True, HAVE, "eager", "eager"),
-    ("cpu", "eager", False, MISSING, "eager", "eager"),
-    ("cpu", "sdpa", True, MISSING, "sdpa", "sdpa"),
-    ("cuda", "flash_attention_2", True, HAVE, "flash_attention_2", "flash_attention_2"),
-])
+@pytest.mark.parametrize(
+    "device,requested,bf16,flash,load,packed",
+    [
+        ("cpu", "auto", False, HAVE, None, "auto"),  # CPU: today's path, whatever is installed
+        ("cpu", "auto", True, HAVE, None, "auto"),
+        ("cuda", "auto", True, HAVE, "flash_attention_2", "flash_attention_2"),
+        ("cuda", "auto", True, MISSING, "sdpa", "sdpa"),
+        ("cuda", "auto", False, HAVE, "sdpa", "sdpa"),  # fp32: flash-attn cannot compute it
+        ("cuda", "sdpa", True, HAVE, "sdpa", "sdpa"),
+        ("cuda", "eager", True, HAVE, "eager", "eager"),
+        ("cpu", "eager", False, MISSING, "eager", "eager"),
+        ("cpu", "sdpa", True, MISSING, "sdpa", "sdpa"),
+        ("cuda", "flash_attention_2", True, HAVE, "flash_attention_2", "flash_attention_2"),
+    ],
+)
 def test_choice(device, requested, bf16, flash, load, packed):
     c = choose_attention(device, requested, bf16, flash)
     assert (c.load, c.packed) == (load, packed)
 
 
-@pytest.mark.parametrize("device,bf16,flash,match", [
-    ("cpu", True, HAVE, "needs a CUDA device"),
-    ("cuda", False, HAVE, "bf16/fp16 only"),
-    ("cuda", True, MISSING, "not importable"),
-])
+@pytest.mark.parametrize(
+    "device,bf16,flash,match",
+    [
+        ("cpu", True, HAVE, "needs a CUDA device"),
+        ("cuda", False, HAVE, "bf16/fp16 only"),
+        ("cuda", True, MISSING, "not importable"),
+    ],
+)
 def test_forced_flash_that_cannot_run_is_refused(device, bf16, flash, match):
     with pytest.raises(ValueError, match=match):
         choose_attention(device, "flash_attention_2", bf16, flash)
@@ -59,8 +66,19 @@ def test_unknown_name_is_refused():
 def _fake_flash_module(calls: list) -> types.ModuleType:
     mod = types.ModuleType("flash_attn")
 
-    def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
-                               softmax_scale=None, causal=False, **_):
+    def flash_attn_varlen_func(
+        q,
+        k,
+        v,
+        cu_seqlens_q,
+        cu_seqlens_k,
+        max_seqlen_q,
+        max_seqlen_k,
+        dropout_p=0.0,
+        softmax_scale=None,
+        causal=False,
+        **_,
+    ):
         assert q.dim() == 3 and k.shape == v.shape and q.shape[0] == k.shape[0] and q.shape[2] == k.shape[2]
         assert q.dtype in (torch.float16, torch.bfloat16) and k.dtype == q.dtype and causal
         assert cu_seqlens_q.dtype == torch.int32 and torch.equal(cu_seqlens_q, cu_seqlens_k)
@@ -98,13 +116,15 @@ def test_flash_varlen_equals_causal_attention_per_sequence(monkeypatch, lens, he
     h, hkv = heads
     g = torch.Generator().manual_seed(sum(lens))
     q, k, v = (torch.randn(1, n, sum(lens), 8, generator=g).to(torch.bfloat16) for n in (h, hkv, hkv))
-    got, _ = varlen.varlen_attention(torch.nn.Module(), q, k, v, None, scaling=0.3, kernel="flash_attention_2",
-                                     serl_seq_lens=lens)
+    got, _ = varlen.varlen_attention(
+        torch.nn.Module(), q, k, v, None, scaling=0.3, kernel="flash_attention_2", serl_seq_lens=lens
+    )
     assert calls == [[0, *torch.tensor(lens).cumsum(0).tolist()]]  # one call for the whole row
     want = []
     for qs, ks, vs in zip(q.float().split(lens, 2), k.float().split(lens, 2), v.float().split(lens, 2)):
-        o = F.scaled_dot_product_attention(qs, ks.repeat_interleave(h // hkv, 1), vs.repeat_interleave(h // hkv, 1),
-                                           is_causal=True, scale=0.3)
+        o = F.scaled_dot_product_attention(
+            qs, ks.repeat_interleave(h // hkv, 1), vs.repeat_interleave(h // hkv, 1), is_causal=True, scale=0.3
+        )
         want.append(o.transpose(1, 2))
     want = torch.cat(want, 1)
     assert got.shape == (1, sum(lens), h, 8) and (got.float() - want).abs().max() <= 2e-2
@@ -120,9 +140,19 @@ def test_flash_varlen_refuses_fp32_outside_autocast(monkeypatch):
 # ------------------------------------------------------------------ learners on a tiny model
 def _tiny(tmp_path_factory, config_cls):
     torch.manual_seed(0)
-    cfg = config_cls(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                     num_attention_heads=4, num_key_value_heads=2, head_dim=8, tie_word_embeddings=True,
-                     pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    cfg = config_cls(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        tie_word_embeddings=True,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
     from transformers import AutoModelForCausalLM
 
     path = tmp_path_factory.mktemp("tiny") / "model"
@@ -138,7 +168,9 @@ def tiny_path(request, tmp_path_factory):
 
 
 def _learner(path, pack=True, **kw):
-    cfg = LearnerConfig(lr=1e-2, warmup_ratio=0.0, total_steps=10, micro_batch_size=3, pack=pack, **kw)
+    cfg = LearnerConfig(
+        actor_learning_rate=1e-2, lr_warmup_ratio=0.0, total_steps=10, micro_batch_size=3, pack=pack, **kw
+    )
     return TorchLearner(path, cfg, need_ref=False)
 
 

@@ -1,4 +1,5 @@
 """vLLM's own log lines go to RUN_DIR/engine.log unless --show_engine_warnings (serl.engines.engine_log)."""
+
 import json
 import logging.config
 
@@ -40,7 +41,7 @@ def test_the_runner_routes_unless_asked_and_a_failed_start_s_logs_do_not_block_a
     (run / "metrics.jsonl").write_text("{}\n")
     import pytest
 
-    from serl.errors import ConfigError
+    from serl import ConfigError
 
     with pytest.raises(ConfigError, match="already exists and is not empty"):
         new_run_dir(cfg)
@@ -54,8 +55,13 @@ def test_an_engine_started_meanwhile_keeps_the_log_file_as_its_stderr(tmp_path, 
 
     monkeypatch.setenv(ENV, str(tmp_path / "engine.log"))
     with engine_stderr():
-        child = subprocess.Popen([sys.executable, "-c", "import sys, time; time.sleep(0.3); "
-                                  "sys.stderr.write('[W utils.cpp:68] NUMA binding\\n')"])
+        child = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "import sys, time; time.sleep(0.3); sys.stderr.write('[W utils.cpp:68] NUMA binding\\n')",
+            ]
+        )
     print("serl's own line", file=sys.stderr)
     child.wait(timeout=30)
     assert (tmp_path / "engine.log").read_text() == "[W utils.cpp:68] NUMA binding\n"

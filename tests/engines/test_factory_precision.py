@@ -1,20 +1,23 @@
 """Each engine the factory builds takes the precision auto chooses for its hardware (faked here)."""
+
 import pytest
 import torch
 
-from serl.config.registry import config_class
-
-TrainConfig = config_class("serl")  # the SeRL recipe's options (plan_run reads them)
 from serl.config.plan import plan_run
+from serl.config.registry import config_class
 from serl.engines import factory
 from serl.engines import precision as P
+
+TrainConfig = config_class("serl")  # the SeRL recipe's options (plan_run reads them)
 
 NATIVE = P.cpu_hardware(name="fake AMX", flags={"avx512f", "avx512_bf16", "amx_bf16"}, capability="AVX512")
 EMULATED = P.cpu_hardware(name="fake AVX2", flags={"avx2"}, capability="AVX2")
 
 
-@pytest.mark.parametrize("hw,setting,bf16", [(NATIVE, "auto", True), (EMULATED, "auto", False),
-                                             (EMULATED, "true", True), (NATIVE, "false", False)])
+@pytest.mark.parametrize(
+    "hw,setting,bf16",
+    [(NATIVE, "auto", True), (EMULATED, "auto", False), (EMULATED, "true", True), (NATIVE, "false", False)],
+)
 def test_learner_config_resolves_bf16_for_the_machine(monkeypatch, hw, setting, bf16):
     monkeypatch.setattr(P, "hardware", lambda device="cpu": hw)
     cfg = TrainConfig(bf16=setting, device="cpu")

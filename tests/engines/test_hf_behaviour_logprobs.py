@@ -1,6 +1,7 @@
 """The transformers generator's behaviour log-probs: each sampled token's log-prob under the
 generating weights equals the learner's log-prob of the same token (same fp32 weights), at the
 temperature asked for. A token off by one, or the wrong temperature, would miss by far."""
+
 import pytest
 import torch
 
@@ -16,10 +17,13 @@ def test_sampled_logprobs_match_the_learner(smol_path, smol_tokenizer, temperatu
     from serl.engines.hf_generator import HFGenerator
 
     gen = HFGenerator(smol_path, smol_tokenizer, seed=5)
-    prompts = [[*smol_tokenizer("Count: one, two,", add_special_tokens=False)["input_ids"]],
-               [*smol_tokenizer("2 + 2 =", add_special_tokens=False)["input_ids"]]]
-    out = gen.generate(prompts, 2, Sampling(max_new_tokens=12, temperature=0.9, logprobs=True,
-                                            logprob_temperature=temperature))
+    prompts = [
+        [*smol_tokenizer("Count: one, two,", add_special_tokens=False)["input_ids"]],
+        [*smol_tokenizer("2 + 2 =", add_special_tokens=False)["input_ids"]],
+    ]
+    out = gen.generate(
+        prompts, 2, Sampling(max_new_tokens=12, temperature=0.9, logprobs=True, logprob_temperature=temperature)
+    )
     comps = [c for g in out for c in g]
     assert all(c.logprobs is not None and len(c.logprobs) == len(c.token_ids) for c in comps)
     learner = TorchLearner(smol_path, LearnerConfig(temperature=temperature, micro_batch_size=4), need_ref=False)

@@ -14,8 +14,7 @@ def gen(smol_path, smol_tokenizer):
 
 
 def chat(tok, q):
-    return tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True,
-                                   tokenize=False)
+    return tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=False)
 
 
 def test_groups_shape_and_stop(gen, smol_tokenizer):
@@ -47,8 +46,10 @@ def test_load_weights_changes_outputs(gen, smol_tokenizer):
     saved = {n: t.clone() for n, t in gen.model.named_parameters()}
     new = {n: (t * 0.5 if n.endswith("mlp.down_proj.weight") else t) for n, t in saved.items()}
     gen.load_weights(new.items())
-    assert torch.equal(dict(gen.model.named_parameters())["model.layers.0.mlp.down_proj.weight"],
-                       new["model.layers.0.mlp.down_proj.weight"])
+    assert torch.equal(
+        dict(gen.model.named_parameters())["model.layers.0.mlp.down_proj.weight"],
+        new["model.layers.0.mlp.down_proj.weight"],
+    )
     after = gen.generate([p], 1, s)[0][0].token_ids
     gen.load_weights(saved.items())
     assert after != before
@@ -67,6 +68,7 @@ def test_prompt_ids_are_fed_as_given_and_trained_on(gen, smol_tokenizer):
     ids = user_ids(tok, "What is 2 + 2?<|im_end|>\n<|im_start|>assistant\n5")
     c = gen.generate([ids], 1, Sampling(max_new_tokens=2, temperature=0.0))[0][0]
     assert c.prompt_ids == ids and c.prompt_ids.count(tok.convert_tokens_to_ids("<|im_end|>")) == 2
-    batch = Recipe.group_batch(SimpleNamespace(cfg=SimpleNamespace(advantage_estimator="group_norm", gamma=1.0)),
-                               [[c, c]], [[1.0, 0.0]])
+    batch = Recipe.group_batch(
+        SimpleNamespace(cfg=SimpleNamespace(advantage_estimator="group_norm", gamma=1.0)), [[c, c]], [[1.0, 0.0]]
+    )
     assert batch.prompt_ids == [ids, ids]

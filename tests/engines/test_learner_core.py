@@ -1,10 +1,10 @@
 """The shared learner core: objectives by name (DPO, plain PG) against numbers worked out
 from log-probs, pair-preserving micro-batches, and the reference refresh."""
+
 import math
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from serl.engines.base import TrainBatch
 from serl.engines.learner_core import LearnerConfig
@@ -17,7 +17,7 @@ PAIRS = [(0, 1), (3, 2), (4, 5)]  # (chosen, rejected)
 
 
 def _learner(path, **kw):
-    base = dict(lr=1e-2, warmup_ratio=0.0, total_steps=10, micro_batch_size=2, max_grad_norm=0.0)
+    base = dict(actor_learning_rate=1e-2, lr_warmup_ratio=0.0, total_steps=10, micro_batch_size=2, max_norm=0.0)
     base.update(kw)
     return TorchLearner(path, LearnerConfig(**base), need_ref=kw.pop("need_ref", False))
 
@@ -54,8 +54,7 @@ def test_dpo_step_loss_matches_the_formula_and_micro_batching(tiny_path, loss_ty
     ma, mb_ = a.step(batch), b.step(batch)
     assert ma["loss/policy"] == pytest.approx(sum(want) / len(want), rel=1e-4)
     assert mb_["loss/policy"] == pytest.approx(ma["loss/policy"], rel=1e-5)
-    assert ma["dpo/accuracy"] == pytest.approx(
-        sum((seq[c] - rseq[c]) > (seq[r] - rseq[r]) for c, r in PAIRS) / 3)
+    assert ma["dpo/accuracy"] == pytest.approx(sum((seq[c] - rseq[c]) > (seq[r] - rseq[r]) for c, r in PAIRS) / 3)
     wa, wb = dict(a.named_weights()), dict(b.named_weights())
     for n in wa:  # the same update whatever the micro-batch size (Adam moves by ~lr = 1e-2:
         # a 1e-5 difference is rounding in a near-zero gradient that Adam normalises)
@@ -86,13 +85,15 @@ def test_pg_loss_is_minus_advantage_times_logprob(tiny_path):
     lp = ln.logprobs(PROMPTS, RESPONSES)
     adv = [torch.full((len(r),), float(i - 2)) for i, r in enumerate(RESPONSES)]
     n_tok = sum(map(len, RESPONSES))
-    want = -sum(float((a * l).sum()) for a, l in zip(adv, lp)) / n_tok  # token_mean
+    want = -sum(float((a * ln).sum()) for a, ln in zip(adv, lp)) / n_tok  # token_mean
     m = ln.step(TrainBatch(PROMPTS, RESPONSES, adv))
     assert m["loss/policy"] == pytest.approx(want, rel=1e-5)
 
 
 def test_sync_ref_copies_the_policy(tiny_path):
-    ln = TorchLearner(tiny_path, LearnerConfig(lr=1e-2, warmup_ratio=0.0, total_steps=10), need_ref=True)
+    ln = TorchLearner(
+        tiny_path, LearnerConfig(actor_learning_rate=1e-2, lr_warmup_ratio=0.0, total_steps=10), need_ref=True
+    )
     adv = [torch.ones(len(r)) for r in RESPONSES]
     ln.step(TrainBatch(PROMPTS, RESPONSES, adv))
     pol, ref = ln.logprobs(PROMPTS, RESPONSES), ln.logprobs(PROMPTS, RESPONSES, model="ref")
@@ -237,8 +238,18 @@ def test_share_prompts_step_equals_the_per_sequence_step(tiny_path, objective):
     adv = [torch.randn(len(r), generator=g) for r in responses]
     runs = []
     for share in (False, True):
-        ln = TorchLearner(tiny_path, LearnerConfig(lr=1e-2, warmup_ratio=0.0, total_steps=10, micro_batch_size=2,
-                                                   share_prompts=share, **kw), need_ref=need_ref)
+        ln = TorchLearner(
+            tiny_path,
+            LearnerConfig(
+                actor_learning_rate=1e-2,
+                lr_warmup_ratio=0.0,
+                total_steps=10,
+                micro_batch_size=2,
+                share_prompts=share,
+                **kw,
+            ),
+            need_ref=need_ref,
+        )
         mbs, _ = ln._micro(prompts, responses, [list(p) for p in PAIRS] if objective == "dpo" else None)
         assert all((mb.shared is not None) == share for mb in mbs)
         if objective == "dpo":
@@ -257,14 +268,21 @@ def test_share_prompts_step_equals_the_per_sequence_step(tiny_path, objective):
         torch.testing.assert_close(w_on[n], w_off[n], rtol=1e-4, atol=1e-3)
 
 
-SMOL_PROMPTS = ("The lighthouse keeper climbed the spiral stairs every evening at dusk, carrying a can of oil "
-                "and a cloth. The lamp had burned for ninety years without failing once. Question: how long "
-                "had the lamp burned?",
-                "A train leaves the station at nine and travels sixty kilometres an hour for two and a half "
-                "hours. How far does it go?")
-SMOL_RESPONSES = ((" Ninety years.", " It had burned for ninety years without failing.", " 90"),
-                  (" It goes 150 km.", " 60 x 2.5 = 150 kilometres, so the train travels 150 km in total.",
-                   " One hundred and fifty kilometres."))
+SMOL_PROMPTS = (
+    "The lighthouse keeper climbed the spiral stairs every evening at dusk, carrying a can of oil "
+    "and a cloth. The lamp had burned for ninety years without failing once. Question: how long "
+    "had the lamp burned?",
+    "A train leaves the station at nine and travels sixty kilometres an hour for two and a half "
+    "hours. How far does it go?",
+)
+SMOL_RESPONSES = (
+    (" Ninety years.", " It had burned for ninety years without failing.", " 90"),
+    (
+        " It goes 150 km.",
+        " 60 x 2.5 = 150 kilometres, so the train travels 150 km in total.",
+        " One hundred and fifty kilometres.",
+    ),
+)
 
 
 def _shared_vs_per_sequence(ln, prompts, responses, adv):
@@ -290,9 +308,10 @@ def _shared_vs_per_sequence(ln, prompts, responses, adv):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode,kw,lp_tol,grad_tol", [
-    ("fp32", {}, 1e-4, 1e-3),
-    ("lora_bf16", dict(lora_rank=8, lora_alpha=16.0, bf16=True), 0.15, 0.1)])  # as SPELL runs
+@pytest.mark.parametrize(
+    "mode,kw,lp_tol,grad_tol",
+    [("fp32", {}, 1e-4, 1e-3), ("lora_bf16", dict(lora_rank=8, lora_alpha=16.0, bf16=True), 0.15, 0.1)],
+)  # as SPELL runs
 def test_smollm2_shared_prompts_equal_per_sequence(smol_path, smol_tokenizer, mode, kw, lp_tol, grad_tol):
     """Real text on SmolLM2: full fine-tuning in fp32, log-probs to 1e-4 and gradients to
     1e-3 of each tensor's largest entry; LoRA in bf16 to its rounding (log-probs within

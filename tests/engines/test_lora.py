@@ -1,13 +1,14 @@
 """LoRA in the torch learner: reference = base with the adapter off, merged weights for the
 generators, save/resume of the adapter. Tiny random Llama (fast) and SmolLM2 (slow)."""
+
 import copy
 
 import pytest
 import torch
 
-from serl.errors import ConfigError
-from serl.engines.base import TrainBatch
+from serl import ConfigError
 from serl.config.options import ALL_LINEAR, parse_targets
+from serl.engines.base import TrainBatch
 from serl.engines.lora import base_identity
 from serl.engines.torch_learner import LearnerConfig, TorchLearner
 
@@ -19,9 +20,19 @@ def _tiny(path, seed=0):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, head_dim=8,
-                      tie_word_embeddings=True, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    cfg = LlamaConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        tie_word_embeddings=True,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
     LlamaForCausalLM(cfg).save_pretrained(str(path))
     return str(path)
 
@@ -32,8 +43,15 @@ def tiny_path(tmp_path_factory):
 
 
 def _cfg(**kw):
-    base = dict(lr=1e-2, warmup_ratio=0.0, total_steps=10, micro_batch_size=2, seed=0,
-                lora_rank=4, lora_alpha=8.0)
+    base = dict(
+        actor_learning_rate=1e-2,
+        lr_warmup_ratio=0.0,
+        total_steps=10,
+        micro_batch_size=2,
+        seed=0,
+        lora_rank=4,
+        lora_alpha=8.0,
+    )
     base.update(kw)
     return LearnerConfig(**base)
 
@@ -52,8 +70,9 @@ def _equal(a, b):
     return len(a) == len(b) and all(torch.equal(x, y) for x, y in zip(a, b))
 
 
-@pytest.mark.parametrize("spec,want", [("all-linear", ALL_LINEAR), ("", ALL_LINEAR),
-                                       ("q_proj, v_proj", ["q_proj", "v_proj"])])
+@pytest.mark.parametrize(
+    "spec,want", [("all-linear", ALL_LINEAR), ("", ALL_LINEAR), ("q_proj, v_proj", ["q_proj", "v_proj"])]
+)
 def test_parse_targets(spec, want):
     assert parse_targets(spec) == want
 
@@ -68,7 +87,7 @@ def test_only_the_adapter_trains(tiny_path, rank, targets, want):
     # by hand, per layer and rank r: q 32->32, k 32->16, v 32->16, o 32->32, gate/up 32->64,
     # down 64->32 give r * (64 + 48 + 48 + 64 + 96 + 96 + 96) = 512 r; two layers: 1024 r.
     # q and v alone: r * (64 + 48) per layer, 224 r for both.
-    ln = TorchLearner(tiny_path, _cfg(lora_rank=rank, lora_target_modules=targets), need_ref=False)
+    ln = TorchLearner(tiny_path, _cfg(lora_rank=rank, target_modules=targets), need_ref=False)
     assert ln.lora.num_trainable() == want
     in_opt = sum(p.numel() for g in ln.optimizer.param_groups for p in g["params"])
     assert in_opt == want
@@ -79,7 +98,7 @@ def test_only_the_adapter_trains(tiny_path, rank, targets, want):
 
 def test_unknown_target_module_is_a_config_error(tiny_path):
     with pytest.raises(ConfigError, match="target_modules"):
-        TorchLearner(tiny_path, _cfg(lora_target_modules="no_such_proj"), need_ref=False)
+        TorchLearner(tiny_path, _cfg(target_modules="no_such_proj"), need_ref=False)
 
 
 def test_reference_is_the_base_with_the_adapter_off_exactly(tiny_path):
@@ -103,8 +122,7 @@ def test_no_reference_without_need_ref(tiny_path):
 def test_merge_by_hand(tiny_path):
     # rank 2, alpha 4: scale 2; A = 0.5, B = 0.25 everywhere gives (B @ A)_ij = 2 * 0.5 * 0.25
     # = 0.25, so every merged entry is W + 2 * 0.25 = W + 0.5.
-    ln = TorchLearner(tiny_path, _cfg(lora_rank=2, lora_alpha=4.0, lora_target_modules="q_proj"),
-                      need_ref=False)
+    ln = TorchLearner(tiny_path, _cfg(lora_rank=2, lora_alpha=4.0, target_modules="q_proj"), need_ref=False)
     with torch.no_grad():
         for n, p in ln.lora.adapter_params():
             p.fill_(0.5 if ".lora_A." in n else 0.25)
@@ -112,8 +130,7 @@ def test_merge_by_hand(tiny_path):
     base = dict(ln.policy.named_parameters())
     w = base["model.layers.0.self_attn.q_proj.base_layer.weight"]
     torch.testing.assert_close(merged["model.layers.0.self_attn.q_proj.weight"], w + 0.5, rtol=0, atol=1e-6)
-    assert torch.equal(merged["model.layers.0.self_attn.k_proj.weight"],
-                       base["model.layers.0.self_attn.k_proj.weight"])
+    assert torch.equal(merged["model.layers.0.self_attn.k_proj.weight"], base["model.layers.0.self_attn.k_proj.weight"])
 
 
 def test_merged_weights_equal_peft_merge_and_leave_the_adapter_alone(tiny_path):
@@ -148,7 +165,7 @@ def test_generator_serves_the_merged_policy(tiny_path):
     with torch.no_grad():
         lp = torch.log_softmax(gen.model(ids).logits[0].float(), -1)
     n = len(PROMPTS[2])
-    got = lp[n - 1:n - 1 + len(RESPONSES[2])].gather(-1, torch.tensor(RESPONSES[2])[:, None]).squeeze(-1)
+    got = lp[n - 1 : n - 1 + len(RESPONSES[2])].gather(-1, torch.tensor(RESPONSES[2])[:, None]).squeeze(-1)
     torch.testing.assert_close(got, ln.logprobs([PROMPTS[2]], [RESPONSES[2]])[0], rtol=0, atol=1e-5)
 
 
@@ -255,7 +272,9 @@ def test_a_saved_adapter_merges_to_what_export_hf_writes(tiny_path, tmp_path):
     assert set(mine) == set(want)
     assert all(torch.equal(mine[k], want[k]) for k in want)
     base = dict(AutoModelForCausalLM.from_pretrained(tiny_path).named_parameters())
-    assert not torch.equal(mine["model.layers.0.self_attn.q_proj.weight"], base["model.layers.0.self_attn.q_proj.weight"])
+    assert not torch.equal(
+        mine["model.layers.0.self_attn.q_proj.weight"], base["model.layers.0.self_attn.q_proj.weight"]
+    )
     with pytest.raises(ValueError, match="different base"):
         merge_saved_adapter(tmp_path / "ck", _tiny(tmp_path / "other", seed=1), tmp_path / "none")
     assert not (tmp_path / "none").exists()
@@ -266,12 +285,11 @@ def test_smollm2_reference_exact_and_merge_matches_peft(smol_path, smol_tokenize
     tok = smol_tokenizer
     prompts = [tok.encode("2+3="), tok.encode("Name a colour:")]
     responses = [tok.encode(" 5"), tok.encode(" blue, like the sky")]
-    cfg = dict(lr=1e-3, warmup_ratio=0.0, total_steps=10, micro_batch_size=2, seed=0)
+    cfg = dict(actor_learning_rate=1e-3, lr_warmup_ratio=0.0, total_steps=10, micro_batch_size=2, seed=0)
     plain = TorchLearner(smol_path, LearnerConfig(**cfg), need_ref=False)
     want = plain.logprobs(prompts, responses)
     del plain
-    ln = TorchLearner(smol_path, LearnerConfig(**cfg, lora_rank=8, lora_alpha=16.0,
-                                               kl_loss_coef=0.01), need_ref=True)
+    ln = TorchLearner(smol_path, LearnerConfig(**cfg, lora_rank=8, lora_alpha=16.0, kl_loss_coef=0.01), need_ref=True)
     adv = [torch.ones(len(r)) for r in responses]
     ln.step(TrainBatch(prompts, responses, adv, ln.logprobs(prompts, responses)))
     assert _equal(ln.logprobs(prompts, responses, model="ref"), want)
@@ -286,7 +304,7 @@ def test_smollm2_reference_exact_and_merge_matches_peft(smol_path, smol_tokenize
 def test_gradient_checkpointing_gives_the_same_update(tiny_path):
     runs = []
     for ckpt in (False, True):
-        ln = TorchLearner(tiny_path, _cfg(grad_checkpointing=ckpt), need_ref=False)
+        ln = TorchLearner(tiny_path, _cfg(gradient_checkpointing=ckpt), need_ref=False)
         m = ln.step(_batch(ln))
         runs.append((m, _adapter(ln)))
     (m0, w0), (m1, w1) = runs
@@ -308,8 +326,9 @@ def test_bf16_frozen_weights_compute_as_the_full_bf16_learner(tiny_path):
     assert all(p.dtype == torch.float32 for _, p in lora.lora.adapter_params())
     assert all(p.dtype == torch.float32 for p in auto.policy.parameters())
     for model in ("policy", "ref"):
-        assert _equal(lora.logprobs(PROMPTS, RESPONSES, model=model),
-                      full.logprobs(PROMPTS, RESPONSES, model=model)), model
+        assert _equal(lora.logprobs(PROMPTS, RESPONSES, model=model), full.logprobs(PROMPTS, RESPONSES, model=model)), (
+            model
+        )
     before = _adapter(lora)
     for ln in (lora, auto):
         ln.step(_batch(ln))

@@ -1,5 +1,6 @@
 """bf16 compute weights with fp32 masters: gradients accumulate in fp32, the optimizer
 moves the masters, the bf16 copies follow; TorchLearner's bf16 default built on it."""
+
 import json
 
 import pytest
@@ -24,9 +25,9 @@ def test_gradients_accumulate_in_fp32_by_hand():
     assert mw.masters[0].grad.tolist() == [[1.5, 4.0]] and lin.weight.grad is None
     # the master keeps what bf16 cannot hold; push rounds it into the compute copy
     with torch.no_grad():
-        mw.masters[0].copy_(torch.tensor([[1.0 + 2 ** -10, 2.0]]))
+        mw.masters[0].copy_(torch.tensor([[1.0 + 2**-10, 2.0]]))
     mw.push()
-    assert lin.weight.tolist() == [[1.0, 2.0]] and mw.masters[0][0, 0].item() == 1.0 + 2 ** -10
+    assert lin.weight.tolist() == [[1.0, 2.0]] and mw.masters[0][0, 0].item() == 1.0 + 2**-10
 
 
 def test_llama_parameters_turn_bf16_buffers_and_ties_stay(tiny_path):
@@ -43,22 +44,25 @@ def test_llama_parameters_turn_bf16_buffers_and_ties_stay(tiny_path):
 
 
 def _learner(path, **kw):
-    base = dict(lr=1e-2, warmup_ratio=0.0, total_steps=10, micro_batch_size=2, bf16=True)
+    base = dict(actor_learning_rate=1e-2, lr_warmup_ratio=0.0, total_steps=10, micro_batch_size=2, bf16=True)
     return TorchLearner(path, LearnerConfig(**{**base, **kw}), need_ref=False)
 
 
 def _batch(learner):
     old = learner.logprobs(PROMPTS, RESPONSES)
-    return TrainBatch(PROMPTS, RESPONSES, [torch.full((len(r),), s) for r, s in zip(RESPONSES, (1.0, -1, 1, -1))],
-                      old)
+    return TrainBatch(PROMPTS, RESPONSES, [torch.full((len(r),), s) for r, s in zip(RESPONSES, (1.0, -1, 1, -1))], old)
 
 
 def test_step_moves_the_masters_and_the_bf16_copies_follow(tiny_path):
-    learner = TorchLearner(tiny_path, LearnerConfig(lr=1e-2, warmup_ratio=0.0, total_steps=10, bf16=True),
-                           need_ref=True)
+    learner = TorchLearner(
+        tiny_path,
+        LearnerConfig(actor_learning_rate=1e-2, lr_warmup_ratio=0.0, total_steps=10, bf16=True),
+        need_ref=True,
+    )
     assert learner.master is not None and learner.ref.model.embed_tokens.weight.dtype == torch.bfloat16
-    assert {id(p) for g in learner.optimizer.param_groups for p in g["params"]} == {id(m) for m in
-                                                                                  learner.master.masters}
+    assert {id(p) for g in learner.optimizer.param_groups for p in g["params"]} == {
+        id(m) for m in learner.master.masters
+    }
     before = {n: w.clone() for n, w in learner.named_weights()}
     m = learner.step(_batch(learner))
     assert m["actor/skipped"] == 0.0 and m["actor/grad_norm"] > 0
@@ -87,7 +91,7 @@ def test_bf16_weights_follow_autocast_closely(tiny_path):
 
 
 def test_nan_skip_and_exact_resume(tiny_path, tmp_path):
-    a = _learner(tiny_path, warmup_ratio=0.3)
+    a = _learner(tiny_path, lr_warmup_ratio=0.3)
     batch = _batch(a)
     a.step(batch)
     bad = TrainBatch(batch.prompt_ids, batch.response_ids, [x.clone() for x in batch.advantages], batch.old_logprobs)
@@ -98,7 +102,7 @@ def test_nan_skip_and_exact_resume(tiny_path, tmp_path):
     assert all(m.grad is None for m in a.master.masters) and all(p.grad is None for p in a.policy.parameters())
     a.save(str(tmp_path / "ckpt"))
     m_a = a.step(batch)
-    b = _learner(tiny_path, warmup_ratio=0.3)
+    b = _learner(tiny_path, lr_warmup_ratio=0.3)
     b.load(str(tmp_path / "ckpt"))
     assert b.step(batch) == m_a
     wb = dict(b.named_weights())

@@ -1,4 +1,5 @@
 """Micro-batch layouts, padded and packed, written out by hand."""
+
 import pytest
 import torch
 
@@ -33,15 +34,18 @@ def test_padded_layout_by_hand():
     assert mb.targets.tolist() == [22, 23, 24, 25, 20, 21]
 
 
-@pytest.mark.parametrize("pack, budget, want", [
-    # lengths, longest first (ties keep their order): seq 1 has 6 tokens, 0 and 2 have 5, 3 has 3
-    (True, 11, [[1, 0], [2, 3]]),      # packed: 6 + 5 = 11 fits; then 5 + 3
-    (True, 10, [[1], [0, 2], [3]]),    # 6 + 5 > 10; 5 + 5 = 10 fits, + 3 does not
-    (True, 19, [[1, 0, 2, 3]]),        # all 19 tokens in one row
-    (False, 12, [[1, 0], [2, 3]]),     # padded: rows x the longest, 2 x 6 = 12; then 2 x 5
-    (False, 17, [[1, 0], [2, 3]]),     # a third row would make 3 x 6 = 18
-    (True, 4, [[1], [0], [2], [3]]),   # a sequence longer than the budget still gets its own
-])
+@pytest.mark.parametrize(
+    "pack, budget, want",
+    [
+        # lengths, longest first (ties keep their order): seq 1 has 6 tokens, 0 and 2 have 5, 3 has 3
+        (True, 11, [[1, 0], [2, 3]]),  # packed: 6 + 5 = 11 fits; then 5 + 3
+        (True, 10, [[1], [0, 2], [3]]),  # 6 + 5 > 10; 5 + 5 = 10 fits, + 3 does not
+        (True, 19, [[1, 0, 2, 3]]),  # all 19 tokens in one row
+        (False, 12, [[1, 0], [2, 3]]),  # padded: rows x the longest, 2 x 6 = 12; then 2 x 5
+        (False, 17, [[1, 0], [2, 3]]),  # a third row would make 3 x 6 = 18
+        (True, 4, [[1], [0], [2], [3]]),  # a sequence longer than the budget still gets its own
+    ],
+)
 def test_token_budget_cuts_micro_batches_by_hand(pack, budget, want):
     prompts, responses = [[3, 4, 5], [6, 7], [8, 9], [1]], [[20, 21], [22, 23, 24, 25], [26, 27, 28], [29, 30]]
     mbs = micro_batches(prompts, responses, size=1, pad_id=0, pack=pack, max_tokens=budget)
@@ -90,18 +94,25 @@ def test_shared_prompts_layout_by_hand():
     # first token of each response: from its prompt's last column (2 for A, 10 for B);
     # the others from the response's own previous column
     assert mb.pred_rows.tolist() == [0] * 11
-    assert mb.pred_cols.tolist() == [2, 3,  2,  2, 6, 7,  10, 11, 12,  10, 14]
+    assert mb.pred_cols.tolist() == [2, 3, 2, 2, 6, 7, 10, 11, 12, 10, 14]
     assert mb.targets.tolist() == [20, 21, 25, 28, 29, 30, 22, 23, 24, 26, 27]
     assert mb.lengths == [2, 1, 3, 3, 2] and mb.pairs is None
-    assert mb.resp_mask.tolist() == [[True, True, False], [True, False, False], [True] * 3, [True] * 3,
-                                     [True, True, False]]
+    assert mb.resp_mask.tolist() == [
+        [True, True, False],
+        [True, False, False],
+        [True] * 3,
+        [True] * 3,
+        [True, True, False],
+    ]
 
 
 def test_shared_prompts_cut_by_tokens():
     # size 2 allows 12 tokens: A's block (9) fills the first row, B's (7) does not fit beside it
     mbs = micro_batches(SP_PROMPTS, SP_RESPONSES, size=2, pad_id=0, pack=True, share_prompts=True)
     assert [(mb.index, mb.seq_lens, mb.shared) for mb in mbs] == [
-        ([0, 2, 4], (9,), ((3, (2, 1, 3)),)), ([1, 3], (7,), ((2, (3, 2)),))]
+        ([0, 2, 4], (9,), ((3, (2, 1, 3)),)),
+        ([1, 3], (7,), ((2, (3, 2)),)),
+    ]
     # size 1 (6 tokens): A's block splits after 3 + 2 + 1, each micro-batch writing A again
     mbs = micro_batches(SP_PROMPTS, SP_RESPONSES, size=1, pad_id=0, pack=True, share_prompts=True)
     assert [mb.shared for mb in mbs] == [((3, (2, 1)),), ((3, (3,)),), ((2, (3,)),), ((2, (2,)),)]
@@ -111,8 +122,7 @@ def test_shared_prompts_cut_by_tokens():
 def test_shared_prompts_keep_pairs_in_unit_order():
     # pair (0, 1) and pair (2, 3): chosen with prompt P = [3, 4], rejected with Q = [5]
     prompts, responses = [[3, 4], [5], [3, 4], [5]], [[10], [11, 12], [13], [14]]
-    (mb,) = micro_batches(prompts, responses, size=3, pad_id=0, units=[[0, 1], [2, 3]], pack=True,
-                          share_prompts=True)
+    (mb,) = micro_batches(prompts, responses, size=3, pad_id=0, units=[[0, 1], [2, 3]], pack=True, share_prompts=True)
     # the row groups by prompt (P, its responses 0 and 2, then Q, 1 and 3) ...
     assert mb.input_ids.tolist() == [[3, 4, 10, 13, 5, 11, 12, 14]]
     assert mb.position_ids.tolist() == [[0, 1, 2, 2, 0, 1, 2, 1]]

@@ -1,4 +1,5 @@
 """serl.engines.precision: bf16 where the hardware computes it natively, fp32 elsewhere, on faked CPUs."""
+
 import json
 import logging
 
@@ -36,8 +37,9 @@ def test_native_bf16_is_read_off_the_isa_flags(kind):
 
 
 @pytest.mark.parametrize("kind", list(KINDS))
-@pytest.mark.parametrize("setting,native,emulated", [
-    ("auto", True, False), ("true", True, True), ("false", False, False)])
+@pytest.mark.parametrize(
+    "setting,native,emulated", [("auto", True, False), ("true", True, True), ("false", False, False)]
+)
 def test_learner_choice_on_each_kind(kind, setting, native, emulated, caplog):
     hw = _hw(kind)
     with caplog.at_level(logging.WARNING, logger="serl"):
@@ -70,8 +72,18 @@ def test_the_emulation_warning_comes_once(caplog):
     assert len(caplog.records) == 2  # one for the learner, one for the generator
 
 
-@pytest.mark.parametrize("value,want", [(True, "true"), (False, "false"), ("auto", "auto"), ("YES", "true"),
-                                        ("0", "false"), ("off", "false"), ("", "auto")])
+@pytest.mark.parametrize(
+    "value,want",
+    [
+        (True, "true"),
+        (False, "false"),
+        ("auto", "auto"),
+        ("YES", "true"),
+        ("0", "false"),
+        ("off", "false"),
+        ("", "auto"),
+    ],
+)
 def test_bf16_setting_reads_yaml_booleans_and_words(value, want):
     assert P.bf16_setting(value) == want
 
@@ -87,9 +99,13 @@ def test_generator_dtype_refuses_unknown_names():
         P.generator_dtype("int8", _hw("amd_zen4"))
 
 
-@pytest.mark.parametrize("kind,line", [
-    ("amd_avx2", "learner fp32 (--bf16 auto), generator float32 (--generator_dtype auto)"),
-    ("intel_amx", "learner bf16 (--bf16 auto), generator bfloat16 (--generator_dtype auto)")])
+@pytest.mark.parametrize(
+    "kind,line",
+    [
+        ("amd_avx2", "learner fp32 (--bf16 auto), generator float32 (--generator_dtype auto)"),
+        ("intel_amx", "learner bf16 (--bf16 auto), generator bfloat16 (--generator_dtype auto)"),
+    ],
+)
 def test_the_start_line_names_the_machine_and_the_choice(monkeypatch, kind, line):
     monkeypatch.setattr(P, "hardware", lambda device="cpu": _hw(kind))
     p = P.choose("auto", "auto", "cpu")
@@ -115,8 +131,10 @@ def test_the_real_machine_is_described():
     assert hw.bf16_native == any(f in hw.isa for f in ("amx_bf16", "avx512_bf16", "bf16"))
 
 
-@pytest.mark.parametrize("sm,learner,generator", [((9, 0), True, "bfloat16"), ((8, 0), True, "bfloat16"),
-                                                  ((7, 5), False, "float16"), ((7, 0), False, "float16")])
+@pytest.mark.parametrize(
+    "sm,learner,generator",
+    [((9, 0), True, "bfloat16"), ((8, 0), True, "bfloat16"), ((7, 5), False, "float16"), ((7, 0), False, "float16")],
+)
 def test_gpus_by_compute_capability(monkeypatch, sm, learner, generator):
     import torch
 

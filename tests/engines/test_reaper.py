@@ -1,5 +1,6 @@
 """serl.engines.reaper: an engine's child processes die with their owner, even by SIGKILL,
 and what they held in /dev/shm goes with them."""
+
 import os
 import signal
 import subprocess
@@ -53,8 +54,9 @@ def shm_paths(tmp_path):
 
 
 def _run_owner(mode, mapped, named):
-    owner = subprocess.Popen([sys.executable, "-c", OWNER, str(ROOT), mode, str(mapped), str(named)],
-                             stdout=subprocess.PIPE, text=True)
+    owner = subprocess.Popen(
+        [sys.executable, "-c", OWNER, str(ROOT), mode, str(mapped), str(named)], stdout=subprocess.PIPE, text=True
+    )
     pids = [int(x) for x in owner.stdout.readline().split()]
     assert len(pids) == 4, pids  # the mapper, a child, and a child with its own child
     assert mapped.exists() and named.exists()

@@ -1,4 +1,5 @@
 """SafetensorsMirror: the in-place file is a valid safetensors file with the cast values."""
+
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -8,8 +9,11 @@ from serl.engines.shm_weights import SafetensorsMirror
 
 def _weights(seed):
     g = torch.Generator().manual_seed(seed)
-    return {"a.weight": torch.randn(3, 5, generator=g), "b.bias": torch.randn(7, generator=g),
-            "c": torch.randn(2, 2, 2, generator=g)}
+    return {
+        "a.weight": torch.randn(3, 5, generator=g),
+        "b.bias": torch.randn(7, generator=g),
+        "c": torch.randn(2, 2, 2, generator=g),
+    }
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
@@ -69,16 +73,18 @@ def test_streams_into_the_layout_and_relays_midway(tmp_path):
             if i:
                 seen.append(torch.equal(load_file(path)[w1[i - 1][0]], w1[i - 1][1].bfloat16()))
             yield k, v
+
     m.write(stream())
     assert seen == [True, True]
     # a new name after two matching tensors: the first two are kept, the file laid out anew
     w2 = _weights(2)
-    src = _Once([("a.weight", w2["a.weight"]), ("b.bias", w2["b.bias"]), ("d", torch.ones(4)),
-                 ("c", w2["c"])])
+    src = _Once([("a.weight", w2["a.weight"]), ("b.bias", w2["b.bias"]), ("d", torch.ones(4)), ("c", w2["c"])])
     m.write(src)
     got = load_file(path)
     assert list(got) == ["a.weight", "b.bias", "d", "c"] and src.given == 4
-    assert torch.equal(got["a.weight"], w2["a.weight"].bfloat16()) and torch.equal(got["b.bias"], w2["b.bias"].bfloat16())
+    assert torch.equal(got["a.weight"], w2["a.weight"].bfloat16()) and torch.equal(
+        got["b.bias"], w2["b.bias"].bfloat16()
+    )
     assert torch.equal(got["d"], torch.ones(4, dtype=torch.bfloat16)) and torch.equal(got["c"], w2["c"].bfloat16())
     m.write([("a.weight", w2["a.weight"])])  # fewer tensors: the file holds only those
     assert list(load_file(path)) == ["a.weight"]

@@ -2,6 +2,7 @@
 log-probs to 1e-5 and entropies to 5e-5 (fp32 sums over 1,000 logits in another order;
 both are that close to fp64), gradients to 1e-6 in fp32 and to one bf16 rounding step
 for bf16 logits."""
+
 import math
 
 import pytest
@@ -31,7 +32,9 @@ def test_two_token_vocabulary_by_hand(temperature):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
-@pytest.mark.parametrize("rows", [1, tl.block_rows(1000), 2 * tl.block_rows(1000) + 22])  # one block, exactly one, a ragged third
+@pytest.mark.parametrize(
+    "rows", [1, tl.block_rows(1000), 2 * tl.block_rows(1000) + 22]
+)  # one block, exactly one, a ragged third
 def test_matches_the_full_size_reference(dtype, temperature, rows):
     g = torch.Generator().manual_seed(rows)
     logits = (3 * torch.randn(rows, 1000, generator=g)).to(dtype)
@@ -46,11 +49,11 @@ def test_matches_the_full_size_reference(dtype, temperature, rows):
     assert got[0].dtype == torch.float32 and got[2].dtype == dtype
     assert torch.allclose(got[0], want[0], atol=1e-5) and torch.allclose(got[1], want[1], atol=5e-5)
     # both round the fp32 gradient to the logits' dtype once: equal up to that rounding
-    grad_tol = 1e-6 if dtype == torch.float32 else 2 ** -8 * want[2].float().abs().max().item()
+    grad_tol = 1e-6 if dtype == torch.float32 else 2**-8 * want[2].float().abs().max().item()
     assert torch.allclose(got[2].float(), want[2].float(), atol=grad_tol)
 
 
-@pytest.mark.parametrize("vocab, rows", [(151_936, 6), (49_152, 21), (2 ** 20, 1), (2 ** 22, 1), (1000, 1048)])
+@pytest.mark.parametrize("vocab, rows", [(151_936, 6), (49_152, 21), (2**20, 1), (2**22, 1), (1000, 1048)])
 def test_a_block_holds_about_a_million_logits(vocab, rows):
     assert tl.block_rows(vocab) == rows  # 2**20 // vocab, at least one row
 
@@ -68,7 +71,7 @@ def test_many_small_blocks_match_the_reference(monkeypatch):
         logp.sum().backward()
         out.extend([logp.detach(), ent, z.grad.float()])
     assert torch.allclose(got[0], want[0], atol=1e-5) and torch.allclose(got[1], want[1], atol=5e-5)
-    assert torch.allclose(got[2], want[2], atol=2 ** -8 * want[2].abs().max().item())
+    assert torch.allclose(got[2], want[2], atol=2**-8 * want[2].abs().max().item())
 
 
 def test_fp32_logits_are_not_modified_and_no_entropy_unless_asked():

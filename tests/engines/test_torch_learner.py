@@ -1,4 +1,5 @@
 """TorchLearner: mechanics on a tiny random Llama (fast), learning on SmolLM2 (slow)."""
+
 import math
 
 import pytest
@@ -13,7 +14,7 @@ RESPONSES = [[20, 21], [22, 23, 24, 25], [26], [27, 28, 29]]
 
 
 def _cfg(**kw):
-    base = dict(lr=1e-2, warmup_ratio=0.0, total_steps=10, micro_batch_size=2)
+    base = dict(actor_learning_rate=1e-2, lr_warmup_ratio=0.0, total_steps=10, micro_batch_size=2)
     base.update(kw)
     return LearnerConfig(**base)
 
@@ -29,7 +30,7 @@ def _weights(learner):
 
 
 def test_lr_schedule_by_hand():
-    cfg = LearnerConfig(lr=1.0, warmup_ratio=0.2, min_lr_ratio=0.1, total_steps=10)
+    cfg = LearnerConfig(actor_learning_rate=1.0, lr_warmup_ratio=0.2, min_lr_ratio=0.1, total_steps=10)
     # warm-up 2 steps: 1/2, 2/2; cosine over the next 8: half way (update 6) = 0.1 + 0.9/2
     got = [lr_multiplier(u, cfg) for u in (0, 1, 2, 6, 10, 50)]
     assert got == pytest.approx([0.5, 1.0, 1.0, 0.55, 0.1, 0.1])
@@ -45,7 +46,7 @@ def test_logprobs_match_a_plain_forward(tiny_path):
         ids = torch.tensor([p + r])
         with torch.no_grad():
             full = torch.log_softmax(model(ids).logits[0].float(), -1)
-        want = full[len(p) - 1:len(p) + len(r) - 1].gather(-1, torch.tensor(r)[:, None])[:, 0]
+        want = full[len(p) - 1 : len(p) + len(r) - 1].gather(-1, torch.tensor(r)[:, None])[:, 0]
         assert lp.shape == (len(r),) and lp.dtype == torch.float32
         assert torch.allclose(lp, want, atol=1e-5)
 
@@ -133,8 +134,7 @@ def test_micro_batch_size_does_not_change_the_update(tiny_path, agg):
 def test_nan_loss_skips_and_training_goes_on(tiny_path):
     learner = TorchLearner(tiny_path, _cfg(), need_ref=False)
     good = _batch(learner)
-    bad = TrainBatch(good.prompt_ids, good.response_ids,
-                     [a.clone() for a in good.advantages], good.old_logprobs)
+    bad = TrainBatch(good.prompt_ids, good.response_ids, [a.clone() for a in good.advantages], good.old_logprobs)
     bad.advantages[2][0] = float("nan")
     learner.step(good)
     before, opt_before = _weights(learner), learner.optimizer.state_dict()
@@ -163,8 +163,7 @@ def test_inf_gradient_skips(tiny_path):
 
 
 def test_kl_loss_term(tiny_path):
-    learner = TorchLearner(tiny_path, _cfg(kl_loss_coef=0.5, ppo_epochs=2),
-                           need_ref=True)
+    learner = TorchLearner(tiny_path, _cfg(kl_loss_coef=0.5, ppo_epochs=2), need_ref=True)
     batch = _batch(learner)
     m1 = learner.step(batch)
     # epoch 1: policy == ref, k3 = 0; epoch 2: policy moved, k3 > 0 -> mean > 0
@@ -174,7 +173,7 @@ def test_kl_loss_term(tiny_path):
 
 
 def test_bf16_and_checkpointing_step(tiny_path):
-    learner = TorchLearner(tiny_path, _cfg(bf16=True, grad_checkpointing=True), need_ref=False)
+    learner = TorchLearner(tiny_path, _cfg(bf16=True, gradient_checkpointing=True), need_ref=False)
     m = learner.step(_batch(learner))
     assert m["actor/skipped"] == 0.0 and math.isfinite(m["loss/policy"])
     assert all(w.dtype == torch.float32 for _, w in learner.named_weights())
@@ -199,7 +198,7 @@ def test_bad_batch_names_the_field(tiny_path):
 def test_save_load_resumes_exactly(tiny_path, tmp_path):
     from transformers import AutoModelForCausalLM
 
-    cfg = _cfg(warmup_ratio=0.3)
+    cfg = _cfg(lr_warmup_ratio=0.3)
     a = TorchLearner(tiny_path, cfg, need_ref=False)
     batch = _batch(a)
     a.step(batch)
@@ -224,8 +223,12 @@ def test_save_load_resumes_exactly(tiny_path, tmp_path):
 @pytest.fixture(scope="module")
 def smol(smol_path, smol_tokenizer):
     tok = smol_tokenizer
-    learner = TorchLearner(smol_path, LearnerConfig(lr=2e-5, warmup_ratio=0.0, total_steps=10,
-                                               micro_batch_size=2), need_ref=False, tokenizer=tok)
+    learner = TorchLearner(
+        smol_path,
+        LearnerConfig(actor_learning_rate=2e-5, lr_warmup_ratio=0.0, total_steps=10, micro_batch_size=2),
+        need_ref=False,
+        tokenizer=tok,
+    )
     prompts = [tok.encode("2+3="), tok.encode("Name a colour:")]
     responses = [tok.encode(" 5"), tok.encode(" blue, like the sky")]
     return learner, prompts, responses

@@ -1,4 +1,5 @@
 """TrainBatch's row helpers: dropping zero-advantage rows and joining role batches."""
+
 import pytest
 import torch
 
@@ -6,8 +7,11 @@ from serl.engines.base import TrainBatch
 
 
 def batch(advs, start=0):
-    return TrainBatch([[start + i] for i in range(len(advs))], [[10 + start + i, 20] for i in range(len(advs))],
-                      [torch.tensor(a) for a in advs])
+    return TrainBatch(
+        [[start + i] for i in range(len(advs))],
+        [[10 + start + i, 20] for i in range(len(advs))],
+        [torch.tensor(a) for a in advs],
+    )
 
 
 def test_nonzero_rows_keeps_rows_with_any_nonzero_token():
@@ -31,5 +35,8 @@ def test_the_behaviour_logprobs_follow_the_rows():
     assert [t.tolist() for t in a.nonzero_rows().behaviour_logprobs] == [[-1.0, -2.0]]
     assert TrainBatch.concat([a, b]).behaviour_logprobs is None  # one part without: none (weights 1)
     b.behaviour_logprobs = [torch.tensor([-5.0, -6.0])]
-    assert [t.tolist() for t in TrainBatch.concat([a, b]).behaviour_logprobs] == [[-1.0, -2.0], [-3.0, -4.0],
-                                                                                  [-5.0, -6.0]]
+    assert [t.tolist() for t in TrainBatch.concat([a, b]).behaviour_logprobs] == [
+        [-1.0, -2.0],
+        [-3.0, -4.0],
+        [-5.0, -6.0],
+    ]

@@ -1,6 +1,7 @@
 """Packed sequences: attention stays inside each sequence, and packed log-probs and
 gradients equal padded ones (fp32: log-probs to 1e-5, gradients to 1e-5 of their
 largest entry; bf16: to the bf16 noise between two attention kernels, see ``BF16_TOL``)."""
+
 import logging
 
 import pytest
@@ -19,9 +20,20 @@ BF16_TOL = 0.03  # bf16 log-probs of two layouts/kernels differ by rounding, ~1e
 
 def _tiny(tmp_path_factory, config_cls, **extra):
     torch.manual_seed(0)
-    cfg = config_cls(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                     num_attention_heads=4, num_key_value_heads=2, head_dim=8, tie_word_embeddings=True,
-                     pad_token_id=0, bos_token_id=1, eos_token_id=2, **extra)
+    cfg = config_cls(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        tie_word_embeddings=True,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+        **extra,
+    )
     from transformers import AutoModelForCausalLM
 
     path = tmp_path_factory.mktemp("tiny") / "model"
@@ -37,7 +49,7 @@ def tiny_path(tmp_path_factory):
 
 
 def _learner(path, pack, **kw):
-    base = dict(lr=1e-2, warmup_ratio=0.0, total_steps=10, micro_batch_size=3)
+    base = dict(actor_learning_rate=1e-2, lr_warmup_ratio=0.0, total_steps=10, micro_batch_size=3)
     return TorchLearner(path, LearnerConfig(**{**base, **kw}, pack=pack), need_ref=False)
 
 
@@ -83,8 +95,9 @@ def test_grouped_eager_equals_causal_sdpa(n, heads, dtype, tol):
     h, hkv = heads
     g = torch.Generator().manual_seed(n)
     q, k, v = (torch.randn(1, hh, n, 8, generator=g) for hh in (h, hkv, hkv))
-    want = F.scaled_dot_product_attention(q, k.repeat_interleave(h // hkv, 1), v.repeat_interleave(h // hkv, 1),
-                                          is_causal=True, scale=0.3).transpose(1, 2)
+    want = F.scaled_dot_product_attention(
+        q, k.repeat_interleave(h // hkv, 1), v.repeat_interleave(h // hkv, 1), is_causal=True, scale=0.3
+    ).transpose(1, 2)
     got = varlen._grouped_eager(q.to(dtype), k.to(dtype), v.to(dtype), 0.3)
     assert got.shape == (1, n, h, 8) and (got.float() - want).abs().max() <= tol
 
@@ -131,9 +144,12 @@ def test_smollm2_new_path_matches_the_old(smol_path, smol_tokenizer):
     prompts = [tok.encode("What is 12 times 7?"), tok.encode("Name three colours of the rainbow:")]
     responses = [tok.encode(" 12 times 7 is 84."), tok.encode(" Red, orange and yellow.")]
     lp = {}
-    for name, kw in (("old_fp32", dict(pack=False, fused_logprobs=False)), ("new_fp32", {}),
-                     ("old_bf16", dict(bf16=True, bf16_weights=False, pack=False, fused_logprobs=False)),
-                     ("new_bf16", dict(bf16=True))):
+    for name, kw in (
+        ("old_fp32", dict(pack=False, fused_logprobs=False)),
+        ("new_fp32", {}),
+        ("old_bf16", dict(bf16=True, bf16_weights=False, pack=False, fused_logprobs=False)),
+        ("new_bf16", dict(bf16=True)),
+    ):
         learner = TorchLearner(smol_path, LearnerConfig(micro_batch_size=2, **kw), need_ref=False)
         lp[name] = torch.cat(learner.logprobs(prompts, responses))
         del learner
@@ -192,8 +208,9 @@ def _each_sequence_alone(q, k, v, shared, scale=0.3):
             seqs.append(list(range(start, start + p)) + list(range(at, at + r)))
             at += r
         for n, cols in enumerate(seqs):
-            o = F.scaled_dot_product_attention(q[:, :, cols], k[:, :, cols], v[:, :, cols], is_causal=True,
-                                               scale=scale)[0].transpose(0, 1)
+            o = F.scaled_dot_product_attention(
+                q[:, :, cols], k[:, :, cols], v[:, :, cols], is_causal=True, scale=scale
+            )[0].transpose(0, 1)
             mine = cols if n == 0 else cols[p:]  # the prompt's outputs come from its own piece
             for j, c in enumerate(mine):
                 out[c] = o[len(cols) - len(mine) + j]
@@ -208,8 +225,9 @@ def test_shared_prompt_attention_equals_each_sequence_alone(monkeypatch, kernel,
     monkeypatch.setattr(varlen, "EAGER_MAX_LEN", eager_max)  # auto at 4: eager for short pieces, else SDPA
     h, hkv = 4, 2
     q, k, v = _qkv(h, hkv, dtype)
-    got, _ = varlen.varlen_attention(_Attn(h, hkv), q, k, v, None, scaling=0.3, kernel=kernel,
-                                     serl_seq_lens=SHARED_LENS, serl_shared=SHARED)
+    got, _ = varlen.varlen_attention(
+        _Attn(h, hkv), q, k, v, None, scaling=0.3, kernel=kernel, serl_seq_lens=SHARED_LENS, serl_shared=SHARED
+    )
     q2, k2, v2 = (t.detach().float().requires_grad_() for t in (q, k, v))
     want = _each_sequence_alone(q2, k2, v2, SHARED)
     assert got.shape == want.shape == (1, 20, h, 8) and (got.float() - want).abs().max() <= tol
@@ -225,8 +243,7 @@ def _bottom_right_flash(calls: list):
     different lengths, the causal mask of each aligned to the bottom-right corner."""
     import types
 
-    def flash_attn_varlen_func(q, k, v, cu_q, cu_k, max_q, max_k, dropout_p=0.0, softmax_scale=None,
-                               causal=False, **_):
+    def flash_attn_varlen_func(q, k, v, cu_q, cu_k, max_q, max_k, dropout_p=0.0, softmax_scale=None, causal=False, **_):
         assert causal and q.dtype == k.dtype == torch.bfloat16 and cu_q.dtype == cu_k.dtype == torch.int32
         assert max_q == int(cu_q.diff().max()) and max_k == int(cu_k.diff().max())
         calls.append((cu_q.tolist(), cu_k.tolist()))
@@ -234,8 +251,13 @@ def _bottom_right_flash(calls: list):
         for a, b, c, d in zip(cu_q[:-1].tolist(), cu_q[1:].tolist(), cu_k[:-1].tolist(), cu_k[1:].tolist()):
             qs, ks, vs = q[a:b].transpose(0, 1).float(), k[c:d].transpose(0, 1).float(), v[c:d].transpose(0, 1).float()
             allowed = torch.ones(b - a, d - c, dtype=torch.bool).tril_((d - c) - (b - a))
-            o = F.scaled_dot_product_attention(qs, ks.repeat_interleave(group, 0), vs.repeat_interleave(group, 0),
-                                               attn_mask=allowed, scale=softmax_scale)
+            o = F.scaled_dot_product_attention(
+                qs,
+                ks.repeat_interleave(group, 0),
+                vs.repeat_interleave(group, 0),
+                attn_mask=allowed,
+                scale=softmax_scale,
+            )
             outs.append(o.transpose(0, 1).to(q.dtype))
         return torch.cat(outs)
 
@@ -248,14 +270,57 @@ def test_shared_prompt_flash_path_gathers_prompt_keys(monkeypatch):
     calls = []
     monkeypatch.setitem(sys.modules, "flash_attn", _bottom_right_flash(calls))
     q, k, v = _qkv(4, 2, torch.bfloat16)
-    got, _ = varlen.varlen_attention(torch.nn.Module(), q, k, v, None, scaling=0.3, kernel="flash_attention_2",
-                                     serl_seq_lens=SHARED_LENS, serl_shared=SHARED)
+    got, _ = varlen.varlen_attention(
+        torch.nn.Module(),
+        q,
+        k,
+        v,
+        None,
+        scaling=0.3,
+        kernel="flash_attention_2",
+        serl_seq_lens=SHARED_LENS,
+        serl_shared=SHARED,
+    )
     # queries: the pieces as laid out (3, 2, 1, 4 | 5, 3 | 2); keys: each response after
     # its prompt (3, 3+2, 3+1, 3+4 | 5, 5+3 | 2): one call for the whole row
     assert calls == [([0, 3, 5, 6, 10, 15, 18, 20], [0, 3, 8, 12, 19, 24, 32, 34])]
     keys = varlen._shared_index(SHARED, "cpu")[0].tolist()
-    assert keys == [0, 1, 2,  0, 1, 2, 3, 4,  0, 1, 2, 5,  0, 1, 2, 6, 7, 8, 9,
-                    10, 11, 12, 13, 14,  10, 11, 12, 13, 14, 15, 16, 17,  18, 19]
+    assert keys == [
+        0,
+        1,
+        2,
+        0,
+        1,
+        2,
+        3,
+        4,
+        0,
+        1,
+        2,
+        5,
+        0,
+        1,
+        2,
+        6,
+        7,
+        8,
+        9,
+        10,
+        11,
+        12,
+        13,
+        14,
+        10,
+        11,
+        12,
+        13,
+        14,
+        15,
+        16,
+        17,
+        18,
+        19,
+    ]
     want = _each_sequence_alone(q.detach(), k.detach(), v.detach(), SHARED)
     assert (got.float() - want).abs().max() <= 3e-2
 
@@ -263,11 +328,13 @@ def test_shared_prompt_flash_path_gathers_prompt_keys(monkeypatch):
 def test_shared_prompt_window_is_prompt_plus_one_response():
     q, k, v = _qkv(2, 2, torch.float32, t=6)
     # a block of 6 tokens, but no query sees more than 2 + 2
-    varlen.varlen_attention(_Attn(2, 2), q, k, v, None, serl_seq_lens=(6,), serl_shared=((2, (2, 2)),),
-                            sliding_window=4)
+    varlen.varlen_attention(
+        _Attn(2, 2), q, k, v, None, serl_seq_lens=(6,), serl_shared=((2, (2, 2)),), sliding_window=4
+    )
     with pytest.raises(ValueError, match="a sequence of 5 tokens exceeds"):
-        varlen.varlen_attention(_Attn(2, 2), q, k, v, None, serl_seq_lens=(6,), serl_shared=((2, (3, 1)),),
-                                sliding_window=4)
+        varlen.varlen_attention(
+            _Attn(2, 2), q, k, v, None, serl_seq_lens=(6,), serl_shared=((2, (3, 1)),), sliding_window=4
+        )
 
 
 def test_shared_blocks_must_add_up_to_the_row():
@@ -276,5 +343,6 @@ def test_shared_blocks_must_add_up_to_the_row():
             return kwargs["input_ids"]
 
     with pytest.raises(ValueError, match="do not add up"):
-        varlen.packed_forward(Bypass(), torch.zeros(1, 5, dtype=torch.long), torch.zeros(1, 5), (5,),
-                              shared=((2, (2,)),))
+        varlen.packed_forward(
+            Bypass(), torch.zeros(1, 5, dtype=torch.long), torch.zeros(1, 5), (5,), shared=((2, (2,)),)
+        )

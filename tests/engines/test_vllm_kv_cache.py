@@ -1,5 +1,6 @@
 """--vllm_kv_cache_gib reaches the engine as its KV-cache byte count (no engine is started:
 a stand-in ``vllm.LLM`` records what it was built with and the environment it saw)."""
+
 import logging
 import os
 import sys
@@ -8,8 +9,8 @@ import types
 import pytest
 import torch
 
+from serl import ConfigError
 from serl.config.parser import parse_args
-from serl.errors import ConfigError
 
 
 class FakeLLM:
@@ -40,11 +41,13 @@ def build(cfg_args, model_path="/nonexistent/model"):
     gen.close()
 
 
-@pytest.mark.parametrize("args, expected", [([], 2 * 2 ** 30), (["--vllm_kv_cache_gib", "0.5"], 2 ** 29),
-                                            (["--vllm_kv_cache_gib", "0.375"], 402653184)])
+@pytest.mark.parametrize(
+    "args, expected",
+    [([], 2 * 2**30), (["--vllm_kv_cache_gib", "0.5"], 2**29), (["--vllm_kv_cache_gib", "0.375"], 402653184)],
+)
 def test_flag_sets_the_engines_kv_bytes(fake_vllm, args, expected):
     build(args)
-    (kwargs, env), = fake_vllm.seen
+    ((kwargs, env),) = fake_vllm.seen
     assert kwargs["kv_cache_memory_bytes"] == expected
     assert env is None  # the legacy variable would override the byte count inside vLLM
     assert "gpu_memory_utilization" not in kwargs
@@ -54,8 +57,8 @@ def test_legacy_env_variable_is_dropped_with_a_warning(fake_vllm, monkeypatch, c
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "4")
     with caplog.at_level(logging.WARNING, logger="serl.engines.vllm_generator"):
         build(["--vllm_kv_cache_gib", "1"])
-    (kwargs, env), = fake_vllm.seen
-    assert kwargs["kv_cache_memory_bytes"] == 2 ** 30 and env is None
+    ((kwargs, env),) = fake_vllm.seen
+    assert kwargs["kv_cache_memory_bytes"] == 2**30 and env is None
     assert "VLLM_CPU_KVCACHE_SPACE=4 is ignored" in caplog.text
 
 
@@ -68,5 +71,5 @@ def test_non_positive_kv_cache_is_a_config_error(value):
 @pytest.mark.parametrize("args, eager", [([], True), (["--vllm_enforce_eager", "false"], False)])
 def test_enforce_eager_reaches_the_engine(fake_vllm, args, eager):
     build(args)
-    (kwargs, _), = fake_vllm.seen
+    ((kwargs, _),) = fake_vllm.seen
     assert kwargs["enforce_eager"] is eager

@@ -1,4 +1,5 @@
 """tcmalloc preloaded into vLLM-CPU's engine processes only (serl.engines.vllm_generator)."""
+
 import os
 
 import pytest
@@ -27,8 +28,9 @@ def test_preloaded_while_the_engine_starts_then_put_back(lib, monkeypatch, befor
     assert os.environ.get("LD_PRELOAD") == before
 
 
-@pytest.mark.parametrize("on_cpu, env, preset", [(False, None, None), (True, "0", None),
-                                                 (True, None, "/x/libtcmalloc.so")])
+@pytest.mark.parametrize(
+    "on_cpu, env, preset", [(False, None, None), (True, "0", None), (True, None, "/x/libtcmalloc.so")]
+)
 def test_not_preloaded_on_gpu_when_turned_off_or_already_there(lib, monkeypatch, on_cpu, env, preset):
     if env is not None:
         monkeypatch.setenv("SERL_TCMALLOC", env)

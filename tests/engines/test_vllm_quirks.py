@@ -1,5 +1,6 @@
 """vLLM's harmless reload warning is dropped (and nothing else), and a dead engine becomes one
 clear error; no vLLM needed here (the real engine is killed in test_vllm_generator.py)."""
+
 from __future__ import annotations
 
 import logging
@@ -8,22 +9,32 @@ import sys
 
 import pytest
 
-from serl.engines.vllm_quirks import (RELOAD_LOGGER, EngineDied, HarmlessReloadWarning, WorkerExtension,
-                                      death_message, is_engine_dead_error, oom_kills)
+from serl.engines.vllm_quirks import (
+    RELOAD_LOGGER,
+    EngineDied,
+    HarmlessReloadWarning,
+    WorkerExtension,
+    death_message,
+    is_engine_dead_error,
+    oom_kills,
+)
 
 
 def record(msg, *args, name=RELOAD_LOGGER):
     return logging.LogRecord(name, logging.WARNING, "layerwise.py", 266, msg, args, None)
 
 
-@pytest.mark.parametrize("rec, dropped", [
-    (record("%s: Failed to load weights", "RotaryEmbedding"), True),
-    (record("%s: Failed to load weights", "Llama3RotaryEmbedding"), True),
-    (record("%s: Failed to load weights", "QKVParallelLinear"), False),  # a real failure stays loud
-    (record("%s: Failed to load weights", "RotaryEmbeddingButNot"), False),
-    (record("%s: Delayed processing", "RotaryEmbedding"), False),
-    (record("RotaryEmbedding: Failed to load weights"), False),  # not vLLM's own format
-])
+@pytest.mark.parametrize(
+    "rec, dropped",
+    [
+        (record("%s: Failed to load weights", "RotaryEmbedding"), True),
+        (record("%s: Failed to load weights", "Llama3RotaryEmbedding"), True),
+        (record("%s: Failed to load weights", "QKVParallelLinear"), False),  # a real failure stays loud
+        (record("%s: Failed to load weights", "RotaryEmbeddingButNot"), False),
+        (record("%s: Delayed processing", "RotaryEmbedding"), False),
+        (record("RotaryEmbedding: Failed to load weights"), False),  # not vLLM's own format
+    ],
+)
 def test_filter_drops_exactly_the_rotary_message(rec, dropped):
     f = HarmlessReloadWarning()
     assert f.filter(rec) is (not dropped)
@@ -43,18 +54,39 @@ def test_the_filter_is_on_only_during_the_push(caplog):
         assert FakeWorker().serl_reload_weights("/dev/shm/x") == 1
         log.warning("%s: Failed to load weights", "RotaryEmbedding")  # outside a push: kept
     assert [r.getMessage() for r in caplog.records] == [
-        "RowParallelLinear: Failed to load weights", "RotaryEmbedding: Failed to load weights"]
+        "RowParallelLinear: Failed to load weights",
+        "RotaryEmbedding: Failed to load weights",
+    ]
     assert not log.filters
 
 
-@pytest.mark.parametrize("dead, before, after, on_cpu, says, not_says", [
-    (["VLLM::Worker pid 7"], 3, 4, True,
-     ["(VLLM::Worker pid 7)", "Cause: memory", "from 3 to 4", "--vllm_kv_cache_gib", "--generator hf"],
-     ["Likely", "--vllm_gpu_memory_utilization"]),
-    (["VLLM::Worker pid 7"], 3, 3, True, ["Likely cause: memory", "vLLM's log above"], ["oom_kill count"]),
-    ([], None, None, False, ["the vLLM engine process died.", "Likely cause: memory",
-                             "--vllm_gpu_memory_utilization", "--generator hf"], ["--vllm_kv_cache_gib"]),
-])
+@pytest.mark.parametrize(
+    "dead, before, after, on_cpu, says, not_says",
+    [
+        (
+            ["VLLM::Worker pid 7"],
+            3,
+            4,
+            True,
+            ["(VLLM::Worker pid 7)", "Cause: memory", "from 3 to 4", "--vllm_kv_cache_gib", "--generator hf"],
+            ["Likely", "--vllm_gpu_memory_utilization"],
+        ),
+        (["VLLM::Worker pid 7"], 3, 3, True, ["Likely cause: memory", "vLLM's log above"], ["oom_kill count"]),
+        (
+            [],
+            None,
+            None,
+            False,
+            [
+                "the vLLM engine process died.",
+                "Likely cause: memory",
+                "--vllm_gpu_memory_utilization",
+                "--generator hf",
+            ],
+            ["--vllm_kv_cache_gib"],
+        ),
+    ],
+)
 def test_death_message(dead, before, after, on_cpu, says, not_says):
     msg = death_message(dead, before, after, on_cpu)
     assert "\n" not in msg
@@ -102,7 +134,7 @@ def test_an_error_after_the_engine_died_becomes_engine_died():
 
 
 def test_train_prints_one_message_and_exits_1(monkeypatch, tmp_path, capsys):
-    import serl.train as train
+    import serl.cli.train as train
     from serl.run.runner import ERROR_LOG, keep_traceback
 
     def launch(cfg, resume_dir=None):

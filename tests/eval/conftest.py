@@ -52,8 +52,11 @@ class ScriptedGenerator:
         self.calls.append((list(prompts), n, sampling))
         out = []
         for p in map(self._key, prompts):
-            texts = [self.greedy[p]] * n if sampling.greedy else \
-                [self.samples[p][j % len(self.samples[p])] for j in range(n)]
+            texts = (
+                [self.greedy[p]] * n
+                if sampling.greedy
+                else [self.samples[p][j % len(self.samples[p])] for j in range(n)]
+            )
             out.append([Completion(text=t, token_ids=[1] * len(t.split()), prompt_ids=[0]) for t in texts])
         return out
 

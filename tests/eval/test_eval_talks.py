@@ -1,6 +1,7 @@
 """serl eval says what it is doing: a line every SERL_PROGRESS_EVERY seconds inside a chunk, speeds of
 what it generated (not of what a resume read back), --k's default in --help, tables that name their
 model, output folders that two models cannot share; Ctrl-C or SIGTERM: one line, exit 130."""
+
 import io
 import json
 import os
@@ -58,23 +59,35 @@ def test_an_output_folder_of_another_model_is_refused(tmp_path, capsys):
     out = tmp_path / "model_eval"
     out.mkdir()
     (out / "results.json").write_text(json.dumps({"model": "runs/a/model"}))
-    rc = cli_main(["--model", "runs/b/model", "--benchmarks", "x", "--data_dir", str(tmp_path),
-                   "--output_dir", str(out)])
+    rc = cli_main(
+        ["--model", "runs/b/model", "--benchmarks", "x", "--data_dir", str(tmp_path), "--output_dir", str(out)]
+    )
     err = capsys.readouterr().err
     assert rc == 2 and "holds the results of model runs/a/model, not runs/b/model" in err
 
 
 def test_the_table_names_its_model(tmp_path, capsys, monkeypatch):
-    import argparse
 
     from serl.eval import cli
 
     bench = tmp_path / "data" / "tiny"
     bench.mkdir(parents=True)
     (bench / "test.jsonl").write_text(json.dumps({"problem": "1+1?", "answer": "2"}) + "\n")
-    args = build_parser().parse_args(["--model", "some/model", "--benchmarks", "tiny", "--data_dir",
-                                      str(tmp_path / "data"), "--output_dir", str(tmp_path / "out"), "--k", "0",
-                                      "--quiet"])
+    args = build_parser().parse_args(
+        [
+            "--model",
+            "some/model",
+            "--benchmarks",
+            "tiny",
+            "--data_dir",
+            str(tmp_path / "data"),
+            "--output_dir",
+            str(tmp_path / "out"),
+            "--k",
+            "0",
+            "--quiet",
+        ]
+    )
     from serl.models.resolve import load_tokenizer, resolve_model
 
     tok = load_tokenizer(resolve_model("smollm2"))
@@ -88,14 +101,42 @@ def test_sigterm_stops_serl_eval_with_one_line(tmp_path):
     """Before the model loads is enough to see the handler; the same path serves a stop mid-chunk."""
     bench = tmp_path / "data" / "tiny"
     bench.mkdir(parents=True)
-    (bench / "test.jsonl").write_text("".join(json.dumps({"problem": f"{i}+1?", "answer": str(i + 1)}) + "\n"
-                                              for i in range(50)))
+    (bench / "test.jsonl").write_text(
+        "".join(json.dumps({"problem": f"{i}+1?", "answer": str(i + 1)}) + "\n" for i in range(50))
+    )
     out = tmp_path / "out"
-    proc = subprocess.Popen([sys.executable, "-m", "serl.cli", "eval", "--model", "smollm2", "--benchmarks",
-                             "tiny", "--data_dir", str(tmp_path / "data"), "--output_dir", str(out),
-                             "--generator", "hf", "--device", "cpu", "--k", "0", "--max_new_tokens", "64",
-                             "--chunk", "1"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=dict(os.environ, SERL_PROGRESS_EVERY="1"), start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "serl.cli",
+            "eval",
+            "--model",
+            "smollm2",
+            "--benchmarks",
+            "tiny",
+            "--data_dir",
+            str(tmp_path / "data"),
+            "--output_dir",
+            str(out),
+            "--generator",
+            "hf",
+            "--device",
+            "cpu",
+            "--k",
+            "0",
+            "--max_new_tokens",
+            "64",
+            "--chunk",
+            "1",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, SERL_PROGRESS_EVERY="1"),
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and proc.poll() is None:  # wait for the first finished chunk

@@ -1,4 +1,5 @@
 """evaluate_math on scripted answers: every number below is worked out by hand."""
+
 import json
 from collections import Counter
 
@@ -11,19 +12,32 @@ from serl.rewards import extract_answer
 
 CHOICE_Q = "Which? Answer Choices: (A) 1 (B) 2"
 TOY = [  # question, gold, level, subject, greedy text, 4 samples
-    ("half of one?", r"\frac{1}{2}", "1", "A", r"so \boxed{0.5}",
-     [r"\boxed{1/2}", r"\boxed{3}", r"\boxed{0.5}", "no idea"]),          # maj 1/2~0.5 right
-    ("three plus four?", "7", "2", "A", "the answer is 8",
-     ["7", "8", "8", "7 then 9"]),                                       # maj 8 wrong, pass yes
-    (CHOICE_Q, "A", None, "B", "The answer is (A)",
-     ["answer is (B)", r"\boxed{A}", "(B)", "(A)"]),                     # tie B/A: B came first
-    ("ten?", "10", None, None, "nothing", ["I don't know"] * 4),         # no answers at all
+    (
+        "half of one?",
+        r"\frac{1}{2}",
+        "1",
+        "A",
+        r"so \boxed{0.5}",
+        [r"\boxed{1/2}", r"\boxed{3}", r"\boxed{0.5}", "no idea"],
+    ),  # maj 1/2~0.5 right
+    ("three plus four?", "7", "2", "A", "the answer is 8", ["7", "8", "8", "7 then 9"]),  # maj 8 wrong, pass yes
+    (
+        CHOICE_Q,
+        "A",
+        None,
+        "B",
+        "The answer is (A)",
+        ["answer is (B)", r"\boxed{A}", "(B)", "(A)"],
+    ),  # tie B/A: B came first
+    ("ten?", "10", None, None, "nothing", ["I don't know"] * 4),  # no answers at all
 ]
 
 
 def toy_problems():
-    return [MathProblem("toy", i, q, gold, choice=(q == CHOICE_Q), level=lv, subject=sj)
-            for i, (q, gold, lv, sj, _, _) in enumerate(TOY)]
+    return [
+        MathProblem("toy", i, q, gold, choice=(q == CHOICE_Q), level=lv, subject=sj)
+        for i, (q, gold, lv, sj, _, _) in enumerate(TOY)
+    ]
 
 
 def toy_generator(scripted, tok):
@@ -58,13 +72,24 @@ def test_metrics_by_hand(scripted, checker, smol_tokenizer):
     assert (n1, s1.greedy, n2, s2.temperature, s2.top_p, s2.stop) == (1, True, 4, 1.0, 0.95, ("\n\n\n",))
 
 
-@pytest.mark.parametrize("greedy,k,keys", [
-    (True, 0, {"pass@1"}),
-    (False, 2, {"maj@2", "pass@2", "mean@2"}),
-])
+@pytest.mark.parametrize(
+    "greedy,k,keys",
+    [
+        (True, 0, {"pass@1"}),
+        (False, 2, {"maj@2", "pass@2", "mean@2"}),
+    ],
+)
 def test_passes_can_be_skipped(scripted, checker, greedy, k, keys, smol_tokenizer):
-    out = evaluate_math(toy_generator(scripted, smol_tokenizer), smol_tokenizer, toy_problems(), k=k, greedy=greedy,
-                        checker=checker, prompt_style="raw", prefix="ev")
+    out = evaluate_math(
+        toy_generator(scripted, smol_tokenizer),
+        smol_tokenizer,
+        toy_problems(),
+        k=k,
+        greedy=greedy,
+        checker=checker,
+        prompt_style="raw",
+        prefix="ev",
+    )
     assert set(out["metrics"]) == {f"ev/toy/{key}" for key in keys}
 
 
@@ -101,12 +126,26 @@ def independent_maj(rows, k):
 
 def test_cli_run_writes_files_and_cross_check(tmp_path, scripted, checker, smol_tokenizer):
     (tmp_path / "data" / "toy").mkdir(parents=True)
-    rows = [{"question": q, "answer": "\\boxed{%s}" % gold, "level": lv, "subject": sj}
-            for q, gold, lv, sj, _, _ in TOY]
+    rows = [
+        {"question": q, "answer": f"\\boxed{{{gold}}}", "level": lv, "subject": sj} for q, gold, lv, sj, _, _ in TOY
+    ]
     rows[2]["options"] = ["A) 1", "B) 2"]
     (tmp_path / "data" / "toy" / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    args = build_parser().parse_args(["--benchmarks", "toy", "--data_dir", str(tmp_path / "data"), "--k", "4",
-                                      "--prompt_style", "raw", "--output_dir", str(tmp_path / "out"), "--quiet"])
+    args = build_parser().parse_args(
+        [
+            "--benchmarks",
+            "toy",
+            "--data_dir",
+            str(tmp_path / "data"),
+            "--k",
+            "4",
+            "--prompt_style",
+            "raw",
+            "--output_dir",
+            str(tmp_path / "out"),
+            "--quiet",
+        ]
+    )
     results = run(args, generator=toy_generator(scripted, smol_tokenizer), tokenizer=smol_tokenizer)
     saved = json.loads((tmp_path / "out" / "results.json").read_text())
     assert saved["metrics"] == results["metrics"]
@@ -117,11 +156,20 @@ def test_cli_run_writes_files_and_cross_check(tmp_path, scripted, checker, smol_
 
 
 def test_fallback_none_drops_unboxed_answers(scripted, checker, smol_tokenizer):
-    out = evaluate_math(toy_generator(scripted, smol_tokenizer), smol_tokenizer, toy_problems(), k=4, checker=checker,
-                        prompt_style="raw", fallback="none")
+    out = evaluate_math(
+        toy_generator(scripted, smol_tokenizer),
+        smol_tokenizer,
+        toy_problems(),
+        k=4,
+        checker=checker,
+        prompt_style="raw",
+        fallback="none",
+    )
     bench = out["benchmarks"]["toy"]
     # problem 1 had only unboxed numbers: now no answer, so its pass@4 is lost
     assert (bench["pass@1"], bench["maj@4"], bench["pass@4"]) == (0.5, 0.25, 0.5)
     assert bench["no_answer@greedy"] == 0.5
     with pytest.raises(ValueError):
-        evaluate_math(toy_generator(scripted, smol_tokenizer), smol_tokenizer, toy_problems(), checker=checker, fallback="choice")
+        evaluate_math(
+            toy_generator(scripted, smol_tokenizer), smol_tokenizer, toy_problems(), checker=checker, fallback="choice"
+        )

@@ -1,34 +1,47 @@
 """MMLU-Pro: extraction, stratified picking, shot budget, group weighting (by hand)."""
+
 import pytest
 
 from serl.eval.data import MMLUQuestion, load_mmlu_pro
-from serl.eval.mmlu_pro import (build_prompt, evaluate_mmlu_pro, extract_choice, extract_choice_rule, group_of,
-                                stratified)
+from serl.eval.mmlu_pro import (
+    build_prompt,
+    evaluate_mmlu_pro,
+    extract_choice,
+    extract_choice_rule,
+    group_of,
+    stratified,
+)
 
 
-@pytest.mark.parametrize("text,letter", [
-    ("so the answer is (C).", "C"),
-    ("the answer is (C). No wait, the answer is (D).", "D"),   # last statement wins
-    ("the answer is C", "C"),
-    ("the answer is (A) ... Answer: B", "A"),                  # "answer is" outranks "Answer:"
-    ("Answer: (G)", "G"),
-    ("I would pick E here", "E"),                              # last standalone letter (I, then E)
-    ("options B or maybe F.", "F"),
-    ("no capital letters here", None),
-    ("ABC is a triangle", None),                               # letters inside words do not count
-    ("", None),
-])
+@pytest.mark.parametrize(
+    "text,letter",
+    [
+        ("so the answer is (C).", "C"),
+        ("the answer is (C). No wait, the answer is (D).", "D"),  # last statement wins
+        ("the answer is C", "C"),
+        ("the answer is (A) ... Answer: B", "A"),  # "answer is" outranks "Answer:"
+        ("Answer: (G)", "G"),
+        ("I would pick E here", "E"),  # last standalone letter (I, then E)
+        ("options B or maybe F.", "F"),
+        ("no capital letters here", None),
+        ("ABC is a triangle", None),  # letters inside words do not count
+        ("", None),
+    ],
+)
 def test_extract_choice(text, letter):
     assert extract_choice(text) == letter
 
 
-@pytest.mark.parametrize("text,letter,rule", [
-    ("so the answer is (C).", "C", "answer_is"),
-    ("Answer: (G)", "G", "answer_colon"),
-    ("A careful look gives nothing.", "A", "fallback"),       # the article "A"
-    ("I am not sure.", "I", "fallback"),                      # the pronoun "I"
-    ("no capital letters here", None, None),
-])
+@pytest.mark.parametrize(
+    "text,letter,rule",
+    [
+        ("so the answer is (C).", "C", "answer_is"),
+        ("Answer: (G)", "G", "answer_colon"),
+        ("A careful look gives nothing.", "A", "fallback"),  # the article "A"
+        ("I am not sure.", "I", "fallback"),  # the pronoun "I"
+        ("no capital letters here", None, None),
+    ],
+)
 def test_extract_choice_rule_and_strict(text, letter, rule):
     assert extract_choice_rule(text) == (letter, rule)
     assert extract_choice(text, strict=True) == (None if rule == "fallback" else letter)
@@ -58,9 +71,10 @@ def test_stratified_real_280(mmlu_dir):
     assert len({x.question_id for x in picked}) == 280
 
 
-@pytest.mark.parametrize("category,group", [
-    ("math", "STEM"), ("computer science", "STEM"), ("law", "Humanities"),
-    ("health", "Social"), ("other", "Other")])
+@pytest.mark.parametrize(
+    "category,group",
+    [("math", "STEM"), ("computer science", "STEM"), ("law", "Humanities"), ("health", "Social"), ("other", "Other")],
+)
 def test_groups(category, group):
     assert group_of(category) == group
 
@@ -91,20 +105,26 @@ def test_accuracy_weighted_by_counts(scripted, checker, smol_tokenizer):
     assert e["pass@1"] == pytest.approx(3 / 5)
     # STEM: math 1/2 and physics 1/1 -> 2/3 over questions (not the 0.75 mean of categories)
     assert e["by_group"]["STEM"]["pass@1"] == pytest.approx(2 / 3)
-    assert e["by_group"]["Humanities"] == {"n": 2, "pass@1": 0.5, "maj@3": 0.0, "pass@3": 0.5,
-                                           "mean@3": pytest.approx(1 / 6), "strict_pass@1": 0.5,
-                                           "fallback@1": 0.0, "strict_mean@3": 0.0,
-                                           "fallback@3": 0.5}  # q5's bare "(B)", "(A)", "(B)"
+    assert e["by_group"]["Humanities"] == {
+        "n": 2,
+        "pass@1": 0.5,
+        "maj@3": 0.0,
+        "pass@3": 0.5,
+        "mean@3": pytest.approx(1 / 6),
+        "strict_pass@1": 0.5,
+        "fallback@1": 0.0,
+        "strict_mean@3": 0.0,
+        "fallback@3": 0.5,
+    }  # q5's bare "(B)", "(A)", "(B)"
     assert e["by_category"]["math"]["maj@3"] == 0.5  # A right; C (2 of 3) wrong
-    assert e["maj@3"] == pytest.approx(2 / 5)        # q1 A, q3 C
+    assert e["maj@3"] == pytest.approx(2 / 5)  # q1 A, q3 C
     assert out["metrics"]["eval/mmlu_pro/pass@3"] == pytest.approx(4 / 5)
     assert "Social" not in e["by_group"]
 
 
 def test_prompt_over_budget_counts_wrong(scripted, checker, smol_tokenizer):
     gen = scripted({}, {})
-    out = evaluate_mmlu_pro(gen, smol_tokenizer, [q(1, "math")], [], k=0, checker=checker,
-                            max_prompt_tokens=5)
+    out = evaluate_mmlu_pro(gen, smol_tokenizer, [q(1, "math")], [], k=0, checker=checker, max_prompt_tokens=5)
     e = out["benchmarks"]["mmlu_pro"]
     assert (e["pass@1"], e["skipped_prompt_too_long"]) == (0.0, 1)
     assert out["records"][0]["finish_reason"] == "prompt_too_long" and gen.calls == []
@@ -113,10 +133,12 @@ def test_prompt_over_budget_counts_wrong(scripted, checker, smol_tokenizer):
 def test_strict_accuracy_and_fallback_share(scripted, checker, smol_tokenizer):
     """The official protocol counts stray "A"/"I" letters; strict does not (worked out by hand)."""
     qs = [q(1, "math", "A"), q(2, "math", "B"), q(3, "law", "C"), q(4, "law", "D")]
-    texts = ["A careful look gives nothing.",  # fallback "A": right by luck
-             "the answer is (B)",              # explicit, right
-             "I am not sure.",                 # fallback "I": wrong
-             "Answer: D"]                      # explicit, right
+    texts = [
+        "A careful look gives nothing.",  # fallback "A": right by luck
+        "the answer is (B)",  # explicit, right
+        "I am not sure.",  # fallback "I": wrong
+        "Answer: D",
+    ]  # explicit, right
     samples = [["the answer is (A)", "A"], ["I", "Answer: B"], ["x", "y"], ["C", "D"]]
     built = [tuple(build_prompt(x, [], smol_tokenizer, "chat")[0]) for x in qs]  # ids, as fed
     gen = scripted(dict(zip(built, texts)), dict(zip(built, samples)))

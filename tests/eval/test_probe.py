@@ -1,5 +1,6 @@
 """``serl probe`` (serl.eval.probe): the precondition's numbers worked out by hand, its plain
 verdicts, and one tiny run of the real embedded model on the shipped arithmetic seeds."""
+
 import json
 from pathlib import Path
 
@@ -26,20 +27,38 @@ class ByPosition:
 def test_measure_and_summarize_by_hand(smol_tokenizer, checker):
     problems = [("q0", "3"), ("q1", "6"), ("q2", "7"), ("q3", None)]
     box = "\\boxed{{{}}}".format
-    gen = ByPosition([box(3), box(5), box(7), box(1)],
-                     [[box(3), box(3), box(3), box(4)],      # vote 3 (3 of 4: clear), right; greedy right
-                      [box(6), box(6), box(5), box(2)],      # vote 6 (2 of 4: not clear), right; greedy 5 wrong
-                      [box(8)] * 4,                          # vote 8 (4 of 4), wrong; greedy right
-                      ["no idea"] * 4])                      # no answer at all; no label
-    items = measure(gen, smol_tokenizer, problems, k=4, checker=checker, max_new_tokens=8, temperature=1.0,
-                    top_p=1.0, instruction="Box it.", fallback="none", seed=0)
+    gen = ByPosition(
+        [box(3), box(5), box(7), box(1)],
+        [
+            [box(3), box(3), box(3), box(4)],  # vote 3 (3 of 4: clear), right; greedy right
+            [box(6), box(6), box(5), box(2)],  # vote 6 (2 of 4: not clear), right; greedy 5 wrong
+            [box(8)] * 4,  # vote 8 (4 of 4), wrong; greedy right
+            ["no idea"] * 4,
+        ],
+    )  # no answer at all; no label
+    items = measure(
+        gen,
+        smol_tokenizer,
+        problems,
+        k=4,
+        checker=checker,
+        max_new_tokens=8,
+        temperature=1.0,
+        top_p=1.0,
+        instruction="Box it.",
+        fallback="none",
+        seed=0,
+    )
     assert [(it.vote, it.share, it.greedy_is_vote, it.greedy_ok, it.vote_ok) for it in items] == [
-        ("3", 0.75, True, True, True), ("6", 0.5, False, False, True), ("8", 1.0, False, True, False),
-        (None, 0.0, False, None, None)]
+        ("3", 0.75, True, True, True),
+        ("6", 0.5, False, False, True),
+        ("8", 1.0, False, True, False),
+        (None, 0.0, False, None, None),
+    ]
     s = summarize(items, 4)
     assert s["problems"] == 4 and s["labelled"] == 3
     assert s["mean_majority_share"] == pytest.approx((0.75 + 0.5 + 1.0 + 0.0) / 4)
-    assert s["clear_majority_share"] == 0.5          # q0 and q2
+    assert s["clear_majority_share"] == 0.5  # q0 and q2
     assert s["no_vote_share"] == 0.25 and s["greedy_is_vote_share"] == 0.25
     assert s["greedy_acc"] == pytest.approx(2 / 3) and s["maj@4_acc"] == pytest.approx(2 / 3)
     assert (s["vote_only_right"], s["greedy_only_right"], s["mcnemar_p"]) == (1, 1, 1.0)
@@ -49,7 +68,7 @@ def test_measure_and_summarize_by_hand(smol_tokenizer, checker):
 
 def test_two_sided_p_by_hand():
     assert two_sided_p(0, 0) == 1.0
-    assert two_sided_p(8, 1) == pytest.approx(2 * (9 + 1) / 512)    # 2 P(X >= 8 | 9)
+    assert two_sided_p(8, 1) == pytest.approx(2 * (9 + 1) / 512)  # 2 P(X >= 8 | 9)
     assert two_sided_p(1, 8) == two_sided_p(8, 1)
     assert two_sided_p(3, 3) == 1.0
 
@@ -63,7 +82,7 @@ def test_verdicts():
     s = summarize(items([1, 1, 1, 1, 1, 1, 0, 0, 0, 0], [1, 1, 1, 0, 0, 0, 1, 0, 0, 0]), 8)
     assert (s["maj@8_acc"], s["greedy_acc"], s["vote_only_right"], s["greedy_only_right"]) == (0.4, 0.6, 1, 3)
     assert "Label-free training cannot help this model on this data" in verdict(s)
-    assert "label more seeds to confirm" in verdict(s)               # 1 against 3: p = 0.625
+    assert "label more seeds to confirm" in verdict(s)  # 1 against 3: p = 0.625
     # the vote wins clearly: 9 gained, 0 lost of 20 (p = 2^-8)
     s = summarize(items([0] * 9 + [1] * 5 + [0] * 6, [1] * 9 + [1] * 5 + [0] * 6), 8)
     assert s["mcnemar_p"] == pytest.approx(2 / 512) and s["vote_minus_greedy"] == pytest.approx(0.45)
@@ -91,9 +110,28 @@ def test_real_model_on_the_arithmetic_seeds(tmp_path, smol_path):
     from serl.eval.probe import cli_main
 
     out = tmp_path / "probe.json"
-    assert cli_main(["--model", smol_path, "--prompt_data", str(ROOT / "dataset/arith_seed.jsonl"), "--n", "8",
-                     "--k", "4", "--generate_max_len", "64", "--generator", "hf", "--out", str(out),
-                     "--quiet"]) == 0
+    assert (
+        cli_main(
+            [
+                "--model",
+                smol_path,
+                "--prompt_data",
+                str(ROOT / "dataset/arith_seed.jsonl"),
+                "--n",
+                "8",
+                "--k",
+                "4",
+                "--generate_max_len",
+                "64",
+                "--generator",
+                "hf",
+                "--out",
+                str(out),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     got = json.loads(out.read_text())
     s = got["summary"]
     assert s["problems"] == 8 and s["labelled"] == 8 and len(got["items"]) == 8

@@ -1,4 +1,5 @@
 """The evaluation/ scripts parse in bash and zsh, reach `serl eval`, and run the real model."""
+
 import json
 import shutil
 import subprocess
@@ -24,17 +25,32 @@ def test_script_reaches_cli(shell, tmp_path):
         pytest.skip(f"{shell} not installed")
     script = next(p for p in SCRIPTS if p.name == "math_greedy.sh")
     # a bad option value: the CLI answers with exit 2 before loading anything
-    r = subprocess.run([shell, str(script), "--k", "-3"], cwd=tmp_path, capture_output=True, text=True,
-                       env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable, "HOME": str(tmp_path)})
+    r = subprocess.run(
+        [shell, str(script), "--k", "-3"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable, "HOME": str(tmp_path)},
+    )
     assert r.returncode == 2 and "--k must be >= 0" in r.stderr
 
 
 DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"  # as conftest's math_dir and mmlu_dir
 CASES = {  # id: (shell, script, env, bench, keys)
-    "bash-math_maj": ("bash", "math_maj.sh", {"MATH_SETS": "gsm8k,math_500", "LIMIT": "2", "K": "2"},
-                      {"gsm8k": 2, "math_500": 2}, {"pass@1", "maj@2", "pass@2"}),
-    "zsh-mmlu_pro": ("zsh", "mmlu_pro.sh", {"STRATIFIED": "2", "K": "2"}, {"mmlu_pro": 2},
-                     {"pass@1", "maj@2", "pass@2"}),
+    "bash-math_maj": (
+        "bash",
+        "math_maj.sh",
+        {"MATH_SETS": "gsm8k,math_500", "LIMIT": "2", "K": "2"},
+        {"gsm8k": 2, "math_500": 2},
+        {"pass@1", "maj@2", "pass@2"},
+    ),
+    "zsh-mmlu_pro": (
+        "zsh",
+        "mmlu_pro.sh",
+        {"STRATIFIED": "2", "K": "2"},
+        {"mmlu_pro": 2},
+        {"pass@1", "maj@2", "pass@2"},
+    ),
     "zsh-math_greedy": ("zsh", "math_greedy.sh", {"MATH_SETS": "svamp", "LIMIT": "1"}, {"svamp": 1}, {"pass@1"}),
 }
 
@@ -52,10 +68,20 @@ def script_runs(tmp_path_factory, smol_path):
         if len([p for p, *_ in started.values() if p.poll() is None]) >= 2:
             next(p for p, *_ in started.values() if p.poll() is None).wait()
         where = tmp_path_factory.mktemp(name)
-        env = {"PATH": "/usr/bin:/bin", "PYTHON": sys.executable, "HOME": str(Path.home()), "MODEL": smol_path,
-               "GENERATOR": "hf", "MAX_NEW_TOKENS": "8", "MAX_MODEL_LEN": "1024",
-               "DATA_DIR": str(DATA / "serl_math_benchmarks"), "MMLU_DIR": str(DATA / "mmlu_pro"),
-               "OUT_ROOT": str(where / "out"), "OMP_NUM_THREADS": "1", **extra_env}
+        env = {
+            "PATH": "/usr/bin:/bin",
+            "PYTHON": sys.executable,
+            "HOME": str(Path.home()),
+            "MODEL": smol_path,
+            "GENERATOR": "hf",
+            "MAX_NEW_TOKENS": "8",
+            "MAX_MODEL_LEN": "1024",
+            "DATA_DIR": str(DATA / "serl_math_benchmarks"),
+            "MMLU_DIR": str(DATA / "mmlu_pro"),
+            "OUT_ROOT": str(where / "out"),
+            "OMP_NUM_THREADS": "1",
+            **extra_env,
+        }
         path = next(p for p in SCRIPTS if p.name == script)
         args = [shell, str(path), "--quiet", *(["--n_shots", "1"] if script == "mmlu_pro.sh" else [])]
         with open(where / "stdout", "w") as so, open(where / "stderr", "w") as se:  # files: no pipe fills up
@@ -63,8 +89,12 @@ def script_runs(tmp_path_factory, smol_path):
     runs = {}
     for name, (proc, where) in started.items():
         proc.wait(timeout=1800)
-        runs[name] = (subprocess.CompletedProcess(proc.args, proc.returncode, (where / "stdout").read_text(),
-                                                  (where / "stderr").read_text()), where / "out")
+        runs[name] = (
+            subprocess.CompletedProcess(
+                proc.args, proc.returncode, (where / "stdout").read_text(), (where / "stderr").read_text()
+            ),
+            where / "out",
+        )
     return runs
 
 
@@ -90,19 +120,29 @@ def test_script_runs_real_model(case, script_runs, math_dir, mmlu_dir):
 
 
 SEERL_NAMES = Path(__file__).resolve().parents[2] / "evaluation"
-FAKE_PYTHON = "#!/bin/sh\necho \"$*\" >> {out}\n"
+FAKE_PYTHON = '#!/bin/sh\necho "$*" >> {out}\n'
 
 
-@pytest.mark.parametrize("script, env, expected", [
-    ("Math-Benchmarks/scripts/vllm_gen_outputs_greedy_template.sh",
-     {"MODEL_PATH_LIST": "m/a m/b", "DATA_NAME": "math_500,gsm8k", "DATA_DIR": "/d"},
-     ["--model m/a", "--benchmarks math_500,gsm8k --data_dir /d", "--k 0", "/m_a/math_greedy"]),
-    ("Math-Benchmarks/scripts/vllm_gen_outputs_n_sampling_template.sh",
-     {"MODEL_PATH_LIST": "m/a,m/b", "DATA_NAME": "svamp", "N_SAMPLING": "16"},
-     ["--model m/a", "--benchmarks svamp", "--k 16", "/m_a/math_maj16"]),
-    ("MMLU-Pro/scripts/eval_models_template.sh", {"models": "m/a m/b"},
-     ["--model m/a", "--benchmarks mmlu_pro", "/m_a/mmlu_pro"]),
-])
+@pytest.mark.parametrize(
+    "script, env, expected",
+    [
+        (
+            "Math-Benchmarks/scripts/vllm_gen_outputs_greedy_template.sh",
+            {"MODEL_PATH_LIST": "m/a m/b", "DATA_NAME": "math_500,gsm8k", "DATA_DIR": "/d"},
+            ["--model m/a", "--benchmarks math_500,gsm8k --data_dir /d", "--k 0", "/m_a/math_greedy"],
+        ),
+        (
+            "Math-Benchmarks/scripts/vllm_gen_outputs_n_sampling_template.sh",
+            {"MODEL_PATH_LIST": "m/a,m/b", "DATA_NAME": "svamp", "N_SAMPLING": "16"},
+            ["--model m/a", "--benchmarks svamp", "--k 16", "/m_a/math_maj16"],
+        ),
+        (
+            "MMLU-Pro/scripts/eval_models_template.sh",
+            {"models": "m/a m/b"},
+            ["--model m/a", "--benchmarks mmlu_pro", "/m_a/mmlu_pro"],
+        ),
+    ],
+)
 def test_serl_s_evaluation_script_names_run_serl_eval_per_model(script, env, expected, tmp_path):
     """SeRL's README names evaluation/Math-Benchmarks/scripts/*_template.sh and MMLU-Pro's: each runs
     serl's script once per model, SeRL's variables read as serl's."""
@@ -110,9 +150,19 @@ def test_serl_s_evaluation_script_names_run_serl_eval_per_model(script, env, exp
     fake = tmp_path / "python"
     fake.write_text(FAKE_PYTHON.format(out=out))
     fake.chmod(0o755)
-    r = subprocess.run(["bash", str(SEERL_NAMES / script), "--limit", "3"], cwd=tmp_path, capture_output=True,
-                       text=True, env={"PATH": "/usr/bin:/bin", "PYTHON": str(fake), "HOME": str(tmp_path),
-                                       "OUT_ROOT": str(tmp_path / "o"), **env})
+    r = subprocess.run(
+        ["bash", str(SEERL_NAMES / script), "--limit", "3"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={
+            "PATH": "/usr/bin:/bin",
+            "PYTHON": str(fake),
+            "HOME": str(tmp_path),
+            "OUT_ROOT": str(tmp_path / "o"),
+            **env,
+        },
+    )
     assert r.returncode == 0, r.stderr
     a, b = out.read_text().splitlines()
     assert all(x in a for x in expected) and a.endswith("--limit 3"), a
@@ -123,7 +173,11 @@ def test_serl_s_scoring_script_names_show_serl_s_tables(tmp_path):
     (tmp_path / "o" / "a" / "math_greedy").mkdir(parents=True)
     (tmp_path / "o" / "a" / "math_greedy" / "table.txt").write_text("math_500 pass@1 8.0\n")
     for name in ("evaluate_outputs_template.sh", "find_outputs_maj_template.sh", "evaluate_outputs_maj_template.sh"):
-        r = subprocess.run(["bash", str(SEERL_NAMES / "Math-Benchmarks/scripts" / name)], capture_output=True,
-                           text=True, env={"PATH": "/usr/bin:/bin", "OUTPUT_DIRS": str(tmp_path / "o")})
+        r = subprocess.run(
+            ["bash", str(SEERL_NAMES / "Math-Benchmarks/scripts" / name)],
+            capture_output=True,
+            text=True,
+            env={"PATH": "/usr/bin:/bin", "OUTPUT_DIRS": str(tmp_path / "o")},
+        )
         assert r.returncode == 0 and "math_500 pass@1 8.0" in r.stdout, r.stderr
         assert f"{name}: serl eval scores while it generates" in r.stderr

@@ -9,8 +9,7 @@ from serl.eval.stats import mcnemar_p, paired_bootstrap, paired_ratio_bootstrap,
 #  5/10: centre (0.5 + 0.19208) / 1.38416, half-width 1.96 * sqrt(0.025 + 0.009604) / 1.38416
 #  0/10: centre = half-width = 0.19208 -> [0, 0.38416 / 1.38416]
 # 10/10: mirror image of 0/10
-@pytest.mark.parametrize("k,n,lo,hi", [(5, 10, 0.236590, 0.763410), (0, 10, 0.0, 0.277540),
-                                       (10, 10, 0.722460, 1.0)])
+@pytest.mark.parametrize("k,n,lo,hi", [(5, 10, 0.236590, 0.763410), (0, 10, 0.0, 0.277540), (10, 10, 0.722460, 1.0)])
 def test_wilson_by_hand(k, n, lo, hi):
     got = wilson(k, n)
     assert got == pytest.approx((lo, hi), abs=1e-6)
@@ -22,12 +21,15 @@ def test_wilson_empty_is_nan():
 
 # Discordant pairs up/down; exact two-sided p = 2 * P(Binomial(up+down, 1/2) <= min), capped at 1:
 #  3/0: 2 * 1/8;  5/1: 2 * (1 + 6)/64;  2/2: 2 * 11/16 -> 1;  none: 1
-@pytest.mark.parametrize("a,b,p", [
-    ([0, 0, 0, 1], [1, 1, 1, 1], 0.25),
-    ([0, 0, 0, 0, 0, 1, 1], [1, 1, 1, 1, 1, 0, 1], 14 / 64),
-    ([0, 0, 1, 1], [1, 1, 0, 0], 1.0),
-    ([1, 0, 1], [1, 0, 1], 1.0),
-])
+@pytest.mark.parametrize(
+    "a,b,p",
+    [
+        ([0, 0, 0, 1], [1, 1, 1, 1], 0.25),
+        ([0, 0, 0, 0, 0, 1, 1], [1, 1, 1, 1, 1, 0, 1], 14 / 64),
+        ([0, 0, 1, 1], [1, 1, 0, 0], 1.0),
+        ([1, 0, 1], [1, 0, 1], 1.0),
+    ],
+)
 def test_mcnemar_by_hand(a, b, p):
     assert mcnemar_p(a, b) == pytest.approx(p)
 

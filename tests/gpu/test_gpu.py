@@ -1,6 +1,7 @@
 """GPU placement: one SeRL step on SmolLM2 with the policy, reference and batches on CUDA
 (torch learner; DeepSpeed ZeRO-2 in one process), and weight push into vLLM on the GPU.
 Every test skips with a reason when torch sees no CUDA device."""
+
 import json
 import subprocess
 import sys
@@ -10,19 +11,51 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (torch sees none)")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (torch sees none)"),
+]
 
-STEP = ["--generator", "hf", "--device", "cuda", "--steps", "1", "--rollout_batch_size", "2",
-        "--n_samples_per_prompt", "4", "--enable_self_evolution", "false", "--generate_max_len", "32",
-        "--reward_difficulty_bounds", "0", "1", "--max_refill_rounds", "1", "--bf16",
-        "--actor_learning_rate", "1e-5", "--init_kl_coef", "1e-3", "--progress", "quiet",
-        "--prompt_data", str(ROOT / "dataset/arith_seed.jsonl")]
+STEP = [
+    "--generator",
+    "hf",
+    "--device",
+    "cuda",
+    "--steps",
+    "1",
+    "--rollout_batch_size",
+    "2",
+    "--n_samples_per_prompt",
+    "4",
+    "--enable_self_evolution",
+    "false",
+    "--generate_max_len",
+    "32",
+    "--reward_difficulty_bounds",
+    "0",
+    "1",
+    "--max_refill_rounds",
+    "1",
+    "--bf16",
+    "--actor_learning_rate",
+    "1e-5",
+    "--init_kl_coef",
+    "1e-3",
+    "--progress",
+    "quiet",
+    "--prompt_data",
+    str(ROOT / "dataset/arith_seed.jsonl"),
+]
 
 
 def _train(run_dir: Path, *extra: str) -> dict:
-    r = subprocess.run([sys.executable, "-m", "serl.cli", "train", "--run_dir", str(run_dir), *STEP, *extra],
-                       cwd=ROOT, capture_output=True, text=True, timeout=900)
+    r = subprocess.run(
+        [sys.executable, "-m", "serl.cli", "train", "--run_dir", str(run_dir), *STEP, *extra],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert r.returncode == 0, r.stderr[-4000:]
     rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     return {k: v for row in rows if row["step"] == 1 for k, v in row.items()}
@@ -38,8 +71,7 @@ def test_learner_places_policy_reference_and_batches_on_cuda(smol_path):
     from serl.engines.learner_core import LearnerConfig
     from serl.engines.torch_learner import TorchLearner
 
-    learner = TorchLearner(smol_path, LearnerConfig(device="cuda", bf16=True,
-                                                    kl_loss_coef=0.1), need_ref=True)
+    learner = TorchLearner(smol_path, LearnerConfig(device="cuda", bf16=True, kl_loss_coef=0.1), need_ref=True)
     assert next(learner.policy.parameters()).is_cuda and next(learner.ref.parameters()).is_cuda
     prompts, responses = [[1, 2, 3], [4, 5]], [[6, 7], [8, 9, 10]]
     lp = learner.logprobs(prompts, responses)

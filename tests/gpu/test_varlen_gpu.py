@@ -2,6 +2,7 @@
 log-probs and gradients equal padded ones to bf16 tolerance, through SDPA per sequence and
 (when flash-attn imports) flash-attn's varlen kernel. Skips with a reason without CUDA;
 the flash-attn cases also without flash-attn. Timing: bench/varlen_gpu.py."""
+
 import pytest
 import torch
 
@@ -28,17 +29,37 @@ def tiny_path(tmp_path_factory):
     from transformers import AutoModelForCausalLM, LlamaConfig
 
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=256, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-                      num_attention_heads=8, num_key_value_heads=2, head_dim=16, tie_word_embeddings=True,
-                      initializer_range=0.1, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    cfg = LlamaConfig(
+        vocab_size=256,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        head_dim=16,
+        tie_word_embeddings=True,
+        initializer_range=0.1,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
     path = tmp_path_factory.mktemp("tiny") / "model"
     AutoModelForCausalLM.from_config(cfg).save_pretrained(str(path))
     return str(path)
 
 
 def _learner(path, pack, attn="auto", **kw):
-    cfg = LearnerConfig(device="cuda", bf16=True, pack=pack, attn_implementation=attn, micro_batch_size=3,
-                        lr=1e-2, warmup_ratio=0.0, total_steps=10, **kw)
+    cfg = LearnerConfig(
+        device="cuda",
+        bf16=True,
+        pack=pack,
+        attn_implementation=attn,
+        micro_batch_size=3,
+        actor_learning_rate=1e-2,
+        lr_warmup_ratio=0.0,
+        total_steps=10,
+        **kw,
+    )
     return TorchLearner(path, cfg, need_ref=False)
 
 
@@ -79,8 +100,9 @@ def test_auto_picks_flash_when_it_imports_else_sdpa(tiny_path):
 
 
 def test_packed_sdpa_equals_padded(tiny_path):
-    _assert_close(_logprobs_and_grads(_learner(tiny_path, False, "sdpa")),
-                  _logprobs_and_grads(_learner(tiny_path, True, "sdpa")))
+    _assert_close(
+        _logprobs_and_grads(_learner(tiny_path, False, "sdpa")), _logprobs_and_grads(_learner(tiny_path, True, "sdpa"))
+    )
 
 
 @needs_flash
@@ -99,5 +121,7 @@ def test_shared_prompts_equal_per_sequence(tiny_path, attn):
     shared = _learner(tiny_path, True, attn, share_prompts=True)
     mbs, _ = shared._micro(*_shared_batch())
     assert all(mb.shared is not None for mb in mbs)
-    _assert_close(_logprobs_and_grads(_learner(tiny_path, True, "sdpa"), _shared_batch()),
-                  _logprobs_and_grads(shared, _shared_batch()))
+    _assert_close(
+        _logprobs_and_grads(_learner(tiny_path, True, "sdpa"), _shared_batch()),
+        _logprobs_and_grads(shared, _shared_batch()),
+    )

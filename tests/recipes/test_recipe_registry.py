@@ -1,4 +1,5 @@
 """The recipe seam's command line: --recipe picks the options; bad input exits 2 with no run dir."""
+
 import subprocess
 import sys
 from pathlib import Path
@@ -6,8 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from serl import ConfigError
 from serl.config.parser import parse_args
-from serl.errors import ConfigError
 from serl.config.registry import config_class, recipe_names
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -15,8 +16,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _train(tmp_path, *args):
     run = tmp_path / "run"
-    r = subprocess.run([sys.executable, "-m", "serl.cli", "train", "--run_dir", str(run), "--generator", "hf",
-                        *args], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "serl.cli", "train", "--run_dir", str(run), "--generator", "hf", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
     return r, run
 
 
@@ -39,10 +45,13 @@ def test_every_recipe_config_has_docs_and_knows_its_name():
             assert f.metadata.get("help"), (name, f.name)
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["--recipe", "nope"], "unknown recipe 'nope'"),
-    (["--device", "cuda"], "device: cuda was asked for"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--recipe", "nope"], "unknown recipe 'nope'"),
+        (["--device", "cuda"], "device: cuda was asked for"),
+    ],
+)
 def test_bad_recipe_or_device_exits_2_without_run_dir(tmp_path, args, needle):
     if "cuda" in args and torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
@@ -69,7 +78,8 @@ def test_option_of_another_recipe_names_its_owner(tmp_path, monkeypatch):
     (pkg / "config.py").write_text(
         "from dataclasses import dataclass\nfrom typing import ClassVar\n"
         "from serl.config.options import TrainConfig, option\n\n\n@dataclass\nclass Config(TrainConfig):\n"
-        "    RECIPE: ClassVar[str] = 'other'\n    other_knob: int = option(1, 'a knob')\n")
+        "    RECIPE: ClassVar[str] = 'other'\n    other_knob: int = option(1, 'a knob')\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     from serl.config import registry
 
@@ -99,7 +109,8 @@ def test_foreign_flag_message_on_the_command_line(tmp_path, capsys):
     (pkg / "__init__.py").write_text("")
     (pkg / "config.py").write_text(
         "from dataclasses import dataclass\nfrom typing import ClassVar\nfrom serl.config.options import TrainConfig\n\n\n"
-        "@dataclass\nclass Config(TrainConfig):\n    RECIPE: ClassVar[str] = 'other2'\n")
+        "@dataclass\nclass Config(TrainConfig):\n    RECIPE: ClassVar[str] = 'other2'\n"
+    )
     sys.path.insert(0, str(tmp_path))
     registry.register("other2", "other2")
     try:
@@ -114,8 +125,12 @@ def test_foreign_flag_message_on_the_command_line(tmp_path, capsys):
 
 
 def test_help_lists_common_then_recipe_options():
-    r = subprocess.run([sys.executable, "-m", "serl.cli", "train", "--recipe", "serl", "--help"],
-                       capture_output=True, text=True, cwd=ROOT)
+    r = subprocess.run(
+        [sys.executable, "-m", "serl.cli", "train", "--recipe", "serl", "--help"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert r.returncode == 0
-    body = r.stdout[r.stdout.index("common options"):]  # past the usage line
+    body = r.stdout[r.stdout.index("common options") :]  # past the usage line
     assert body.index("--steps") < body.index("options of the 'serl' recipe") < body.index("--enable_self_evolution")

@@ -1,4 +1,5 @@
 """The indexed clustering gives the naive loop's clusters with far fewer checks."""
+
 import random
 
 import pytest
@@ -27,25 +28,60 @@ def naive(job, equal):
 def counting_equal(calls):
     """Cheap rules, then a stand-in for math-verify: equal when the answers
     round to the same value at 1e-3, or both spell the same letter."""
+
     def equal(job, i, j):
         calls.append((i, j))
         a, b = job["strings"][i], job["strings"][j]
         cheap = cheap_compare(a, b)
         if cheap is not None:
             return cheap
+
         def key(s):
             s = s.replace("\\sqrt{4}", "2").replace("x=", "")
             try:
                 return round(float(s), 3)
             except ValueError:
                 return s.strip().lower()
+
         return key(a) == key(b)
+
     return equal
 
 
-POOL = ["1", "2", "2.0", "2.00001", "2.0001", "\\frac{4}{2}", "4/2", "-2", "0.5", "1/2", "\\frac12", "x=2",
-        "\\sqrt{4}", "", "\\text{}", ".", "A", "a", "1,000", "1000", "999.99999", "1000.0", "3.14159", "3.1416",
-        "\\pi", "x", "-0", "0", "0.0", "100000000000000000000000000000", "1e3", "10^3"]
+POOL = [
+    "1",
+    "2",
+    "2.0",
+    "2.00001",
+    "2.0001",
+    "\\frac{4}{2}",
+    "4/2",
+    "-2",
+    "0.5",
+    "1/2",
+    "\\frac12",
+    "x=2",
+    "\\sqrt{4}",
+    "",
+    "\\text{}",
+    ".",
+    "A",
+    "a",
+    "1,000",
+    "1000",
+    "999.99999",
+    "1000.0",
+    "3.14159",
+    "3.1416",
+    "\\pi",
+    "x",
+    "-0",
+    "0",
+    "0.0",
+    "100000000000000000000000000000",
+    "1e3",
+    "10^3",
+]
 
 
 @pytest.mark.parametrize("seed", range(40))

@@ -79,7 +79,7 @@ def _numbers(rng, k):
         elif kind == 2:
             out.append(f"{n}/{d}")
         elif kind == 3:
-            out.append(("-" if n < 0 else "") + "\\frac{%d}{%d}" % (abs(n), d))
+            out.append(("-" if n < 0 else "") + f"\\frac{{{abs(n)}}}{{{d}}}")
         else:
             out.append(str(rng.randint(10**14, 10**14 + 3)))
     return out
@@ -135,7 +135,7 @@ def test_bad_settings(kwargs):
 def test_thread_safe(checker):
     from concurrent.futures import ThreadPoolExecutor
 
-    pairs = [("\\frac{%d}{2}" % k, str(k / 2)) for k in range(1, 9)]
+    pairs = [(f"\\frac{{{k}}}{{2}}", str(k / 2)) for k in range(1, 9)]
     with ThreadPoolExecutor(4) as ex:
         results = list(ex.map(lambda p: checker.equal(*p), pairs))
     assert results == [True] * 8
@@ -157,8 +157,9 @@ USER_SCRIPT = textwrap.dedent("""\
 def _python(tmp_path, args, stdin=None, pythonpath=()):
     keep = [os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []  # an install by --target
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([*map(str, pythonpath), str(ROOT), *keep]))
-    return subprocess.run([sys.executable, *args], cwd=tmp_path, input=stdin, env=env,
-                          capture_output=True, text=True, timeout=180)
+    return subprocess.run(
+        [sys.executable, *args], cwd=tmp_path, input=stdin, env=env, capture_output=True, text=True, timeout=180
+    )
 
 
 @pytest.mark.parametrize("how", ["file", "stdin", "module"])
@@ -239,10 +240,13 @@ class _Boom:
         return operator.truediv, (1, 0)
 
 
-@pytest.mark.parametrize("job, message", [
-    ({"kind": "no-such-kind", "strings": []}, "a reward worker failed on a job: ValueError"),
-    ({"kind": "pairs", "strings": ["1", "2"], "pairs": [(0, 1)], "poison": _Boom()}, "died 3 times"),
-])
+@pytest.mark.parametrize(
+    "job, message",
+    [
+        ({"kind": "no-such-kind", "strings": []}, "a reward worker failed on a job: ValueError"),
+        ({"kind": "pairs", "strings": ["1", "2"], "pairs": [(0, 1)], "poison": _Boom()}, "died 3 times"),
+    ],
+)
 def test_a_job_the_pool_cannot_finish_raises(job, message):
     with EquivalenceChecker(timeout=2.0, workers=1) as ch:
         assert ch.healthy()

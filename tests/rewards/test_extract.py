@@ -52,15 +52,30 @@ def test_no_answer_is_none_not_empty_string():
     assert extract_answer("\\boxed{}", "none") is None
 
 
-@pytest.mark.parametrize("content", ["\\text{}", ".", "$$", "\\,", "{}", "~", "\\quad", "\\mathrm{ }",
-                                     "\\text{\\,}", "\\boxed{}", "{\\text{}}.", "\\left.\\right."])
+@pytest.mark.parametrize(
+    "content",
+    [
+        "\\text{}",
+        ".",
+        "$$",
+        "\\,",
+        "{}",
+        "~",
+        "\\quad",
+        "\\mathrm{ }",
+        "\\text{\\,}",
+        "\\boxed{}",
+        "{\\text{}}.",
+        "\\left.\\right.",
+    ],
+)
 def test_empty_forms_are_no_answer(content):
     """Nothing but presentation in the box: no answer, and equal to nothing (itself included)."""
     assert is_empty(content)
     assert extract_answer("\\boxed{" + content + "}", "none") is None
     assert extract_answer("so \\boxed{" + content + "}", "number") is None
     assert extract_answer("first 7, then \\boxed{" + content + "}", "number") == "7"  # as for \\boxed{}
-    assert extract_answer("\\boxed{5} and \\boxed{" + content + "}", "none") == "5"   # as for \\boxed{}
+    assert extract_answer("\\boxed{5} and \\boxed{" + content + "}", "none") == "5"  # as for \\boxed{}
     assert normalize_label(content) is None and normalize_label("#### " + content) is None
     assert cheap_compare(content, content) is False and cheap_compare(content, "1") is False
 

@@ -1,5 +1,6 @@
 """Model output is untrusted: hostile answers are scored on time, with no side
 effect, and leave the pool healthy."""
+
 import os
 import subprocess
 import sys

@@ -1,5 +1,6 @@
 """--remote_rm_url's client: a real `serl serve-reward` on 127.0.0.1, SeRL's reward files,
 stub servers that fail in given ways. Loopback only; every loop is bounded."""
+
 import json
 import os
 import socket
@@ -13,26 +14,41 @@ from types import SimpleNamespace
 
 import pytest
 
-from serl.errors import ConfigError
+from serl import ConfigError
 from serl.rewards import score_groups
-from serl.rewards.remote import (FileReward, HttpReward, RemoteRewardError, batches, check_spec, load_source,
-                                 score_remote, shown_url)
+from serl.rewards.remote import (
+    FileReward,
+    HttpReward,
+    RemoteRewardError,
+    batches,
+    check_spec,
+    load_source,
+    score_remote,
+    shown_url,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 P = "<|im_start|>user\nWhat is 3+4?<|im_end|>\n<|im_start|>assistant\n"
 Q = "<|im_start|>user\nWhat is 10-1?<|im_end|>\n<|im_start|>assistant\n"
 # group 1: 7 twice, 8 once, one without an answer -> majority 7: [1, 1, 0, 0], agreement 2/4
 # group 2: 9, 9.0 (equal), 10 -> majority 9: [1, 1, 0], agreement 2/3
-GROUPS = [["so \\boxed{7}", "\\boxed{8}", "it is \\boxed{7}", "no idea \\boxed{\\text{}}"],
-          ["\\boxed{9}", "\\boxed{9.0}", "\\boxed{10}"]]
+GROUPS = [
+    ["so \\boxed{7}", "\\boxed{8}", "it is \\boxed{7}", "no idea \\boxed{\\text{}}"],
+    ["\\boxed{9}", "\\boxed{9.0}", "\\boxed{10}"],
+]
 
 
 @pytest.fixture(scope="module")
 def serve_reward():
     """`serl serve-reward --port 0` in a subprocess; yields its URL."""
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.Popen([sys.executable, "-m", "serl.cli", "serve-reward", "--port", "0", "--workers", "1"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "serl.cli", "serve-reward", "--port", "0", "--workers", "1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     line = proc.stdout.readline()  # "serl serve-reward: POST http://127.0.0.1:PORT/get_reward (...)"
     try:
         assert "POST http://127.0.0.1:" in line, proc.stderr.read()[-2000:]
@@ -83,12 +99,19 @@ def _write(tmp_path, text, name="my_reward.py"):
 
 
 def test_reward_file_errors_name_file_and_line(tmp_path):
-    path = _write(tmp_path, "import math\n\ndef reward_func(queries, prompts, labels):\n"
-                            "    return [len(q) for q in queries]\n\n\ndef broken(q):\n    return 1 / 0\n")
+    path = _write(
+        tmp_path,
+        "import math\n\ndef reward_func(queries, prompts, labels):\n"
+        "    return [len(q) for q in queries]\n\n\ndef broken(q):\n    return 1 / 0\n",
+    )
     assert FileReward(path).rewards(["ab", "c"], ["", ""], [None, None]).rewards == [2.0, 1.0]
-    bad = _write(tmp_path, "def helper(q):\n    raise KeyError(q)\n\n\ndef reward_func(queries, prompts, labels):\n"
-                           "    return [helper(q) for q in queries]\n", "bad.py")
-    with pytest.raises(RemoteRewardError, match=rf"bad\.py:2: reward_func raised KeyError"):
+    bad = _write(
+        tmp_path,
+        "def helper(q):\n    raise KeyError(q)\n\n\ndef reward_func(queries, prompts, labels):\n"
+        "    return [helper(q) for q in queries]\n",
+        "bad.py",
+    )
+    with pytest.raises(RemoteRewardError, match=r"bad\.py:2: reward_func raised KeyError"):
         FileReward(bad).rewards(["x"], [""], [None])
     syn = _write(tmp_path, "def reward_func(queries, prompts, labels):\n    return [\n\nx = (\n", "syn.py")
     with pytest.raises(RemoteRewardError, match=r"syn\.py:\d+: syntax error"):

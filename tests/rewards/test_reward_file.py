@@ -1,5 +1,6 @@
 """A user's reward file under a time limit: real slow functions (sleeping, spinning, hanging
 at load, starting a child process), stopped on time; the worker keeps the module's state."""
+
 import os
 import time
 
@@ -33,9 +34,13 @@ def _gone(pid: int, within: float = 5.0) -> bool:
 
 
 def test_a_call_past_the_limit_is_stopped_naming_file_and_function(tmp_path):
-    path = _write(tmp_path, "import time\n\ndef reward_func(queries, prompts, labels):\n"
-                            "    if queries[0] == 'slow':\n        time.sleep(60)\n"
-                            "    return [1.0] * len(queries)\n", "slow_reward.py")
+    path = _write(
+        tmp_path,
+        "import time\n\ndef reward_func(queries, prompts, labels):\n"
+        "    if queries[0] == 'slow':\n        time.sleep(60)\n"
+        "    return [1.0] * len(queries)\n",
+        "slow_reward.py",
+    )
     src = FileReward(path, timeout=1.0)
     assert src.rewards(["fast"], [""], [None]).rewards == [1.0]
     pid = src.proc.pid
@@ -55,10 +60,14 @@ def test_a_call_past_the_limit_is_stopped_naming_file_and_function(tmp_path):
 def test_a_spinning_call_and_the_processes_it_started_are_stopped(tmp_path):
     # a pure-Python busy loop after starting a child process: both end at the limit
     pidfile = tmp_path / "child.pid"
-    path = _write(tmp_path, "import subprocess\n\ndef reward_func(queries, prompts, labels):\n"
-                            "    child = subprocess.Popen(['sleep', '120'])\n"
-                            f"    open({str(pidfile)!r}, 'w').write(str(child.pid))\n"
-                            "    while True:\n        pass\n", "spin.py")
+    path = _write(
+        tmp_path,
+        "import subprocess\n\ndef reward_func(queries, prompts, labels):\n"
+        "    child = subprocess.Popen(['sleep', '120'])\n"
+        f"    open({str(pidfile)!r}, 'w').write(str(child.pid))\n"
+        "    while True:\n        pass\n",
+        "spin.py",
+    )
     src = FileReward(path, timeout=1.5)
     worker = src.proc.pid
     with pytest.raises(RemoteRewardError, match=r"spin\.py: reward_func did not return within 1\.5 s"):
@@ -77,10 +86,13 @@ def test_a_file_that_hangs_while_loading_is_stopped(tmp_path, monkeypatch):
 
 
 def test_the_module_keeps_its_state_and_model_text_stays_text(tmp_path):
-    path = _write(tmp_path, "calls = []\n\ndef reward_func(queries, prompts, labels):\n"
-                            "    calls.append(len(queries))\n"
-                            "    return {'rewards': [float(len(calls))] * len(queries),\n"
-                            "            'extra_logs': {'chars': [len(q) for q in queries]}}\n")
+    path = _write(
+        tmp_path,
+        "calls = []\n\ndef reward_func(queries, prompts, labels):\n"
+        "    calls.append(len(queries))\n"
+        "    return {'rewards': [float(len(calls))] * len(queries),\n"
+        "            'extra_logs': {'chars': [len(q) for q in queries]}}\n",
+    )
     src = FileReward(path, timeout=5)
     hostile = "__import__('os')._exit(7)"
     assert src.rewards(["a", "b"], ["", ""], [None, None]).rewards == [1.0, 1.0]
@@ -111,8 +123,10 @@ def test_the_worker_ends_when_its_parent_dies_without_cleaning_up(tmp_path):
     import sys
 
     path = _write(tmp_path, "def reward_func(queries, prompts, labels):\n    return [0.0] * len(queries)\n")
-    code = ("import os\nfrom serl.rewards.reward_file import FileReward\n"
-            f"src = FileReward({path!r}, timeout=30)\nprint(src.proc.pid, flush=True)\nos._exit(0)\n")
+    code = (
+        "import os\nfrom serl.rewards.reward_file import FileReward\n"
+        f"src = FileReward({path!r}, timeout=30)\nprint(src.proc.pid, flush=True)\nos._exit(0)\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert _gone(int(out.stdout.split()[0]), within=10)  # no atexit ran: the pipe's end did it
@@ -161,8 +175,10 @@ def test_processes_that_left_the_group_end_with_the_run(tmp_path, how):
         assert _alive(daemon) and _alive(child)
         src.close()
     else:  # the trainer ends without closing anything: the worker sees its pipe close
-        code = ("import os\nfrom serl.rewards.reward_file import FileReward\n"
-                f"src = FileReward({path!r}, timeout=30)\nsrc.rewards(['a'], [''], [None])\nos._exit(0)\n")
+        code = (
+            "import os\nfrom serl.rewards.reward_file import FileReward\n"
+            f"src = FileReward({path!r}, timeout=30)\nsrc.rewards(['a'], [''], [None])\nos._exit(0)\n"
+        )
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
         assert out.returncode == 0, out.stderr[-2000:]
         daemon, child = _pid_of(pids + ".daemon"), _pid_of(pids + ".child")
@@ -174,17 +190,23 @@ def test_processes_that_left_the_group_end_with_the_run(tmp_path, how):
                 os.kill(pid, 9)
 
 
-@pytest.mark.parametrize("logs, needle", [
-    ({"acc": ["high"]}, "extra_logs['acc'][0] is not a finite number ('high')"),
-    ({"acc": [float("nan")]}, "extra_logs['acc'][0] is not a finite number"),
-    ({"acc": [1, 2]}, "extra_logs['acc'] must hold 1 numbers (one per sample), got 2 entries"),
-    ({"acc": "x"}, "extra_logs['acc'] must hold 1 numbers (one per sample), got str"),
-    ([1], "'extra_logs' must be an object"),
-])
+@pytest.mark.parametrize(
+    "logs, needle",
+    [
+        ({"acc": ["high"]}, "extra_logs['acc'][0] is not a finite number ('high')"),
+        ({"acc": [float("nan")]}, "extra_logs['acc'][0] is not a finite number"),
+        ({"acc": [1, 2]}, "extra_logs['acc'] must hold 1 numbers (one per sample), got 2 entries"),
+        ({"acc": "x"}, "extra_logs['acc'] must hold 1 numbers (one per sample), got str"),
+        ([1], "'extra_logs' must be an object"),
+    ],
+)
 def test_bad_extra_logs_name_the_file_and_the_key(tmp_path, logs, needle):
-    path = _write(tmp_path, "def reward_func(queries, prompts, labels):\n"
-                            f"    return {{'rewards': [1.0] * len(queries), 'extra_logs': {logs!r}}}\n"
-                            .replace("nan", "float('nan')"), "logs.py")
+    path = _write(
+        tmp_path,
+        "def reward_func(queries, prompts, labels):\n"
+        f"    return {{'rewards': [1.0] * len(queries), 'extra_logs': {logs!r}}}\n".replace("nan", "float('nan')"),
+        "logs.py",
+    )
     src = FileReward(path, timeout=30)
     try:
         with pytest.raises(RemoteRewardError) as e:
@@ -195,8 +217,11 @@ def test_bad_extra_logs_name_the_file_and_the_key(tmp_path, logs, needle):
 
 
 def test_a_number_in_extra_logs_is_one_value_per_sample(tmp_path):
-    path = _write(tmp_path, "def reward_func(queries, prompts, labels):\n"
-                            "    return {'rewards': [1.0] * len(queries), 'extra_logs': {'acc': 0.5, 'ok': [True, 0]}}\n")
+    path = _write(
+        tmp_path,
+        "def reward_func(queries, prompts, labels):\n"
+        "    return {'rewards': [1.0] * len(queries), 'extra_logs': {'acc': 0.5, 'ok': [True, 0]}}\n",
+    )
     src = FileReward(path, timeout=30)
     try:
         assert src.rewards(["a", "b"], ["", ""], [None, None]).logs == {"acc": [0.5, 0.5], "ok": [True, 0]}

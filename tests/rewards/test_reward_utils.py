@@ -1,4 +1,5 @@
 """The reward files in reward_utils/, loaded by path the way OpenRLHF does."""
+
 import asyncio
 import importlib.util
 import threading
@@ -23,8 +24,7 @@ def test_rule_reward_file_per_sample_and_batched():
     f = load("math_rule_reward.py").reward_func
     out = f([P + "so \\boxed{7}"], [P], ["#### 7"])
     assert out["rewards"].tolist() == [1.0] and out["scores"].tolist() == [1.0]
-    out = f([P + "\\boxed{7}", P + "it is 8", P + "no idea", P + "\\boxed{7}"], [P] * 4,
-            ["\\boxed{7}", "7", "7", None])
+    out = f([P + "\\boxed{7}", P + "it is 8", P + "no idea", P + "\\boxed{7}"], [P] * 4, ["\\boxed{7}", "7", "7", None])
     assert out["rewards"].tolist() == [1.0, 0.0, 0.0, 0.0]
     assert out["extra_logs"]["no_answer"].tolist() == [0.0, 0.0, 1.0, 0.0]
     assert out["extra_logs"]["no_label"].tolist() == [0.0, 0.0, 0.0, 1.0]
@@ -51,8 +51,10 @@ def test_majority_file_forwards_single_samples_to_the_server(checker, monkeypatc
         def one(k, text):
             results[k] = f([P + text], [P], [None])["rewards"].tolist()
 
-        threads = [threading.Thread(target=one, args=(k, t)) for k, t in
-                   enumerate(["\\boxed{7}", "\\boxed{9}", "\\boxed{\\frac{14}{2}}"])]
+        threads = [
+            threading.Thread(target=one, args=(k, t))
+            for k, t in enumerate(["\\boxed{7}", "\\boxed{9}", "\\boxed{\\frac{14}{2}}"])
+        ]
         for t in threads:
             t.start()
         for t in threads:
@@ -64,14 +66,18 @@ def test_majority_file_forwards_single_samples_to_the_server(checker, monkeypatc
 
 
 def test_openrlhf_loads_the_file_by_path():
-    agent = pytest.importorskip("openrlhf.utils.agent", reason="openrlhf not installed (pip install --no-deps openrlhf)")
+    agent = pytest.importorskip(
+        "openrlhf.utils.agent", reason="openrlhf not installed (pip install --no-deps openrlhf)"
+    )
     executor = agent.SingleTurnAgentExecutor(remote_rm_url=str(ROOT / "math_rule_reward.py"))
     out = asyncio.run(executor._fetch_rewards_via_func([P + "\\boxed{7}", P + "8"], [P, P], ["7", "7"]))
     assert [o["rewards"].tolist() for o in out] == [[1.0], [0.0]]
 
 
-@pytest.mark.parametrize("serl_name, ours", [("math_verify_reward.py", "math_rule_reward.py"),
-                                             ("math_verify_maj_reward.py", "majority_vote_reward.py")])
+@pytest.mark.parametrize(
+    "serl_name, ours",
+    [("math_verify_reward.py", "math_rule_reward.py"), ("math_verify_maj_reward.py", "majority_vote_reward.py")],
+)
 def test_serl_s_own_file_names_give_the_same_rewards(serl_name, ours):
     """SeRL's README passes math_verify_(maj_)reward.py; they are serl's two files under those names."""
     q = [P + "\\boxed{7}", P + "\\boxed{8}", P + "7", "other" + "\\boxed{1}"]

@@ -1,4 +1,5 @@
 """serve-reward over real HTTP on 127.0.0.1, with the exact OpenRLHF JSON."""
+
 import asyncio
 import json
 import threading
@@ -53,8 +54,11 @@ def post_at_capacity(url, payload):
 
 
 def request(responses, labels=None, prompt=PROMPT):
-    return {"query": [prompt + r for r in responses], "prompts": [prompt] * len(responses),
-            "labels": labels if labels is not None else [None] * len(responses)}
+    return {
+        "query": [prompt + r for r in responses],
+        "prompts": [prompt] * len(responses),
+        "labels": labels if labels is not None else [None] * len(responses),
+    }
 
 
 def test_binds_localhost_by_default(serve):
@@ -145,11 +149,14 @@ def test_unknown_path_is_404(serve):
     assert code == 404
 
 
-@pytest.mark.parametrize("q, p, expected", [
-    ("PROMPT answer", "PROMPT ", "answer"),
-    ("xx PROMPT answer", "PROMPT", " answer"),
-    ("PROMPx answer", "PROMPT", "x answer"),
-])
+@pytest.mark.parametrize(
+    "q, p, expected",
+    [
+        ("PROMPT answer", "PROMPT ", "answer"),
+        ("xx PROMPT answer", "PROMPT", " answer"),
+        ("PROMPx answer", "PROMPT", "x answer"),
+    ],
+)
 def test_response_text(q, p, expected):
     assert response_text(q, p) == expected
 
@@ -177,14 +184,17 @@ def _raw_exchange(port, data: bytes) -> tuple[int, dict]:
     return int(head.split()[1]), json.loads(body)
 
 
-@pytest.mark.parametrize("data, status", [
-    (b"GARBAGE\r\n\r\n", 400),                                   # not a request line
-    (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03 x y\r\n\r\n", 400),   # TLS hello, or near it
-    (b"POST /get_reward HTTP/9.9\r\n\r\n", 505),
-    (b"PUT /get_reward HTTP/1.1\r\nHost: x\r\n\r\n", 501),
-    (b"GET /" + b"a" * 70_000 + b" HTTP/1.1\r\n\r\n", 414),
-    (b"POST /get_reward HTTP/1.1\r\nHost: x\r\nContent-Length: \xb2\r\n\r\n", 411),  # a digit, not ASCII
-])
+@pytest.mark.parametrize(
+    "data, status",
+    [
+        (b"GARBAGE\r\n\r\n", 400),  # not a request line
+        (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03 x y\r\n\r\n", 400),  # TLS hello, or near it
+        (b"POST /get_reward HTTP/9.9\r\n\r\n", 505),
+        (b"PUT /get_reward HTTP/1.1\r\nHost: x\r\n\r\n", 501),
+        (b"GET /" + b"a" * 70_000 + b" HTTP/1.1\r\n\r\n", 414),
+        (b"POST /get_reward HTTP/1.1\r\nHost: x\r\nContent-Length: \xb2\r\n\r\n", 411),  # a digit, not ASCII
+    ],
+)
 def test_protocol_errors_are_json_too(serve, data, status):
     url, _ = serve()
     port = int(url.split(":")[2].split("/")[0])
@@ -193,16 +203,29 @@ def test_protocol_errors_are_json_too(serve, data, status):
     assert post(url, request(["\\boxed{1}", "\\boxed{1}"]))[1]["rewards"] == [1.0, 1.0]  # still serving
 
 
-@pytest.mark.parametrize("argv", [["--timeout", "0"], ["--workers", "0"], ["--group_size", "-1"], ["--port", "70000"],
-                                  ["--request_timeout", "0"], ["--max_query_kb", "nan"], ["--max_waiting", "0"],
-                                  ["--max_idle_per_client", "0"], ["--timeout", "inf"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--timeout", "0"],
+        ["--workers", "0"],
+        ["--group_size", "-1"],
+        ["--port", "70000"],
+        ["--request_timeout", "0"],
+        ["--max_query_kb", "nan"],
+        ["--max_waiting", "0"],
+        ["--max_idle_per_client", "0"],
+        ["--timeout", "inf"],
+    ],
+)
 def test_cli_bad_arguments_exit_2(argv):
     assert cli_main(argv) == 2
 
 
 def test_openrlhf_client_against_our_server(serve):
     """OpenRLHF 0.11's own HTTP reward client (one sample per request)."""
-    agent = pytest.importorskip("openrlhf.utils.agent", reason="openrlhf not installed (pip install --no-deps openrlhf)")
+    agent = pytest.importorskip(
+        "openrlhf.utils.agent", reason="openrlhf not installed (pip install --no-deps openrlhf)"
+    )
     url, _ = serve(group_size=2, group_wait=30)
     executor = agent.SingleTurnAgentExecutor(remote_rm_url=url)
 
@@ -218,6 +241,7 @@ def test_openrlhf_client_against_our_server(serve):
 
 
 # -- under real concurrency --------------------------------------------------
+
 
 def _one_sample(port, prompt, text, new_connection=True):
     """POST one sample on a fresh connection; returns (seconds from connect to reply, rewards)."""
@@ -313,8 +337,10 @@ def test_expect_100_continue_is_answered_at_once(serve):
     port = int(url.split(":")[2].split("/")[0])
     body = json.dumps(request(["\\boxed{5}"])).encode()
     s = socket.create_connection(("127.0.0.1", port), timeout=0.5)  # curl would wait 1 s
-    s.sendall(b"POST /get_reward HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-              b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n" % len(body))
+    s.sendall(
+        b"POST /get_reward HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n" % len(body)
+    )
     assert s.recv(4096).startswith(b"HTTP/1.1 100")
     s.sendall(body)
     reply = b""
@@ -334,8 +360,9 @@ def test_a_client_trickling_bytes_loses_its_slot_at_the_request_deadline(checker
     import socket
     import time
 
-    server = make_server(RewardService(checker), "127.0.0.1", 0, max_connections=1, idle_timeout=2.0,
-                         request_timeout=1.0)
+    server = make_server(
+        RewardService(checker), "127.0.0.1", 0, max_connections=1, idle_timeout=2.0, request_timeout=1.0
+    )
     threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
     port = server.server_address[1]
     url = f"http://127.0.0.1:{port}/get_reward"
@@ -355,7 +382,7 @@ def test_a_client_trickling_bytes_loses_its_slot_at_the_request_deadline(checker
                     break
                 continue
             try:
-                slow.sendall(data[k:k + 1])
+                slow.sendall(data[k : k + 1])
             except OSError:  # closed under us: the reply is already in the buffer
                 pass
         held = time.monotonic() - start

@@ -1,5 +1,6 @@
 """serve-reward bounds the work one request can cause, says when it is stalled,
 and ends its workers on SIGTERM (all on 127.0.0.1)."""
+
 import json
 import os
 import signal
@@ -26,8 +27,11 @@ def start(service):
 
 
 def call(url, payload=None, timeout=60):
-    req = urllib.request.Request(url, data=None if payload is None else json.dumps(payload).encode(),
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        url,
+        data=None if payload is None else json.dumps(payload).encode(),
+        headers={"Content-Type": "application/json"},
+    )
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
             return r.status, json.loads(r.read())
@@ -36,8 +40,11 @@ def call(url, payload=None, timeout=60):
 
 
 def request(answers, prompt=PROMPT):
-    return {"query": [prompt + "\\boxed{" + a + "}" for a in answers], "prompts": [prompt] * len(answers),
-            "labels": [None] * len(answers)}
+    return {
+        "query": [prompt + "\\boxed{" + a + "}" for a in answers],
+        "prompts": [prompt] * len(answers),
+        "labels": [None] * len(answers),
+    }
 
 
 NORMAL = request(["4", "4", "5", "4"])
@@ -153,12 +160,17 @@ def alive(pid: int) -> bool:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_sigterm_ends_the_workers_even_mid_job(tmp_path):
-    proc = subprocess.Popen([sys.executable, "-m", "serl.cli", "serve-reward", "--port", "0", "--workers", "2"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "serl.cli", "serve-reward", "--port", "0", "--workers", "2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     kids: set[int] = set()
     try:
         line = proc.stdout.readline()
         url = line.split("POST ", 1)[1].split("/get_reward")[0]
+
         # a long job: 250 distinct non-numbers are up to 31,125 math-verify checks
         def long_request():
             try:

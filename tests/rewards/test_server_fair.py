@@ -1,6 +1,7 @@
 """Requests inside every limit cannot hold the reward server: fair scoring, limits
 before per-sample work, idle connections given back, one Content-Length (all on
 127.0.0.1, real sockets and concurrent clients, each bounded in count and time)."""
+
 import json
 import socket
 import subprocess
@@ -29,8 +30,11 @@ def call(url, payload=None, timeout=60, raw=None):
 
 
 def request(answers, prompt=PROMPT):
-    return {"query": [prompt + "\\boxed{" + a + "}" for a in answers], "prompts": [prompt] * len(answers),
-            "labels": [None] * len(answers)}
+    return {
+        "query": [prompt + "\\boxed{" + a + "}" for a in answers],
+        "prompts": [prompt] * len(answers),
+        "labels": [None] * len(answers),
+    }
 
 
 NORMAL = request(["4", "4", "5", "4"])
@@ -66,8 +70,12 @@ def cli_server():
     procs = []
 
     def make(*args):
-        proc = subprocess.Popen([sys.executable, "-m", "serl.cli", "serve-reward", "--port", "0", *args],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "serl.cli", "serve-reward", "--port", "0", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         procs.append(proc)
         line = proc.stdout.readline()
         assert "http://" in line, proc.stderr.read()[-2000:]
@@ -172,7 +180,7 @@ def test_idle_connections_do_not_shut_others_out(checker):
             s.settimeout(0.05)
             try:
                 closed += s.recv(1) == b""
-            except (TimeoutError, socket.timeout):
+            except TimeoutError:
                 pass
             except ConnectionResetError:
                 closed += 1
@@ -191,8 +199,9 @@ def test_requests_waiting_for_their_group_cannot_take_every_slot(checker):
 
     def lonely(k):
         t0 = time.monotonic()
-        replies.append((call(url + "/get_reward", request(["4"], prompt=PROMPT + f"#{k}"), timeout=70),
-                        time.monotonic() - t0))
+        replies.append(
+            (call(url + "/get_reward", request(["4"], prompt=PROMPT + f"#{k}"), timeout=70), time.monotonic() - t0)
+        )
 
     threads = [threading.Thread(target=lonely, args=(k,), daemon=True) for k in range(60)]
     try:
@@ -233,8 +242,14 @@ def test_a_second_content_length_or_a_transfer_encoding_is_400(checker, extra):
     server, url = start(RewardService(checker))
     try:
         body = json.dumps(NORMAL).encode()
-        head = (b"POST /get_reward HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                b"Content-Length: %d\r\n" % len(body)) + extra + b"\r\n"
+        head = (
+            (
+                b"POST /get_reward HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n" % len(body)
+            )
+            + extra
+            + b"\r\n"
+        )
         reply = raw_exchange(server.server_address[1], head + body)
         assert reply.startswith(b"HTTP/1.1 400"), reply[:200]
         assert b"Content-Length" in reply
@@ -262,8 +277,10 @@ def test_huge_answers_are_refused_before_they_are_read_and_others_are_served(che
     try:
         big = {"query": [PROMPT + "{" * (7 << 20)], "prompts": [PROMPT], "labels": [None]}
         out = []
-        threads = [threading.Thread(target=lambda: out.append(call(url + "/get_reward", big, timeout=60)),
-                                    daemon=True) for _ in range(3)]
+        threads = [
+            threading.Thread(target=lambda: out.append(call(url + "/get_reward", big, timeout=60)), daemon=True)
+            for _ in range(3)
+        ]
         for t in threads:
             t.start()
         time.sleep(0.3)
@@ -322,8 +339,7 @@ def test_waiting_for_the_slow_lane_counts_against_the_budget():
             return ["done"] * len(jobs)
 
     lanes = Lanes(QuickPool(), Held(), big_checks=0)
-    first = threading.Thread(target=lambda: lanes.run_jobs([{"kind": "group", "strings": ["x", "y"]}], 30),
-                             daemon=True)
+    first = threading.Thread(target=lambda: lanes.run_jobs([{"kind": "group", "strings": ["x", "y"]}], 30), daemon=True)
     first.start()
     time.sleep(0.2)
     t0 = time.monotonic()

@@ -60,7 +60,8 @@ def test_nested_braces_reach_the_vote(checker):
 
 
 @pytest.mark.parametrize(
-    "label", ["Step...\n#### 12", "\\boxed{12}", "12", " 12.0 "],
+    "label",
+    ["Step...\n#### 12", "\\boxed{12}", "12", " 12.0 "],
 )
 def test_rule_reward_label_forms(checker, label):
     g = rule_reward(["12", "24/2", None, "13"], label, checker)
@@ -121,8 +122,10 @@ def test_real_math500_answers_agree_with_themselves(checker):
     if not path.exists():
         pytest.skip(f"shared data not found: {path}")
     rows = [json.loads(line) for line in path.read_text().splitlines()[:40]]
-    responses = [[r["solution"], "Thus \\boxed{" + r["answer"] + "}", "\\boxed{ " + r["answer"] + " }.",
-                  "\\boxed{-1234567}"] for r in rows]
+    responses = [
+        [r["solution"], "Thus \\boxed{" + r["answer"] + "}", "\\boxed{ " + r["answer"] + " }.", "\\boxed{-1234567}"]
+        for r in rows
+    ]
     scores = score_groups(responses, None, checker, mode="majority", fallback="none")
     for r, g in zip(rows, scores):
         assert g.rewards == [1.0, 1.0, 1.0, 0.0], (r["unique_id"], g)

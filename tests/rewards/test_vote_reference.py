@@ -9,6 +9,7 @@ distinct numbers and responses with no answer at all, and go through each place 
 vote is taken: training (``score_groups``), ``serl serve-reward`` over HTTP, the
 ``reward_utils`` files, and maj@K evaluation (``evaluate_math``, ``maj_at_k``).
 """
+
 import importlib.util
 import json
 import random
@@ -27,8 +28,24 @@ from serl.rewards.server import RewardService, make_server
 # Forms with nothing a reader would see in them: never an answer.
 EMPTY = ["\\text{}", ".", "$$", " ", "\\,", "{}", "\\mathrm{}", "~", "\\quad", "\\text{\\,}", "\\boxed{}", ".."]
 # Real answers; math-verify groups them as 1/2 | 3 | 7 | -2 | 1/4 | 2 | x+1 | the empty set.
-VALUES = ["1/2", "0.5", "\\frac{1}{2}", "\\frac12", "3", "3.0", "7", "-2", "0.25", "\\frac{1}{4}",
-          "\\sqrt{4}", "2", "x+1", "1+x", "\\{\\}", "\\emptyset"]
+VALUES = [
+    "1/2",
+    "0.5",
+    "\\frac{1}{2}",
+    "\\frac12",
+    "3",
+    "3.0",
+    "7",
+    "-2",
+    "0.25",
+    "\\frac{1}{4}",
+    "\\sqrt{4}",
+    "2",
+    "x+1",
+    "1+x",
+    "\\{\\}",
+    "\\emptyset",
+]
 NO_ANSWER = ["no idea", "I cannot tell."]
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -77,17 +94,23 @@ def reference_vote(answers, same):
     best = max(support, default=0)
     classes = {frozenset(j for j in range(n) if eq[i][j]) for i in range(n) if answers[i] is not None}
     if best == 0:
-        return {"rewards": [0.0] * n, "label": None, "agreement": 0.0, "n_clusters": 0,
-                "n_no_answer": n, "tie": False}
+        return {"rewards": [0.0] * n, "label": None, "agreement": 0.0, "n_clusters": 0, "n_no_answer": n, "tie": False}
     winner = support.index(best)
-    return {"rewards": [1.0 if eq[winner][j] else 0.0 for j in range(n)], "label": answers[winner],
-            "agreement": best / n, "n_clusters": len(classes),
-            "n_no_answer": sum(a is None for a in answers), "tie": sum(len(c) == best for c in classes) > 1}
+    return {
+        "rewards": [1.0 if eq[winner][j] else 0.0 for j in range(n)],
+        "label": answers[winner],
+        "agreement": best / n,
+        "n_clusters": len(classes),
+        "n_no_answer": sum(a is None for a in answers),
+        "tie": sum(len(c) == best for c in classes) > 1,
+    }
 
 
 def test_the_issue_example(checker, same):
-    group = [(f"\\boxed{{{x}}}", None) for x in ("\\text{}", ".", "$$")] + [("\\boxed{1/2}", "1/2"),
-                                                                              ("\\boxed{0.5}", "0.5")]
+    group = [(f"\\boxed{{{x}}}", None) for x in ("\\text{}", ".", "$$")] + [
+        ("\\boxed{1/2}", "1/2"),
+        ("\\boxed{0.5}", "0.5"),
+    ]
     (g,) = score_groups([[t for t, _ in group]], None, checker)
     assert g.rewards == [0.0, 0.0, 0.0, 1.0, 1.0] == reference_vote([a for _, a in group], same)["rewards"]
     assert (g.label, g.agreement, g.n_no_answer) == ("1/2", 0.4, 3)
@@ -109,9 +132,10 @@ def test_serve_reward_over_http(checker, same):
     try:
         prompts = [f"Problem {i}: what is it?\n" for i, g in enumerate(groups) for _ in g]
         texts = [t for g in groups for t, _ in g]
-        body = json.dumps({"query": [p + t for p, t in zip(prompts, texts)], "prompts": prompts,
-                           "labels": [None] * len(texts)}).encode()
-        url = "http://127.0.0.1:%d/get_reward" % server.server_address[1]
+        body = json.dumps(
+            {"query": [p + t for p, t in zip(prompts, texts)], "prompts": prompts, "labels": [None] * len(texts)}
+        ).encode()
+        url = f"http://127.0.0.1:{server.server_address[1]}/get_reward"
         with urllib.request.urlopen(urllib.request.Request(url, data=body), timeout=60) as r:
             out = json.loads(r.read())
     finally:
@@ -121,10 +145,10 @@ def test_serve_reward_over_http(checker, same):
     for g in groups:
         ref = reference_vote([a for _, a in g], same)
         n = len(g)
-        assert out["rewards"][k:k + n] == ref["rewards"]
-        assert out["extra_logs"]["no_answer"][k:k + n] == [int(a is None) for _, a in g]
-        assert out["extra_logs"]["agreement"][k:k + n] == pytest.approx([ref["agreement"]] * n)
-        assert out["extra_logs"]["n_clusters"][k:k + n] == [ref["n_clusters"]] * n
+        assert out["rewards"][k : k + n] == ref["rewards"]
+        assert out["extra_logs"]["no_answer"][k : k + n] == [int(a is None) for _, a in g]
+        assert out["extra_logs"]["agreement"][k : k + n] == pytest.approx([ref["agreement"]] * n)
+        assert out["extra_logs"]["n_clusters"][k : k + n] == [ref["n_clusters"]] * n
         k += n
 
 
@@ -149,9 +173,10 @@ def test_reward_utils_files(checker, same, monkeypatch):
     # the rule file: an empty form never matches a label, not even an empty one
     answers = [a for g in groups for _, a in g]
     golds = ["1/2", "\\text{}", "3"] * (len(answers) // 3 + 1)
-    out = _load("math_rule_reward.py", checker, monkeypatch)(queries, prompts, golds[:len(queries)])
+    out = _load("math_rule_reward.py", checker, monkeypatch)(queries, prompts, golds[: len(queries)])
     assert out["rewards"].tolist() == [
-        float(a is not None and g != "\\text{}" and same[g, a]) for a, g in zip(answers, golds)]
+        float(a is not None and g != "\\text{}" and same[g, a]) for a, g in zip(answers, golds)
+    ]
     assert out["extra_logs"]["no_answer"].tolist() == [float(a is None) for a in answers]
 
 
@@ -162,8 +187,10 @@ class _Scripted:
         self.samples, self.tok = samples, tok
 
     def generate(self, prompts, n, sampling):  # prompts arrive as ids (serl.models.chat)
-        return [[Completion(text=t, token_ids=[1], prompt_ids=list(p)) for t in self.samples[self.tok.decode(p)][:n]]
-                for p in prompts]
+        return [
+            [Completion(text=t, token_ids=[1], prompt_ids=list(p)) for t in self.samples[self.tok.decode(p)][:n]]
+            for p in prompts
+        ]
 
 
 def test_maj_at_k_evaluation(checker, same, smol_tokenizer):

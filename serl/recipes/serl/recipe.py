@@ -6,72 +6,78 @@ weight sync and the run around them are the run loop's (``serl.run.loop``).
 A round rolls out ``gen_batch_size`` prompts (by default ``rollout_batch_size``): the pool's pending
 problems, topped up by self-instruction (or the next seeds). Rounds repeat until ``rollout_batch_size``
 groups passed the difficulty filter or ``max_refill_rounds`` are spent; kept groups beyond the batch
-are trained first in the next step (``serl.instruct.rollouts``), so no kept rollout is wasted. Prompts over
+are trained first in the next step (``serl.recipes.serl.instruct.rollouts``), so no kept rollout is wasted. Prompts over
 ``prompt_max_len`` tokens are skipped and counted: seeds before any work (``data/skipped_long``, by file and
 line), generated ones by the prompt-length filter; few-shot prompts leave out their longest examples.
 """
+
 from __future__ import annotations
 
 import json
-import math
+from typing import Any
 
 import numpy as np
 import torch
 
+from serl import DataError
 from serl.algos import compute_advantages
 from serl.algos.kl import padded_kl
 from serl.data.lengths import fit_problems, prompt_limit
 from serl.data.passes import Passes
 from serl.data.seeds import read_seeds
-from serl.errors import DataError
-from serl.run.guard import GUARD_OPTIONS
 from serl.engines.base import Completion, TrainBatch
-from serl.instruct import DifficultyFilter, PoolItem, PromptPool, Rollout, SelfInstruct, TextFilters, fill_batch
-from serl.instruct.filters import PromptLengthFilter
-from serl.instruct.pool import POOL_FILE
-from serl.instruct.rollouts import STEP_COUNTS, accumulate, batch_metrics, finalize, round_sums
-from serl.report.progress import stage
 from serl.recipes.base import Recipe, masked_overlong, response_mask, truncated
-from serl.recipes.serl.shaping import (CurriculumPasses, agreement_weight, easy_first, no_majority,
-                                       score_cut_answers, vote_share)
-from serl.run.context import RunContext
+from serl.recipes.serl.config import Config as SerlConfig
+from serl.recipes.serl.instruct import (
+    DifficultyFilter,
+    PoolItem,
+    PromptPool,
+    Rollout,
+    SelfInstruct,
+    TextFilters,
+    fill_batch,
+)
+from serl.recipes.serl.instruct.filters import PromptLengthFilter
+from serl.recipes.serl.instruct.pool import POOL_FILE
+from serl.recipes.serl.instruct.rollouts import STEP_COUNTS, accumulate, batch_metrics, finalize, round_sums
+from serl.recipes.serl.shaping import (
+    CurriculumPasses,
+    agreement_weight,
+    easy_first,
+    no_majority,
+    score_cut_answers,
+    vote_share,
+)
+from serl.report.progress import stage
 from serl.rewards import GroupScore, checker_counts
 from serl.rewards.remote import load_source, score_for
+from serl.run.context import RunContext
+from serl.run.step import Collected
 
 
 class SerlRecipe(Recipe):
-    resume_fixed = ("enable_self_evolution", "reward_difficulty_bounds", "instructions_num_per_iteration",
-                    "overlong_filter") + GUARD_OPTIONS
+    cfg: SerlConfig  # its own options beside the common ones (for the type checker)
 
     @classmethod
     def prepare(cls, cfg):
         """The seed problems (the only input SeRL reads); the rule reward needs every label."""
         load_source(cfg)  # --remote_rm_url's file is loaded once, before anything is written
-        seeds = read_seeds(cfg.prompt_data, cfg.input_key, cfg.label_key or None, limit=cfg.max_samples or None,
-                           output_key=cfg.output_key or None, split=cfg.prompt_split)
+        seeds = read_seeds(
+            cfg.prompt_data,
+            cfg.input_key,
+            cfg.label_key or None,
+            limit=cfg.max_samples or None,
+            output_key=cfg.output_key or None,
+            split=cfg.prompt_split,
+        )
         if cfg.reward_mode == "rule":
             bad = next((i for i, s in enumerate(seeds) if s.label is None), None)
             if bad is not None:
-                raise DataError(f"{cfg.prompt_data}: row {bad + 1} has no '{cfg.label_key}' label, which "
-                                f"--reward_mode rule needs (auto votes on unlabelled problems)")
+                raise DataError(
+                    f"{cfg.prompt_data}: row {bad + 1} has no '{cfg.label_key}' label, which "
+                    f"--reward_mode rule needs (auto votes on unlabelled problems)"
+                )
         return fit_problems(cfg, seeds)  # longer than --prompt_max_len: skipped, counted, named
-
-    @classmethod
-    def guard_prompts(cls, data):
-        return [(s.text, s.label) for s in data]
-
-    @classmethod
-    def updates_per_step(cls, cfg) -> int:
-        """The rollout's sequences over ``train_batch_size``, one optimizer step each."""
-        seqs, size = cfg.rollout_batch_size * cfg.n_samples_per_prompt, cfg.train_batch_size
-        return 1 if not size or size >= seqs else math.ceil(seqs / size)
-
-    @classmethod
-    def learner_settings(cls, cfg) -> dict:
-        """SeRL sizes the LR schedule by ``instructions_num_per_iteration`` prompts, i.e.
-        N * n_samples_per_prompt / train_batch_size optimizer steps (0: by ``--steps``)."""
-        n = cfg.instructions_num_per_iteration
-        return {"total_steps": math.ceil(n / cfg.rollout_batch_size) * cls.updates_per_step(cfg)} if n else {}
 
     def __init__(self, ctx: RunContext, seeds=None):
         super().__init__(ctx, seeds)
@@ -98,32 +104,36 @@ class SerlRecipe(Recipe):
             self.prompt_lens[text] = len(self.chat_prompt(text))
         return self.prompt_lens[text]
 
-    # ---- the step (serl.run.step runs the update and the weight sync) ---------------------
-    def collect(self, step: int):
-        self.counts, metrics = dict.fromkeys(STEP_COUNTS, 0), {}
+    # ---- the step (the run loop runs the update and the weight sync) ---------------------
+    def collect(self, step: int) -> Collected:
+        self.counts = dict.fromkeys(STEP_COUNTS, 0)
+        metrics: dict[str, float] = {}
         verify_before, carried = checker_counts(self.checker), len(self.carry)
         if self.cfg.curriculum == "agreement" and self.curriculum is None:
             self.probe_curriculum(metrics)
         self.drawn = []
-        rollouts, self.carry, rounds = fill_batch(                          # 1-4. rounds of: grow the
-            self.cfg.rollout_batch_size, self.carry,                        # pool, roll out, reward,
-            lambda: self.round(step, metrics), self.cfg.max_refill_rounds)  # difficulty-filter
+        rollouts, self.carry, rounds = fill_batch(  # 1-4. rounds of: grow the
+            self.cfg.rollout_batch_size,
+            self.carry,  # pool, roll out, reward,
+            lambda: self.round(step, metrics),
+            self.cfg.max_refill_rounds,
+        )  # difficulty-filter
         tally = (self.counts, min(carried, len(rollouts)), len(self.carry), verify_before, checker_counts(self.checker))
         metrics["filter/rounds"], metrics["train/batch_prompts"] = rounds, len(rollouts)
         if self.drawn:
             metrics["curriculum/share"] = float(np.mean(self.drawn))
-        batch = self.make_batch(rollouts, metrics) if rollouts else None               # 5. advantages
+        batch = self.make_batch(rollouts, metrics) if rollouts else None  # 5. advantages
         # this collect's counters and pool, for its after_update (the update leaves the pool alone)
-        return batch, metrics, {"tally": tally, "pool_stats": self.pool.stats()}
+        return Collected(batch, metrics, {"tally": tally, "pool_stats": self.pool.stats()})
 
     def round(self, step: int, metrics: dict) -> list[Rollout]:
         """One round: a batch's worth of prompts, rolled out, rewarded and filtered."""
-        items = self.next_prompts(step, metrics)                            # 1. grow the pool
-        groups = self.rollout(items)                                        # 2. roll out
-        scores = self.reward(items, groups, metrics)                        # 3. self-reward
-        return self.filter(step, items, groups, scores)                     # 4. difficulty filter
+        items = self.next_prompts(step, metrics)  # 1. grow the pool
+        groups = self.rollout(items)  # 2. roll out
+        scores = self.reward(items, groups, metrics)  # 3. self-reward
+        return self.filter(step, items, groups, scores)  # 4. difficulty filter
 
-    def after_update(self, step: int, metrics: dict, updated: bool, local: dict) -> None:
+    def after_update(self, step: int, metrics: dict, updated: bool, local: Any = None) -> None:
         self.pool.flush(step)
         finalize(metrics)
         metrics.update(batch_metrics(*local["tally"]))
@@ -131,9 +141,13 @@ class SerlRecipe(Recipe):
 
     # ---- its own checkpointed state (step, RNGs and the generator: serl.run.state) -------
     def state_dict(self) -> dict:
-        return {"seeds": self.seeds.state_dict(), "difficulty": dict(vars(self.difficulty)),
-                "carry": [r.state() for r in self.carry], "instruct": self.instruct.state_dict(),
-                "curriculum": self.curriculum}
+        return {
+            "seeds": self.seeds.state_dict(),
+            "difficulty": dict(vars(self.difficulty)),
+            "carry": [r.state() for r in self.carry],
+            "instruct": self.instruct.state_dict(),
+            "curriculum": self.curriculum,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         if "seed_order" in state:  # a checkpoint of serl before run_state: the seeds by pool id
@@ -167,7 +181,8 @@ class SerlRecipe(Recipe):
         return items
 
     def next_seeds(self, need: int) -> list[PoolItem]:
-        items, seeds, skipped_in_a_row = [], self.pool.seeds(), 0
+        items: list = []
+        seeds, skipped_in_a_row = self.pool.seeds(), 0
         while len(items) < need:
             k = self.seeds.next()
             item = seeds[k]
@@ -178,8 +193,10 @@ class SerlRecipe(Recipe):
             skipped_in_a_row = 0 if fits else skipped_in_a_row + 1
             self.counts["batch/skipped_long"] += not fits
             if skipped_in_a_row > len(seeds):
-                raise DataError(f"{self.cfg.prompt_data}: no seed problem fits in --prompt_max_len "
-                                f"{self.prompt_max_len} tokens (chat template and instruction included)")
+                raise DataError(
+                    f"{self.cfg.prompt_data}: no seed problem fits in --prompt_max_len "
+                    f"{self.prompt_max_len} tokens (chat template and instruction included)"
+                )
         return items
 
     def probe_curriculum(self, metrics: dict) -> None:
@@ -191,7 +208,7 @@ class SerlRecipe(Recipe):
         chunk = self.cfg.gen_batch_size or self.cfg.rollout_batch_size
         with self.timed("curriculum"), stage("curriculum probe", len(fit) * n, "samples", self.progress) as st:
             for k in range(0, len(fit), chunk):
-                part = fit[k:k + chunk]
+                part = fit[k : k + chunk]
                 groups = self.sample([self.chat_prompt(seeds[i].text) for i in part], n)
                 scores = score_for(self.cfg, self.checker, self.tok, groups, [seeds[i].label for i in part])
                 for i, sc in zip(part, scores):
@@ -234,7 +251,7 @@ class SerlRecipe(Recipe):
             for item, group, score in zip(items, groups, scores):
                 ok, why = self.difficulty.check(score.agreement)
                 self.pool.record_rollout(item.id, step, score.agreement, score.label, ok, why)
-                key = "filter/difficulty/" + ("kept" if ok else why)
+                key = "filter/difficulty/" + ("kept" if ok else str(why))
                 self.counts[key] = self.counts.get(key, 0) + 1
                 if ok:
                     kept.append(Rollout(item, group, score, step))
@@ -252,7 +269,7 @@ class SerlRecipe(Recipe):
             rollouts, low = [r for r, m in zip(rollouts, low) if not m], [False] * (len(rollouts) - sum(low))
         elif cfg.min_majority_share:  # RESTRAIN: a negative signal instead
             metrics["train/penalized_no_majority"] = sum(low)
-        prompt_ids, response_ids, rewards, group_ids, keep, cut, weights, penalized = [], [], [], [], [], [], [], []
+        prompt_ids, response_ids, rewards, group_ids, keep, cut, weights, penalized = [list[Any]() for _ in range(8)]
         for g, r in enumerate(rollouts):
             w = agreement_weight(r.score, cfg.agreement_weight_power)
             for c, rew in zip(r.group, r.score.rewards):
@@ -271,9 +288,15 @@ class SerlRecipe(Recipe):
         if not keep:
             return None
         if cfg.overlong_buffer_len or cfg.stop_properly_penalty_coef != 1.0:
-            rewards, m = score_cut_answers(rewards, [len(r) for r in response_ids], cut, cfg.generate_max_len,
-                                           cfg.overlong_buffer_len, cfg.overlong_penalty_factor,
-                                           cfg.stop_properly_penalty_coef)
+            rewards, m = score_cut_answers(
+                rewards,
+                [len(r) for r in response_ids],
+                cut,
+                cfg.generate_max_len,
+                cfg.overlong_buffer_len,
+                cfg.overlong_penalty_factor,
+                cfg.stop_properly_penalty_coef,
+            )
             metrics.update(m)
         # The learner takes the old log-probs from its own forward pass (and before its first
         # mini-batch); they are computed here only for the KL penalty in the reward.
@@ -286,9 +309,14 @@ class SerlRecipe(Recipe):
         if kl is not None:
             metrics["kl/mean"] = float((kl.sum(1) / mask.sum(1)).mean())
         adv = compute_advantages(
-            self.cfg.advantage_estimator, torch.tensor(rewards, dtype=torch.float32),
-            torch.tensor(group_ids), mask, kl=kl,
-            kl_coef=self.plan.kl_coef if kl is not None else 0.0, gamma=self.cfg.gamma)
+            self.cfg.advantage_estimator,
+            torch.tensor(rewards, dtype=torch.float32),
+            torch.tensor(group_ids),
+            mask,
+            kl=kl,
+            kl_coef=self.plan.kl_coef if kl is not None else 0.0,
+            gamma=self.cfg.gamma,
+        )
         if any(penalized):  # after the estimator and its whitening: -delta on every token of the group
             adv = adv - cfg.no_majority_penalty * torch.tensor(penalized, dtype=adv.dtype)[:, None] * mask
         if cfg.agreement_weight_power:  # then the weight scales the group's whole advantage (RESTRAIN's u_x)
@@ -301,13 +329,17 @@ class SerlRecipe(Recipe):
         metrics["train/logprob_passes"] = (old is not None) + (ref is not None)
         metrics["train/tokens"] = sum(len(prompt_ids[i]) + lens[i] for i in keep)
         metrics["train/reward_mean"] = float(np.mean([rewards[i] for i in keep]))
-        batch = TrainBatch(prompt_ids=prompt_ids, response_ids=response_ids,
-                           advantages=[adv[i, :n] for i, n in enumerate(lens)], old_logprobs=old,
-                           ref_logprobs=ref if self.plan.kl == "loss" else None)
+        batch = TrainBatch(
+            prompt_ids=prompt_ids,
+            response_ids=response_ids,
+            advantages=[adv[i, :n] for i, n in enumerate(lens)],
+            old_logprobs=old,
+            ref_logprobs=ref if self.plan.kl == "loss" else None,
+        )
         return batch if len(keep) == len(lens) else batch.subset(keep)
 
     def close(self) -> None:
         self.pool.flush()
 
 
-Recipe = SerlRecipe
+Recipe = SerlRecipe  # type: ignore[misc, assignment]  # the name the registry reads

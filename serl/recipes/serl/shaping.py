@@ -12,6 +12,7 @@
 docs/algorithms.md gives each formula; tests/recipes/serl/test_label_free_options.py checks
 them against numbers worked by hand.
 """
+
 from __future__ import annotations
 
 import random
@@ -36,8 +37,9 @@ def stop_properly(reward: float, coef: float) -> float:
     return coef if coef < 0 else reward * coef
 
 
-def score_cut_answers(rewards: list[float], lengths: list[int], cut: list[bool], max_len: int,
-                      buffer_len: int, factor: float, coef: float) -> tuple[list[float], dict]:
+def score_cut_answers(
+    rewards: list[float], lengths: list[int], cut: list[bool], max_len: int, buffer_len: int, factor: float, coef: float
+) -> tuple[list[float], dict]:
     """Rewards after the soft overlong penalty (by length, every answer) and then the
     stop-properly penalty (cut answers only), with what they did, for the step's metrics."""
     out, penalties, rescored = [], [], 0
@@ -50,7 +52,7 @@ def score_cut_answers(rewards: list[float], lengths: list[int], cut: list[bool],
             r = stop_properly(r, coef)
             rescored += 1
         out.append(r)
-    m = {}
+    m: dict[str, float] = {}
     if buffer_len > 0:
         m["reward/overlong_penalized"] = len(penalties)
         m["reward/overlong_penalty_mean"] = sum(penalties) / len(penalties) if penalties else 0.0

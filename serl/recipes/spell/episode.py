@@ -3,8 +3,8 @@ the responder's samples and the verifier's judgments, and the rewards of all thr
 
 The recipe fills these in stage by stage with the generator; everything here is pure, so it
 is tested without a model. The rules are SPELL's (Tongyi-Zhiwen 2025; numbers from its public
-trainer, the code is ours): answer scoring (:mod:`serl.rewards.qa`), the verifier's majority
-(:mod:`serl.rewards.judge`), the difficulty reward (:mod:`serl.rewards.difficulty`), and here:
+trainer, the code is ours): answer scoring (:mod:`serl.recipes.spell.qa`), the verifier's majority
+(:mod:`serl.recipes.spell.judge`), the difficulty reward (:mod:`serl.recipes.spell.difficulty`), and here:
 -1 for bad format, -0.5 for ``bad_ground`` (the no-document responder scores >= 0.1). Statuses:
 ``ok``          parsed, new, grounded: the responder answered it;
 ``bad_format``  no JSON question/answer block (questioner reward -1, trained);
@@ -12,17 +12,24 @@ trainer, the code is ours): answer scoring (:mod:`serl.rewards.qa`), the verifie
 ``too_long``    its answer is too long for cover-EM (dropped, not trained, as upstream);
 ``repeated``    too close (ROUGE-L) to an earlier question on its cluster (dropped).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from serl.recipes.spell import role_batch
-from serl.data.corpus import Cluster
 from serl.engines.base import Completion, TrainBatch
-from serl.rewards.difficulty import QUESTIONER_SIGMA, difficulty_reward
-from serl.rewards.json_extract import extract_json_fields
-from serl.rewards.judge import (Majority, parse_judgment, responder_reward, verifier_majority,
-                                verifier_rewards, verifier_train_mask)
+from serl.recipes.spell import role_batch
+from serl.recipes.spell.corpus import Cluster
+from serl.recipes.spell.difficulty import QUESTIONER_SIGMA, difficulty_reward
+from serl.recipes.spell.json_extract import extract_json_fields
+from serl.recipes.spell.judge import (
+    Majority,
+    parse_judgment,
+    responder_reward,
+    verifier_majority,
+    verifier_rewards,
+    verifier_train_mask,
+)
 
 TRAINED_STATUSES = ("ok", "bad_format", "bad_ground")
 GROUNDING_THRESHOLD = 0.1
@@ -46,8 +53,9 @@ def is_bad_ground(no_doc_score: float, threshold: float = GROUNDING_THRESHOLD) -
     return no_doc_score >= threshold
 
 
-def questioner_reward(status: str, mean_score: float | None = None, sigma: float = QUESTIONER_SIGMA,
-                      mapping: str = "gaussian") -> float:
+def questioner_reward(
+    status: str, mean_score: float | None = None, sigma: float = QUESTIONER_SIGMA, mapping: str = "gaussian"
+) -> float:
     """-1 bad format, -0.5 bad_ground, else :func:`difficulty_reward` of the mean score."""
     if status in ("bad_format", "bad_ground"):
         return -1.0 if status == "bad_format" else -0.5
@@ -61,18 +69,18 @@ def questioner_reward(status: str, mean_score: float | None = None, sigma: float
 @dataclass
 class Question:
     cluster: Cluster
-    evidence: list[int]                  # paragraph indices the questioner saw
-    ask: Completion                      # the questioner's reply
+    evidence: list[int]  # paragraph indices the questioner saw
+    ask: Completion  # the questioner's reply
     status: str = "bad_format"
-    qa: dict | None = None               # {"question", "answer"} when parsed
-    ground: float | None = None          # mean no-document score (grounding check)
+    qa: dict | None = None  # {"question", "answer"} when parsed
+    ground: float | None = None  # mean no-document score (grounding check)
     responses: list[Completion] = field(default_factory=list)
-    answers: list[str | None] = field(default_factory=list)   # after "The answer is"
-    rule: list[float] = field(default_factory=list)           # cover-EM per response
+    answers: list[str | None] = field(default_factory=list)  # after "The answer is"
+    rule: list[float] = field(default_factory=list)  # cover-EM per response
     judges: list[list[Completion]] = field(default_factory=list)  # k per response ([] if no answer)
     majorities: list[Majority | None] = field(default_factory=list)
-    rewards: list[float] = field(default_factory=list)        # responder rewards
-    reward: float | None = None          # questioner reward
+    rewards: list[float] = field(default_factory=list)  # responder rewards
+    reward: float | None = None  # questioner reward
 
     @property
     def mean_score(self) -> float:
@@ -122,6 +130,7 @@ def verifier_groups(q: Question, band: tuple[float, float]) -> list[tuple[list[C
 @dataclass
 class RoleGroups:
     """What one step trains on, per role: lists of (completions, rewards) groups."""
+
     questioner: list[tuple[Completion, float]] = field(default_factory=list)
     responder: list[tuple[list[Completion], list[float]]] = field(default_factory=list)
     verifier: list[tuple[list[Completion], list[float]]] = field(default_factory=list)
@@ -159,8 +168,12 @@ def role_metrics(qs: list[Question], groups: RoleGroups) -> dict[str, float]:
     answered = [q for q in qs if q.status == "ok"]
     rewarded = [q.reward for q in qs if q.reward is not None]
     responses = [(r, w) for q in answered for r, w in zip(q.rule, q.rewards)]
-    judgments = [(j, maj, rule) for q in answered for js, maj, rule in zip(q.judges, q.majorities, q.rule)
-                 for j in (parse_judgment(c.text) for c in js)]
+    judgments = [
+        (j, maj, rule)
+        for q in answered
+        for js, maj, rule in zip(q.judges, q.majorities, q.rule)
+        for j in (parse_judgment(c.text) for c in js)
+    ]
     valid = [(j, maj, rule) for j, maj, rule in judgments if j != -1]
     return {
         "questioner/valid_json": _share(sum(q.status != "bad_format" for q in qs), n),
@@ -175,10 +188,10 @@ def role_metrics(qs: list[Question], groups: RoleGroups) -> dict[str, float]:
         "responder/verifier_lift": _share(sum(w > r for r, w in responses), len(responses)),
         "responder/no_answer": _share(sum(a is None for q in answered for a in q.answers), len(responses)),
         "verifier/agreement": _share(sum(float(j) == rule for j, _, rule in valid), len(valid)),
-        "verifier/majority_agreement": _share(sum(maj is not None and j == maj.label for j, maj, _ in valid),
-                                              len(valid)),
+        "verifier/majority_agreement": _share(
+            sum(maj is not None and j == maj.label for j, maj, _ in valid), len(valid)
+        ),
         "verifier/bad_format": _share(len(judgments) - len(valid), len(judgments)),
         "train/responder_groups": float(len(groups.responder)),
         "train/verifier_groups": float(len(groups.verifier)),
     }
-

@@ -3,13 +3,14 @@
 SPELL (Tongyi-Zhiwen 2025) keeps, for each cluster, the last few questions whose responder
 mean score was in range, with the paragraphs they came from. The next questioner prompt for
 that cluster shows them as examples and asks for a new, harder question, and their evidence
-stays in the context while new paragraphs are added (:func:`serl.data.corpus.sample_evidence`).
+stays in the context while new paragraphs are added (:func:`serl.recipes.spell.corpus.sample_evidence`).
 
 Here: at most ``capacity`` (3, as upstream; 0 keeps none) entries per cluster, first in first
 out; an entry is stored when the responder's mean score lies in (0, 1] (the issue's rule;
 upstream's default band is [0.5, 1]) and the cluster holds no entry with the same question
 (case and spacing ignored). The state is plain JSON, so a resumed run sees the same memory.
 """
+
 from __future__ import annotations
 
 from collections import deque
@@ -65,10 +66,15 @@ class HistoryMemory:
         return len(self) / (n_clusters * self.capacity) if n_clusters > 0 and self.capacity > 0 else 0.0
 
     def state_dict(self) -> dict:
-        return {"capacity": self.capacity, "score_range": list(self.score_range),
-                "clusters": {cid: [{"evidence": list(e.evidence), "question": e.question,
-                                    "answer": e.answer} for e in d]
-                             for cid, d in self._store.items() if d}}
+        return {
+            "capacity": self.capacity,
+            "score_range": list(self.score_range),
+            "clusters": {
+                cid: [{"evidence": list(e.evidence), "question": e.question, "answer": e.answer} for e in d]
+                for cid, d in self._store.items()
+                if d
+            },
+        }
 
     def load_state_dict(self, state: dict) -> None:
         """Replace the contents with ``state`` (from :meth:`state_dict`); checks its shape."""
@@ -86,11 +92,16 @@ class HistoryMemory:
                     if not isinstance(row, dict) or key not in row:
                         raise ValueError(f"memory state: cluster {cid!r} entry {k} lacks {key!r}")
                 ev, q, a = row["evidence"], row["question"], row["answer"]
-                if not (isinstance(q, str) and isinstance(a, str) and isinstance(ev, list)
-                        and all(isinstance(i, int) for i in ev)):
+                if not (
+                    isinstance(q, str)
+                    and isinstance(a, str)
+                    and isinstance(ev, list)
+                    and all(isinstance(i, int) for i in ev)
+                ):
                     raise ValueError(f"memory state: cluster {cid!r} entry {k} has bad types")
-            store[str(cid)] = deque((MemoryEntry(tuple(r["evidence"]), r["question"], r["answer"]) for r in rows),
-                                    maxlen=capacity)
+            store[str(cid)] = deque(
+                (MemoryEntry(tuple(r["evidence"]), r["question"], r["answer"]) for r in rows), maxlen=capacity
+            )
         self.capacity = capacity
         self.score_range = tuple(state.get("score_range", self.score_range))
         self._store = store

@@ -12,9 +12,10 @@ Each builder returns the user message text; the caller applies the chat template
 Model-written text put into a prompt (questions, answers) is cut to a fixed length,
 so one runaway generation cannot blow up the next prompt.
 """
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from serl.recipes.spell.memory import MemoryEntry
 
@@ -50,11 +51,13 @@ def _documents(paragraphs: Sequence[str]) -> str:
 
 def _examples(history: Sequence[MemoryEntry], compact: bool) -> str:
     if compact:
-        return "\n".join(f"- Q: {_clip(e.question, MAX_QUESTION_CHARS)} A: {_clip(e.answer, MAX_ANSWER_CHARS)}"
-                         for e in history)
-    return "\n\n".join(f"Example {k}\nQuestion: {_clip(e.question, MAX_QUESTION_CHARS)}\n"
-                       f"Answer: {_clip(e.answer, MAX_ANSWER_CHARS)}"
-                       for k, e in enumerate(history, 1))
+        return "\n".join(
+            f"- Q: {_clip(e.question, MAX_QUESTION_CHARS)} A: {_clip(e.answer, MAX_ANSWER_CHARS)}" for e in history
+        )
+    return "\n\n".join(
+        f"Example {k}\nQuestion: {_clip(e.question, MAX_QUESTION_CHARS)}\nAnswer: {_clip(e.answer, MAX_ANSWER_CHARS)}"
+        for k, e in enumerate(history, 1)
+    )
 
 
 _QUESTIONER_FULL = """You write test questions about documents for a reading exam.
@@ -107,8 +110,9 @@ Now your turn.
 """
 
 
-def questioner_prompt(paragraphs: Sequence[str], history: Sequence[MemoryEntry] = (),
-                      compact: bool = False, few_shot: bool = False) -> str:
+def questioner_prompt(
+    paragraphs: Sequence[str], history: Sequence[MemoryEntry] = (), compact: bool = False, few_shot: bool = False
+) -> str:
     """The questioner sees ``paragraphs`` and, when given, earlier questions as examples;
     ``few_shot`` puts one worked example (:data:`FEW_SHOT_EXAMPLE`) first."""
     if not paragraphs:
@@ -183,6 +187,8 @@ def verifier_prompt(question: str, candidate: str, reference: str, compact: bool
     """The verifier compares the responder's answer (``candidate``) with the
     questioner's (``reference``)."""
     tpl = _VERIFIER_COMPACT if compact else _VERIFIER_FULL
-    return tpl.format(question=_clip(question, MAX_QUESTION_CHARS),
-                      candidate=_clip(candidate, MAX_ANSWER_CHARS),
-                      reference=_clip(reference, MAX_ANSWER_CHARS))
+    return tpl.format(
+        question=_clip(question, MAX_QUESTION_CHARS),
+        candidate=_clip(candidate, MAX_ANSWER_CHARS),
+        reference=_clip(reference, MAX_ANSWER_CHARS),
+    )

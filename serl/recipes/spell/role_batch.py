@@ -4,14 +4,15 @@ The recipe says what each role's groups are (one prompt's samples and the reward
 here each role's groups become that role's batch, with advantages from the run's estimator
 taken within each group, so one role's rewards never set another's baseline; then the roles'
 batches, each without its sequences whose advantage is zero throughout, are joined in role
-order into the one ``TrainBatch`` the step frame (``serl.run.step``) hands the learner:
+order into the one ``TrainBatch`` the run loop (``serl.run.loop``) hands the learner:
 
     groups = {"questioner": [...], "responder": [...], "verifier": [...]}  # (completions, rewards) each
     batch = join_roles(role_batches(groups, self.group_batch), metrics)   # and train/<role>_seqs
 """
+
 from __future__ import annotations
 
-from typing import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from serl.engines.base import Completion, TrainBatch
 
@@ -22,8 +23,7 @@ def role_batches(groups: Mapping[str, Sequence[Group]], group_batch: Callable) -
     """Per role, in the order of ``groups``: one batch of all its groups, with advantages from
     ``group_batch(completion groups, reward groups)`` (``Recipe.group_batch``: the run's
     estimator, within each group); None for a role without groups."""
-    return {role: group_batch([c for c, _ in gs], [r for _, r in gs]) if gs else None
-            for role, gs in groups.items()}
+    return {role: group_batch([c for c, _ in gs], [r for _, r in gs]) if gs else None for role, gs in groups.items()}
 
 
 def join_roles(batches: Mapping[str, TrainBatch | None], metrics: dict) -> TrainBatch | None:

@@ -1,11 +1,12 @@
 """The verifier warm-up (``--verifier_warmup_steps N``): the run's first N steps train only the
-verifier, on labelled training pairs (:mod:`serl.data.verify_pairs`), with self-play's prompt."""
+verifier, on labelled training pairs (:mod:`serl.recipes.spell.verify_pairs`), with self-play's prompt."""
+
 from __future__ import annotations
 
-from serl.data.verify_pairs import Balanced, read_pairs
+from serl.recipes.spell.judge import label_rewards, parse_judgment, verdict_metrics
 from serl.recipes.spell.prompts import verifier_prompt
-from serl.rewards.judge import label_rewards, parse_judgment, verdict_metrics
 from serl.recipes.spell.role_batch import join_roles, role_batches
+from serl.recipes.spell.verify_pairs import Balanced, read_pairs
 
 
 def warmup_pairs(cfg, score, rng) -> Balanced | None:
@@ -22,8 +23,10 @@ def warmup_step(recipe):
     labelled pairs, one GRPO group of verdicts each, rewarded against the pair's rule label."""
     cfg, start = recipe.cfg, recipe.verdict_prefill
     pairs = recipe.warm.take(cfg.verifier_warmup_pairs)
-    prompts = [recipe.chat_prompt(verifier_prompt(p.question, p.candidate, p.gold, cfg.compact_prompts), prefill=start)
-               for p in pairs]
+    prompts = [
+        recipe.chat_prompt(verifier_prompt(p.question, p.candidate, p.gold, cfg.compact_prompts), prefill=start)
+        for p in pairs
+    ]
     with recipe.timed("verifier"):
         groups = recipe.sample(prompts, cfg.verifier_warmup_samples, cfg.verifier_max_len)
     verdicts = [[parse_judgment(start + c.text) for c in g] for g in groups]  # judged on prefill + reply

@@ -15,21 +15,24 @@ its log-probs are then the policy's own no-grad log-probs, taken before the upda
   supply; so the learner keeps a reference model, refreshed by ``sync_ref`` every N steps.
   A resume inside a window reloads it from the checkpoint at the window start.
 """
+
 from __future__ import annotations
 
 import torch
 
-from serl.models.chat import text_ids
+from serl import DataError
 from serl.data.lengths import fit_problems
 from serl.data.passes import Passes
 from serl.data.seeds import Problem, read_seeds
-from serl.errors import DataError
 from serl.engines.base import Completion, TrainBatch
-from serl.report.progress import stage
+from serl.models.chat import text_ids
 from serl.recipes.base import Recipe
+from serl.recipes.spin.config import Config as SpinConfig
 from serl.recipes.spin.config import mixed_count
-from serl.algos.pairs import best_worst_pairs
+from serl.recipes.spin.pairs import best_worst_pairs
+from serl.report.progress import stage
 from serl.rewards.remote import load_source, score_for
+from serl.run.step import Collected
 
 
 def end_of_turn_id(tok) -> int:
@@ -49,9 +52,11 @@ def answer_ids(tok, text: str) -> list[int]:
 
 def pair_batch(triples: list[tuple[list[int], list[int], list[int]]]) -> TrainBatch:
     """(prompt, chosen, rejected) token ids -> a DPO batch: sequence 2k chosen, 2k+1 rejected."""
-    return TrainBatch(prompt_ids=[list(t[0]) for t in triples for _ in range(2)],
-                      response_ids=[list(ids) for t in triples for ids in t[1:]],
-                      pairs=[(2 * k, 2 * k + 1) for k in range(len(triples))])
+    return TrainBatch(
+        prompt_ids=[list(t[0]) for t in triples for _ in range(2)],
+        response_ids=[list(ids) for t in triples for ids in t[1:]],
+        pairs=[(2 * k, 2 * k + 1) for k in range(len(triples))],
+    )
 
 
 def per_token_mean(logps: list[torch.Tensor]) -> float:
@@ -60,9 +65,7 @@ def per_token_mean(logps: list[torch.Tensor]) -> float:
 
 
 class SpinRecipe(Recipe):
-    resume_fixed = ("spin_mode", "beta", "dpo_loss", "label_smoothing", "ref_update", "iteration_size",
-                    "epochs_per_iteration", "mix_previous", "answer_fallback", "temperature", "top_p",
-                    "generate_max_len", "system_prompt")
+    cfg: SpinConfig  # its own options beside the common ones (for the type checker)
 
     @classmethod
     def prepare(cls, cfg) -> list[Problem]:
@@ -70,34 +73,30 @@ class SpinRecipe(Recipe):
         spin = cfg.spin_mode == "spin"  # online mode trains on its own answers only
         load_source(cfg)  # --remote_rm_url's file is loaded once, before anything is written
         try:
-            problems = read_seeds(cfg.prompt_data, cfg.input_key, cfg.label_key or None,
-                                  limit=cfg.max_samples or None, output_key=cfg.output_key if spin else None,
-                                  split=cfg.prompt_split)
+            problems = read_seeds(
+                cfg.prompt_data,
+                cfg.input_key,
+                cfg.label_key or None,
+                limit=cfg.max_samples or None,
+                output_key=cfg.output_key if spin else None,
+                split=cfg.prompt_split,
+            )
         except DataError as e:  # prompts without human answers: verl's online DPO needs none
             if spin and f"'{cfg.output_key}'" in str(e):
-                raise DataError(f"{e}; or train on the model's own answers with --spin_mode online (verl's "
-                                f"SPIN recipe: online DPO, no human answers)") from None
+                raise DataError(
+                    f"{e}; or train on the model's own answers with --spin_mode online (verl's "
+                    f"SPIN recipe: online DPO, no human answers)"
+                ) from None
             raise
         if cfg.spin_mode == "online" and cfg.reward_mode == "rule":
             bad = next((i for i, p in enumerate(problems) if p.label is None), None)
             if bad is not None:
-                raise DataError(f"{cfg.prompt_data}: problem {bad + 1} has no '{cfg.label_key}'; "
-                                f"--reward_mode rule needs a label on every problem")
+                raise DataError(
+                    f"{cfg.prompt_data}: problem {bad + 1} has no '{cfg.label_key}'; "
+                    f"--reward_mode rule needs a label on every problem"
+                )
         # too long for --prompt_max_len (with the answer: for the run's context): skipped, counted
         return fit_problems(cfg, problems, with_answers=spin)
-
-    @classmethod
-    def needs_reference(cls, cfg) -> bool:
-        # asked once by serl.config.plan; the run reads the answer as self.plan.needs_reference
-        return cfg.spin_mode == "online" and cfg.ref_every() > 1
-
-    @classmethod
-    def objective(cls, cfg) -> str:
-        return "dpo"
-
-    @classmethod
-    def objective_args(cls, cfg) -> dict:
-        return {"beta": cfg.beta, "loss_type": cfg.dpo_loss, "label_smoothing": cfg.label_smoothing}
 
     def __init__(self, ctx, problems: list[Problem]):
         super().__init__(ctx, problems)
@@ -108,13 +107,13 @@ class SpinRecipe(Recipe):
         self.iteration = -1
         self.pool: TrainBatch | None = None
         self.batches: list[list[int]] = []  # pair indices of each optimizer step
-        self.done = 0                       # steps taken in this iteration
-        self.previous: list[tuple] = []     # the last iteration's new (prompt, real, own) ids
+        self.done = 0  # steps taken in this iteration
+        self.previous: list[tuple] = []  # the last iteration's new (prompt, real, own) ids
 
-    def collect(self, step: int):
+    def collect(self, step: int) -> Collected:
         metrics: dict = {}
         spin = self.cfg.spin_mode == "spin"
-        return (self.spin_batch(metrics) if spin else self.online_batch(step, metrics)), metrics
+        return Collected(self.spin_batch(metrics) if spin else self.online_batch(step, metrics), metrics)
 
     # ---- spin mode ----------------------------------------------------------------------
     def spin_batch(self, metrics: dict) -> TrainBatch:
@@ -126,6 +125,7 @@ class SpinRecipe(Recipe):
         pairs = self.batches[self.done]
         self.done += 1
         metrics.update({"spin/iteration": float(self.iteration), "spin/iteration_step": float(self.done)})
+        assert self.pool is not None  # made by new_iteration above
         return self.pool.subset([i for k in pairs for i in (2 * k, 2 * k + 1)])
 
     def new_iteration(self, metrics: dict) -> None:
@@ -135,8 +135,11 @@ class SpinRecipe(Recipe):
         self.iteration += 1
         picked = self.next_problems(cfg.iteration_size or len(self.problems))
         groups = self.generate(picked, metrics)
-        new = [(list(c.prompt_ids), answer_ids(self.tok, p.solution), list(c.token_ids) or [self.end_id])
-               for p, g in zip(picked, groups) for c in g]
+        new = [
+            (list(c.prompt_ids), answer_ids(self.tok, p.solution or ""), list(c.token_ids) or [self.end_id])
+            for p, g in zip(picked, groups)
+            for c in g
+        ]
         old = self.rng.sample(self.previous, mixed_count(cfg.mix_previous, len(self.previous)))
         self.previous = new
         triples = new + old
@@ -145,15 +148,21 @@ class SpinRecipe(Recipe):
         for _ in range(cfg.epochs_per_iteration):
             perm = list(range(len(triples)))
             self.rng.shuffle(perm)
-            self.batches += [perm[s:s + size] for s in range(0, len(perm), size)]
+            self.batches += [perm[s : s + size] for s in range(0, len(perm), size)]
         self.done = 0
-        metrics.update({"spin/pairs": float(len(triples)), "spin/pairs_previous": float(len(old)),
-                        "spin/identical": float(sum(t[1] == t[2] for t in triples))})
+        metrics.update(
+            {
+                "spin/pairs": float(len(triples)),
+                "spin/pairs_previous": float(len(old)),
+                "spin/identical": float(sum(t[1] == t[2] for t in triples)),
+            }
+        )
         self.score_reference(metrics)
 
     def score_reference(self, metrics: dict) -> None:
         """Reference = the policy now: its log-probs of every pair of the iteration."""
         pool = self.pool
+        assert pool is not None  # the iteration's pairs are made first
         with self.timed("reference"), stage("reference", len(pool.response_ids), "seqs", self.progress) as st:
             pool.ref_logprobs = self.learner.logprobs(pool.prompt_ids, pool.response_ids, model="policy")
             st.update(len(pool.response_ids))
@@ -164,7 +173,7 @@ class SpinRecipe(Recipe):
     # ---- online mode --------------------------------------------------------------------
     def online_batch(self, step: int, metrics: dict) -> TrainBatch | None:
         cfg, every = self.cfg, self.cfg.ref_every()
-        if self.plan.needs_reference and step > 1 and (step - 1) % every == 0:  # the learner's lags
+        if self.plan.ref_every and step > 1 and (step - 1) % every == 0:  # the learner's lags
             with self.timed("sync_ref"):
                 self.learner.sync_ref()
             metrics["spin/reference_refreshed"] = 1.0
@@ -182,9 +191,13 @@ class SpinRecipe(Recipe):
         if not pairs:
             return None
         ids = lambda c: list(c.token_ids) or [self.end_id]  # noqa: E731
-        batch = pair_batch([(groups[p.group][p.chosen].prompt_ids, ids(groups[p.group][p.chosen]),
-                             ids(groups[p.group][p.rejected])) for p in pairs])
-        if not self.plan.needs_reference:  # steps:1: the reference is the policy that wrote these answers
+        batch = pair_batch(
+            [
+                (groups[p.group][p.chosen].prompt_ids, ids(groups[p.group][p.chosen]), ids(groups[p.group][p.rejected]))
+                for p in pairs
+            ]
+        )
+        if not self.plan.ref_every:  # steps:1: the reference is the policy that wrote these answers
             with self.timed("reference"):
                 batch.ref_logprobs = self.learner.logprobs(batch.prompt_ids, batch.response_ids, model="policy")
         return batch
@@ -205,10 +218,19 @@ class SpinRecipe(Recipe):
 
     # ---- its own checkpointed state (step, RNGs and the generator: serl.run.state) ----------
     def state_dict(self) -> dict:
-        pool = None if self.pool is None else {k: getattr(self.pool, k) for k in
-                                               ("prompt_ids", "response_ids", "ref_logprobs", "pairs")}
-        return {"order": self.passes.state_dict(), "iteration": self.iteration, "pool": pool,
-                "batches": self.batches, "done": self.done, "previous": self.previous}
+        pool = (
+            None
+            if self.pool is None
+            else {k: getattr(self.pool, k) for k in ("prompt_ids", "response_ids", "ref_logprobs", "pairs")}
+        )
+        return {
+            "order": self.passes.state_dict(),
+            "iteration": self.iteration,
+            "pool": pool,
+            "batches": self.batches,
+            "done": self.done,
+            "previous": self.previous,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.passes.load_state_dict(state["order"])
@@ -216,11 +238,5 @@ class SpinRecipe(Recipe):
         self.pool = None if state["pool"] is None else TrainBatch(**state["pool"])
         self.batches, self.previous = state["batches"], state["previous"]
 
-    def reference_step(self, step: int) -> int | None:
-        """Online ``steps:N``: the reference of the window that began after step S is the
-        policy of S's checkpoint (``serl.run.state`` restores it on a resume after ``step``)."""
-        every = self.cfg.ref_every()
-        return every * (step // every) if self.plan.needs_reference else None
 
-
-Recipe = SpinRecipe
+Recipe = SpinRecipe  # type: ignore[misc, assignment]  # the name the registry reads

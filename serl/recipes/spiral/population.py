@@ -4,20 +4,21 @@ Fictitious self-play as in SPIRAL (Liu et al., 2025: a pool of 25, a snapshot ev
 policy included). ``SnapshotPool`` is only bookkeeping: snapshots are named by path, the current policy
 is the entry ``CURRENT``, and draws come from the pool's own seeded RNG, so a restored pool draws the same
 opponents. ``SnapshotTrash`` deletes a file pushed out of the pool only once no kept checkpoint can need
-it. ``Population`` ties both to a run directory and writes the snapshots (``serl.engines.snapshots``);
+it. ``Population`` ties both to a run directory and writes the snapshots (``serl.recipes.spiral.snapshots``);
 a recipe asks it what is due, what to play and what to checkpoint, and serves the weights through a
 ``WeightSwitcher``.
 """
+
 from __future__ import annotations
 
 import random
 from collections import deque
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import torch
 
-from serl.engines.snapshots import CURRENT, save_snapshot
+from serl.recipes.spiral.snapshots import CURRENT, save_snapshot
 
 SNAPSHOT_DIR = "snapshots"
 
@@ -69,8 +70,13 @@ class SnapshotPool:
 
     def state_dict(self) -> dict:
         version, internal, gauss = self.rng.getstate()
-        return {"size": self.size, "add_every": self.add_every, "include_current": self.include_current,
-                "snapshots": list(self.snapshots), "rng": [version, list(internal), gauss]}
+        return {
+            "size": self.size,
+            "add_every": self.add_every,
+            "include_current": self.include_current,
+            "snapshots": list(self.snapshots),
+            "rng": [version, list(internal), gauss],
+        }
 
     def load_state_dict(self, state: dict) -> None:
         try:
@@ -90,7 +96,7 @@ class SnapshotTrash:
     go once a complete checkpoint at a step >= e exists. Its state is a list of (step, path)."""
 
     def __init__(self, run_dir: Path) -> None:
-        self.run_dir, self.items = Path(run_dir), []
+        self.run_dir, self.items = Path(run_dir), list[tuple[int, str]]()
 
     def add(self, step: int, paths: Iterable[str]) -> None:
         self.items += [(int(step), str(p)) for p in paths]

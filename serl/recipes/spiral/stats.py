@@ -1,14 +1,17 @@
 """A SPIRAL step's metrics over its episodes, from the learner's point of view."""
+
 from __future__ import annotations
 
 from collections import Counter
-from typing import Sequence
+from collections.abc import Sequence
 
-from serl.games.stats import summarize
 from serl.recipes.base import truncated
+from serl.recipes.spiral.games.stats import summarize
 
 
-def episode_metrics(turns: Sequence, episodes: Sequence, kinds: Sequence[str], learner: str = "current") -> dict[str, float]:
+def episode_metrics(
+    turns: Sequence, episodes: Sequence, kinds: Sequence[str], learner: str = "current"
+) -> dict[str, float]:
     """A step's metrics: per game and role (``summarize``), the overall invalid rate, response
     lengths and the opponent mix (``kinds``: one per game)."""
     out = {f"spiral/{k}": v for k, v in summarize(turns, episodes, learner).items() if "/opponent/" not in k}

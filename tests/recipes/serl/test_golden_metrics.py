@@ -15,6 +15,7 @@ generator samples on this machine's CPU kernels: on another kind of machine the 
 and so the numbers, can differ; re-record with SERL_RECORD_GOLDEN=1 only when a change of
 behaviour is intended, and say so in the commit.
 """
+
 import json
 import math
 import os
@@ -32,18 +33,29 @@ pytestmark = pytest.mark.slow
 _FLAGS = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
 AMX = " amx_bf16" in _FLAGS
 AVX2_ONLY = " avx512f" not in _FLAGS and not AMX
-GOLDEN = Path(__file__).with_name("golden_metrics.amx.jsonl" if AMX else
-                                  "golden_metrics.avx2.jsonl" if AVX2_ONLY else "golden_metrics.jsonl")
+GOLDEN = Path(__file__).with_name(
+    "golden_metrics.amx.jsonl" if AMX else "golden_metrics.avx2.jsonl" if AVX2_ONLY else "golden_metrics.jsonl"
+)
 # Counts of the work each stage does (for bench/roofline.py), added after both records were made;
 # no behaviour changed, so they are checked for presence (and against each other) here, and
 # compared like every other key once a record has them.
-ADDED = {"instruct/prompt_tokens", "rollout/prompt_tokens", "rollout/gen_tokens", "train/logprob_tokens",
-         "train/logprob_answer_tokens", "train/logprob_passes", "train/tokens"}
+ADDED = {
+    "instruct/prompt_tokens",
+    "rollout/prompt_tokens",
+    "rollout/gen_tokens",
+    "train/logprob_tokens",
+    "train/logprob_answer_tokens",
+    "train/logprob_passes",
+    "train/tokens",
+}
 
 
 def _rows(path: Path) -> list[dict]:
-    return [{k: v for k, v in json.loads(line).items() if not k.startswith("time/") and k != "wall_time"}
-            for line in path.read_text().splitlines() if line.strip()]
+    return [
+        {k: v for k, v in json.loads(line).items() if not k.startswith("time/") and k != "wall_time"}
+        for line in path.read_text().splitlines()
+        if line.strip()
+    ]
 
 
 def test_tiny_serl_run_matches_the_golden_metrics(tiny_serl_run):
@@ -55,12 +67,14 @@ def test_tiny_serl_run_matches_the_golden_metrics(tiny_serl_run):
     if os.environ.get("SERL_RECORD_GOLDEN") == "1":
         GOLDEN.write_text("".join(json.dumps(row, sort_keys=True) + "\n" for row in got))
     if not GOLDEN.is_file():
-        pytest.skip(f"no record for this kind of CPU ({GOLDEN.name}); make one from a commit known to be right "
-                    "with SERL_RECORD_GOLDEN=1")
+        pytest.skip(
+            f"no record for this kind of CPU ({GOLDEN.name}); make one from a commit known to be right "
+            "with SERL_RECORD_GOLDEN=1"
+        )
     want = _rows(GOLDEN)
     assert [g["step"] for g in got] == [w["step"] for w in want]
     for g, w in zip(got, want):
-        assert set(g) - ADDED == set(w) - ADDED, (set(g) ^ set(w))
+        assert set(g) - ADDED == set(w) - ADDED, set(g) ^ set(w)
         assert ADDED <= set(g), ADDED - set(g)
         # every rolled-out answer is in the mean length; TINY_TRAIN samples 2 answers a prompt
         assert g["rollout/gen_tokens"] == pytest.approx(g["response/length_mean"] * g["batch/rolled_out"] * 2)

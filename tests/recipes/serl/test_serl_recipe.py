@@ -1,16 +1,18 @@
 """SerlRecipe.make_batch: which log-prob passes a step pays for, and the advantages it builds."""
+
 from contextlib import nullcontext
 from types import SimpleNamespace
 
 import pytest
 import torch
 
-from serl.recipes.serl.config import SerlConfig as TrainConfig
-from serl.engines.base import Completion
-from serl.instruct.pool import PoolItem
 from serl.config.plan import plan_run
+from serl.engines.base import Completion
+from serl.recipes.serl.config import SerlConfig as TrainConfig
+from serl.recipes.serl.instruct.pool import PoolItem
+from serl.recipes.serl.recipe import Rollout
+from serl.recipes.serl.recipe import SerlRecipe as Trainer
 from serl.rewards.vote import GroupScore
-from serl.recipes.serl.recipe import Rollout, SerlRecipe as Trainer
 
 
 class RecordingLearner:
@@ -32,11 +34,14 @@ def _rollouts() -> list[Rollout]:
     return [Rollout(item, group, score)]
 
 
-@pytest.mark.parametrize("kl_coef,kl_loss,estimator,calls", [
-    (0.0, False, "group_norm", []),                    # GRPO without KL: no extra forward
-    (1e-4, True, "group_norm", ["ref"]),               # GRPO: KL in the loss needs ref only
-    (1e-4, False, "reinforce", ["policy", "ref"]),     # Reinforce++: KL in the reward
-])
+@pytest.mark.parametrize(
+    "kl_coef,kl_loss,estimator,calls",
+    [
+        (0.0, False, "group_norm", []),  # GRPO without KL: no extra forward
+        (1e-4, True, "group_norm", ["ref"]),  # GRPO: KL in the loss needs ref only
+        (1e-4, False, "reinforce", ["policy", "ref"]),  # Reinforce++: KL in the reward
+    ],
+)
 def test_old_logprobs_only_when_the_reward_needs_them(kl_coef, kl_loss, estimator, calls):
     cfg = TrainConfig(init_kl_coef=kl_coef, use_kl_loss=kl_loss, advantage_estimator=estimator)
     learner = RecordingLearner(policy=-1.0, ref=-1.5)
@@ -46,8 +51,12 @@ def test_old_logprobs_only_when_the_reward_needs_them(kl_coef, kl_loss, estimato
     assert learner.calls == calls
     assert batch.response_ids == [[5, 6], [7]]
     # the work counted for bench/roofline.py: (2 prompt + 2) + (2 prompt + 1) tokens, per pass
-    assert (metrics["train/logprob_tokens"], metrics["train/logprob_answer_tokens"], metrics["train/logprob_passes"],
-            metrics["train/tokens"]) == (7, 3, len(calls), 7)
+    assert (
+        metrics["train/logprob_tokens"],
+        metrics["train/logprob_answer_tokens"],
+        metrics["train/logprob_passes"],
+        metrics["train/tokens"],
+    ) == (7, 3, len(calls), 7)
     assert (batch.old_logprobs is None) == ("policy" not in calls)
     assert (batch.ref_logprobs is not None) == kl_loss
     if calls == ["policy", "ref"]:
@@ -64,8 +73,7 @@ def test_old_logprobs_only_when_the_reward_needs_them(kl_coef, kl_loss, estimato
 
 
 def _fake(cfg, learner):
-    return SimpleNamespace(cfg=cfg, plan=plan_run(cfg), learner=learner,
-                           timed=lambda name: nullcontext())
+    return SimpleNamespace(cfg=cfg, plan=plan_run(cfg), learner=learner, timed=lambda name: nullcontext())
 
 
 def test_train_batch_size_leaves_the_old_logprobs_to_the_learner():
@@ -78,10 +86,10 @@ def test_train_batch_size_leaves_the_old_logprobs_to_the_learner():
 
 
 def test_schedule_spans_every_update():
-    from serl.engines.factory import learner_config
     from serl.config.plan import plan_run
+    from serl.engines.factory import learner_config
+    from serl.recipes.serl.config import updates_per_step
 
-    updates_per_step = Trainer.updates_per_step
     cfg = TrainConfig(steps=10, rollout_batch_size=16, n_samples_per_prompt=16, train_batch_size=16)
     assert updates_per_step(cfg) == 16 and learner_config(cfg, plan_run(cfg)).total_steps == 160  # SeRL's templates
     assert updates_per_step(TrainConfig(rollout_batch_size=4, n_samples_per_prompt=4, train_batch_size=0)) == 1

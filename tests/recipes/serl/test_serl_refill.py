@@ -9,6 +9,7 @@ rolls out k = 0..3 and keeps 1, 2; the second rolls out 4..7 and keeps 4, 5, 7: 
 trained (1, 2, 4, 5), 7 carried. Step 2 starts from 7; its round rolls out 8..11 and keeps 8, 10,
 11: a full batch (7, 8, 10, 11), nothing carried.
 """
+
 import json
 import re
 
@@ -18,9 +19,9 @@ import torch
 from serl.config.parser import parse_args
 from serl.data.seeds import read_seeds
 from serl.engines.base import Completion
-from serl.run.context import RunContext
-from serl.run import state as run_state
 from serl.recipes.serl.recipe import SerlRecipe
+from serl.run import state as run_state
+from serl.run.context import RunContext
 
 PROBLEM = re.compile(r"(?:problem number|Seed problem) (\d+)")
 
@@ -61,15 +62,27 @@ class FakeGenerator:
         for p in map(text_of, prompts):
             if not p.startswith("<user>"):  # a few-shot prompt: write the next problem
                 k, self.calls = self.calls, self.calls + 1
-                pad = " with ten more words" * 10 if self.long_every and k % self.long_every == self.long_every - 1 else ""
+                pad = (
+                    " with ten more words" * 10
+                    if self.long_every and k % self.long_every == self.long_every - 1
+                    else ""
+                )
                 out.append([Completion(f" Find the answer to problem number {k}{pad} please?", [1], [1])])
                 continue
             k = int(PROBLEM.search(p).group(1))
             self.rolled_out.append(k)
             answers = ["1"] * n if k % 3 == 0 else ["1"] * (n // 2) + ["2"] * (n - n // 2)
-            out.append([Completion(f"so \\boxed{{{a}}}", [100 + k, j], [7, 8],
-                                   "length" if self.truncate_first and j == 0 else "stop")
-                        for j, a in enumerate(answers)])
+            out.append(
+                [
+                    Completion(
+                        f"so \\boxed{{{a}}}",
+                        [100 + k, j],
+                        [7, 8],
+                        "length" if self.truncate_first and j == 0 else "stop",
+                    )
+                    for j, a in enumerate(answers)
+                ]
+            )
         return out
 
     def load_weights(self, named):
@@ -109,25 +122,62 @@ class ExactChecker:
 
 def seeds_file(tmp_path, n=10, long_every=0):
     p = tmp_path / "seeds.jsonl"
-    rows = [{"problem": f"Seed problem {i}: what is {i} plus {i}?" + (" and more" * 20 if long_every and i % long_every == 0
-                                                                       else ""), "answer": str(2 * i)}
-            for i in range(n)]
+    rows = [
+        {
+            "problem": f"Seed problem {i}: what is {i} plus {i}?"
+            + (" and more" * 20 if long_every and i % long_every == 0 else ""),
+            "answer": str(2 * i),
+        }
+        for i in range(n)
+    ]
     p.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return p
 
 
-FLAGS = ["--rollout_batch_size", "4", "--n_samples_per_prompt", "4", "--reward_difficulty_bounds", "0.2", "0.8",
-         "--max_refill_rounds", "3", "--few_shot_generation", "4", "--few_shot_generation_batch_size", "4",
-         "--rouge_threshold", "1.0", "--init_kl_coef", "0", "--advantage_estimator", "group_norm",
-         "--progress", "quiet", "--system_prompt", "Box it."]
+FLAGS = [
+    "--rollout_batch_size",
+    "4",
+    "--n_samples_per_prompt",
+    "4",
+    "--reward_difficulty_bounds",
+    "0.2",
+    "0.8",
+    "--max_refill_rounds",
+    "3",
+    "--few_shot_generation",
+    "4",
+    "--few_shot_generation_batch_size",
+    "4",
+    "--rouge_threshold",
+    "1.0",
+    "--init_kl_coef",
+    "0",
+    "--advantage_estimator",
+    "group_norm",
+    "--progress",
+    "quiet",
+    "--system_prompt",
+    "Box it.",
+]
 
 
 def make(tmp_path, *flags, gen=None, run="run", resume_step=0, seeds=None):
     seeds = seeds or seeds_file(tmp_path)
     cfg, _ = parse_args(["--run_dir", str(tmp_path / run), "--prompt_data", str(seeds), *FLAGS, *flags])
     gen, learner = gen or FakeGenerator(), FakeLearner()
-    ctx = RunContext(cfg, tmp_path / run, "m", FakeTok(), gen, learner, ExactChecker(), None, "quiet",
-                     resume_step=resume_step, resuming=resume_step > 0)
+    ctx = RunContext(
+        cfg,
+        tmp_path / run,
+        "m",
+        FakeTok(),
+        gen,
+        learner,
+        ExactChecker(),
+        None,
+        "quiet",
+        resume_step=resume_step,
+        resuming=resume_step > 0,
+    )
     # the seeds as read, not fitted by prepare (whose length rule uses the real tokenizer;
     # tests/test_prompt_limits.py covers it): this file's length checks are the step's own
     return SerlRecipe(ctx, read_seeds(cfg.prompt_data, cfg.input_key, cfg.label_key)), gen, learner
@@ -142,19 +192,45 @@ def test_refill_rounds_fill_the_batch_and_carry_the_rest(tmp_path):
     recipe, gen, learner = make(tmp_path)
     m1 = recipe.step(1)
     assert gen.rolled_out == [0, 1, 2, 3, 4, 5, 6, 7]  # two rounds of a batch's worth each
-    assert trained(learner.batches[0]) == [1, 2, 4, 5] and [r.item.text for r in recipe.carry] == \
-        ["Find the answer to problem number 7 please?"]
-    assert {k: m1[k] for k in ("filter/rounds", "batch/generated", "batch/rolled_out", "filter/difficulty/kept",
-                               "filter/difficulty/too_easy", "batch/dropped", "batch/carried_in",
-                               "batch/carried_out", "train/batch_prompts", "train/sequences")} == \
-        {"filter/rounds": 2, "batch/generated": 8, "batch/rolled_out": 8, "filter/difficulty/kept": 5,
-         "filter/difficulty/too_easy": 3, "batch/dropped": 3, "batch/carried_in": 0, "batch/carried_out": 1,
-         "train/batch_prompts": 4, "train/sequences": 16}
+    assert trained(learner.batches[0]) == [1, 2, 4, 5] and [r.item.text for r in recipe.carry] == [
+        "Find the answer to problem number 7 please?"
+    ]
+    assert {
+        k: m1[k]
+        for k in (
+            "filter/rounds",
+            "batch/generated",
+            "batch/rolled_out",
+            "filter/difficulty/kept",
+            "filter/difficulty/too_easy",
+            "batch/dropped",
+            "batch/carried_in",
+            "batch/carried_out",
+            "train/batch_prompts",
+            "train/sequences",
+        )
+    } == {
+        "filter/rounds": 2,
+        "batch/generated": 8,
+        "batch/rolled_out": 8,
+        "filter/difficulty/kept": 5,
+        "filter/difficulty/too_easy": 3,
+        "batch/dropped": 3,
+        "batch/carried_in": 0,
+        "batch/carried_out": 1,
+        "train/batch_prompts": 4,
+        "train/sequences": 16,
+    }
     assert m1["reward/agreement"] == pytest.approx((3 * 1.0 + 5 * 0.5) / 8)
     m2 = recipe.step(2)
     assert gen.rolled_out[8:] == [8, 9, 10, 11]
     assert trained(learner.batches[1]) == [7, 8, 10, 11] and recipe.carry == []
-    assert (m2["filter/rounds"], m2["batch/rolled_out"], m2["batch/carried_in"], m2["batch/carried_out"]) == (1, 4, 1, 0)
+    assert (m2["filter/rounds"], m2["batch/rolled_out"], m2["batch/carried_in"], m2["batch/carried_out"]) == (
+        1,
+        4,
+        1,
+        0,
+    )
     # the rollout's work (bench/roofline.py): 2 tokens an answer; every problem's prompt has
     # the same number of words, so step 1's 8 prompts are twice step 2's 4
     assert (m1["rollout/gen_tokens"], m2["rollout/gen_tokens"]) == (8 * 4 * 2, 4 * 4 * 2)
@@ -186,7 +262,7 @@ def test_a_larger_generation_round_fills_the_batch_in_one_round(tmp_path):
 
 
 def test_gen_batch_size_must_not_be_negative(tmp_path):
-    from serl.errors import ConfigError
+    from serl import ConfigError
 
     with pytest.raises(ConfigError, match="gen_batch_size: must be >= 0"):
         make(tmp_path, "--gen_batch_size", "-1")
@@ -204,8 +280,9 @@ def test_the_carry_survives_a_resume_exactly(tmp_path):
     assert gen.calls == 8 and [r.item.id for r in resumed.carry] == [r.item.id for r in first.carry]
     got = resumed.step(2)
     assert trained(learner_b.batches[0]) == trained(learner.batches[1]) == [7, 8, 10, 11]
-    assert {k: v for k, v in got.items() if not k.startswith("time/")} == \
-        {k: v for k, v in want[1].items() if not k.startswith("time/")}
+    assert {k: v for k, v in got.items() if not k.startswith("time/")} == {
+        k: v for k, v in want[1].items() if not k.startswith("time/")
+    }
 
 
 def test_rounds_stop_at_max_refill_rounds_and_skip_the_update(tmp_path):
@@ -235,8 +312,9 @@ def test_overlong_filter_leaves_truncated_answers_out_of_the_loss(tmp_path):
 def test_prompt_max_len_skips_long_generated_problems_and_counts_them(tmp_path):
     # every 3rd problem gets 40 more words; the chat prompt of a short one has 9 words
     # (--generate_max_len 400: the few-shot prompts, about 100 words, must fit the context)
-    recipe, gen, learner = make(tmp_path, "--prompt_max_len", "20", "--generate_max_len", "400",
-                                gen=FakeGenerator(long_every=3))
+    recipe, gen, learner = make(
+        tmp_path, "--prompt_max_len", "20", "--generate_max_len", "400", gen=FakeGenerator(long_every=3)
+    )
     m = recipe.step(1)
     assert all(k % 3 != 2 for k in gen.rolled_out) and m["batch/rolled_out"] == 4 * m["filter/rounds"]
     assert m["batch/skipped_long"] == m["filter/prompt_len/rejected"] >= 2
@@ -245,14 +323,24 @@ def test_prompt_max_len_skips_long_generated_problems_and_counts_them(tmp_path):
 
 def test_prompt_max_len_skips_long_seeds_without_self_evolution(tmp_path):
     seeds = seeds_file(tmp_path, n=10, long_every=2)  # seeds 0, 2, 4, 6, 8 are long
-    recipe, gen, learner = make(tmp_path, "--enable_self_evolution", "false", "--prompt_max_len", "20",
-                                "--reward_difficulty_bounds", "0", "1", seeds=seeds)
+    recipe, gen, learner = make(
+        tmp_path,
+        "--enable_self_evolution",
+        "false",
+        "--prompt_max_len",
+        "20",
+        "--reward_difficulty_bounds",
+        "0",
+        "1",
+        seeds=seeds,
+    )
     m = recipe.step(1)
     assert m["batch/rolled_out"] == 4 and m["batch/skipped_long"] >= 1
     assert len(gen.rolled_out) == 4 and all(k % 2 == 1 for k in gen.rolled_out)  # the short seeds
-    recipe_all_long, _, _ = make(tmp_path, "--enable_self_evolution", "false", "--prompt_max_len", "5",
-                                 run="b", seeds=seeds)
-    from serl.errors import DataError
+    recipe_all_long, _, _ = make(
+        tmp_path, "--enable_self_evolution", "false", "--prompt_max_len", "5", run="b", seeds=seeds
+    )
+    from serl import DataError
 
     with pytest.raises(DataError, match="no seed problem fits in --prompt_max_len 5"):
         recipe_all_long.step(1)
@@ -265,19 +353,33 @@ def test_verify_timeouts_reach_the_metrics(tmp_path):
     assert (m["reward/verify_timeouts"], m["reward/verify_errors"]) == (2, 0)  # one per reward round
 
 
-@pytest.mark.parametrize("per_iteration,rollout,n,train_batch,steps,want", [
-    (2000, 16, 16, 16, 100, 2000),  # SeRL's preset: 2000 * 16 / 16 optimizer steps
-    (12, 4, 8, 0, 3, 3),            # one update per step: ceil(12 / 4) steps
-    (10, 4, 8, 0, 50, 3),           # ceil(10 / 4) = 3 steps, then the floor LR
-    (0, 4, 8, 16, 5, 10),           # 0: the schedule spans --steps (2 updates each)
-])
+@pytest.mark.parametrize(
+    "per_iteration,rollout,n,train_batch,steps,want",
+    [
+        (2000, 16, 16, 16, 100, 2000),  # SeRL's preset: 2000 * 16 / 16 optimizer steps
+        (12, 4, 8, 0, 3, 3),  # one update per step: ceil(12 / 4) steps
+        (10, 4, 8, 0, 50, 3),  # ceil(10 / 4) = 3 steps, then the floor LR
+        (0, 4, 8, 16, 5, 10),  # 0: the schedule spans --steps (2 updates each)
+    ],
+)
 def test_instructions_num_per_iteration_sizes_the_lr_schedule(per_iteration, rollout, n, train_batch, steps, want):
-    from serl.engines.factory import learner_config
     from serl.config.plan import plan_run
+    from serl.engines.factory import learner_config
 
-    cfg, _ = parse_args(["--instructions_num_per_iteration", str(per_iteration), "--rollout_batch_size", str(rollout),
-                         "--n_samples_per_prompt", str(n), "--train_batch_size", str(train_batch),
-                         "--steps", str(steps)])
+    cfg, _ = parse_args(
+        [
+            "--instructions_num_per_iteration",
+            str(per_iteration),
+            "--rollout_batch_size",
+            str(rollout),
+            "--n_samples_per_prompt",
+            str(n),
+            "--train_batch_size",
+            str(train_batch),
+            "--steps",
+            str(steps),
+        ]
+    )
     assert learner_config(cfg, plan_run(cfg)).total_steps == want
 
 
@@ -321,8 +423,18 @@ def test_one_call_makes_one_engine_call_a_round_and_resumes_its_yield(tmp_path, 
     # sized: step 1 sends ceil(1.25 * 4 / 1) = 5 (the 5th problem is surplus: 4 of 5 accepted),
     # step 2 ceil(1.25 * 4 / 0.8) = 7
     gen = CountingGenerator()
-    recipe, _, _ = make(tmp_path, "--few_shot_generation_batch_size", "1", "--instruction_one_call", one_call,
-                        "--max_refill_rounds", "1", "--instruction_max_attempts", "8", gen=gen)
+    recipe, _, _ = make(
+        tmp_path,
+        "--few_shot_generation_batch_size",
+        "1",
+        "--instruction_one_call",
+        one_call,
+        "--max_refill_rounds",
+        "1",
+        "--instruction_max_attempts",
+        "8",
+        gen=gen,
+    )
     recipe.step(1)
     recipe.step(2)
     assert gen.fewshot_calls == calls

@@ -1,6 +1,7 @@
 """Bad input to `serl train --recipe spell`: one message naming the file, exit 2, no run dir.
 Each case runs the command in this process (conftest's train_here): all are refused before a
 model loads, and a subprocess each cost 2 to 7 s of interpreter start and imports."""
+
 from pathlib import Path
 
 import pytest
@@ -53,11 +54,14 @@ def test_bad_heldout_file(tmp_path, train_here):
     assert not run_dir.exists()
 
 
-@pytest.mark.parametrize("flags,needle", [
-    (["--verifier_band", "0.9", "0.5"], "verifier_band"),
-    (["--questioner_max_len", "512", "--generate_max_len", "128"], "questioner_max_len"),
-    (["--rouge_threshold", "0.5"], "belongs to recipe 'serl'"),
-])
+@pytest.mark.parametrize(
+    "flags,needle",
+    [
+        (["--verifier_band", "0.9", "0.5"], "verifier_band"),
+        (["--questioner_max_len", "512", "--generate_max_len", "128"], "questioner_max_len"),
+        (["--rouge_threshold", "0.5"], "belongs to recipe 'serl'"),
+    ],
+)
 def test_bad_options(tmp_path, train_here, flags, needle):
     rc, err, run_dir = run_spell(train_here, tmp_path, *flags)
     assert rc == 2 and needle in err, err

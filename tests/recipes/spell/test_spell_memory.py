@@ -6,8 +6,9 @@ from serl.recipes.spell.memory import HistoryMemory, MemoryEntry
 from serl.recipes.spell.prompts import questioner_prompt
 
 
-@pytest.mark.parametrize("score,stored", [(0.0, False), (0.125, True), (0.5, True), (1.0, True),
-                                          (1.2, False), (-0.1, False)])
+@pytest.mark.parametrize(
+    "score,stored", [(0.0, False), (0.125, True), (0.5, True), (1.0, True), (1.2, False), (-0.1, False)]
+)
 def test_stored_only_when_mean_score_in_open_closed_unit_interval(score, stored):
     m = HistoryMemory()
     assert m.add("c", [2, 0], "Q?", "A", score) is stored
@@ -31,7 +32,7 @@ def test_duplicate_question_not_stored():
     m = HistoryMemory()
     assert m.add("c", [1], "Who founded  Nuling Works?", "Suna", 0.5)
     assert not m.add("c", [2], "who founded nuling works?", "Suna", 0.5)
-    assert m.add("d", [2], "who founded nuling works?", "Suna", 0.5)   # other cluster: fine
+    assert m.add("d", [2], "who founded nuling works?", "Suna", 0.5)  # other cluster: fine
 
 
 def test_evidence_deduplicated_and_sorted():
@@ -51,7 +52,7 @@ def test_state_dict_round_trips_through_json():
     assert m2.get("c0") == m.get("c0")
     m2.add("c0", [9], "Q9?", "A9", 0.5)
     m2.add("c0", [9], "Q10?", "A10", 0.5)
-    assert [e.question for e in m2.get("c0")] == ["Q2?", "Q9?", "Q10?"]   # FIFO survives loading
+    assert [e.question for e in m2.get("c0")] == ["Q2?", "Q9?", "Q10?"]  # FIFO survives loading
 
 
 def test_capacity_zero_is_no_memory():
@@ -66,13 +67,16 @@ def test_capacity_zero_is_no_memory():
         HistoryMemory(capacity=-1)
 
 
-@pytest.mark.parametrize("state,msg", [
-    ([], "must be a dict"),
-    ({"clusters": {"c": [{"question": "Q", "answer": "A"}]}}, "entry 0 lacks"),
-    ({"clusters": {"c": [{"evidence": ["1"], "question": "Q", "answer": "A"}]}}, "bad types"),
-    ({"capacity": 1, "clusters": {"c": [{"evidence": [], "question": "Q", "answer": "A"}] * 2}}, "at most 1"),
-    ({"capacity": -1, "clusters": {}}, "bad capacity"),
-])
+@pytest.mark.parametrize(
+    "state,msg",
+    [
+        ([], "must be a dict"),
+        ({"clusters": {"c": [{"question": "Q", "answer": "A"}]}}, "entry 0 lacks"),
+        ({"clusters": {"c": [{"evidence": ["1"], "question": "Q", "answer": "A"}]}}, "bad types"),
+        ({"capacity": 1, "clusters": {"c": [{"evidence": [], "question": "Q", "answer": "A"}] * 2}}, "at most 1"),
+        ({"capacity": -1, "clusters": {}}, "bad capacity"),
+    ],
+)
 def test_bad_state_is_refused(state, msg):
     with pytest.raises(ValueError, match=msg):
         HistoryMemory().load_state_dict(state)
@@ -86,7 +90,7 @@ def test_prompt_shows_previous_examples_and_asks_for_harder(compact):
     paras = ["Nuling Works produces garden tools.", "The Treith river runs through Brelby."]
     with_hist = questioner_prompt(paras, m.get("c"), compact=compact)
     assert "Who founded Nuling Works?" in with_hist and "Suna Graland" in with_hist
-    assert with_hist.index("Nuling Works?") < with_hist.index("Which river flows")   # oldest first
+    assert with_hist.index("Nuling Works?") < with_hist.index("Which river flows")  # oldest first
     assert "harder" in with_hist
     plain = questioner_prompt(paras, m.get("empty"), compact=compact)
     assert "harder" not in plain and "Suna Graland" not in plain

@@ -1,23 +1,25 @@
 """SpellRecipe.step with a scripted generator: statuses, rewards, the three roles' groups,
 dynamic sampling, memory, novelty and the advantages, against numbers worked out by hand."""
+
 import math
 import re
-from types import SimpleNamespace
 
 import pytest
 import torch
 
-from serl.run import state as run_state
-from serl.data.corpus import Cluster, Corpus, CorpusStats
 from serl.engines.base import Completion
-from serl.run.context import RunContext
 from serl.recipes.spell.config import Config
+from serl.recipes.spell.corpus import Cluster, Corpus, CorpusStats
 from serl.recipes.spell.prompts import QUESTIONER_PREFILL, VERIFIER_PREFILL
 from serl.recipes.spell.recipe import SpellRecipe
+from serl.run import state as run_state
+from serl.run.context import RunContext
 
-CLUSTERS = [Cluster("A", ["Acme Works was founded by Ann.", "Filler about bread."], ["a", "a"]),
-            Cluster("B", ["A turtle lives in the pond.", "More filler."], ["b", "b"]),
-            Cluster("C", ["The Tessa river flows through Orrin.", "Filler again."], ["c", "c"])]
+CLUSTERS = [
+    Cluster("A", ["Acme Works was founded by Ann.", "Filler about bread."], ["a", "a"]),
+    Cluster("B", ["A turtle lives in the pond.", "More filler."], ["b", "b"]),
+    Cluster("C", ["The Tessa river flows through Orrin.", "Filler again."], ["c", "c"]),
+]
 
 
 _WORDS: list[str] = []  # the fake tokenizer's vocabulary, grown as it meets words
@@ -43,20 +45,25 @@ class FakeTok:
 
 def script(prompt: str, n: int) -> list[str]:
     """What the 'model' writes, by role (recognised from the compact prompts)."""
-    if "Reply with JSON only" in prompt:                        # questioner
+    if "Reply with JSON only" in prompt:  # questioner
         if "Acme" in prompt:
             return ['{"question": "Who founded Acme Works?", "answer": "Ann"}']
         if "turtle" in prompt:
             return ["I like turtles."]
         return ['Sure: {"question": "Which river flows through Orrin?", "answer": "Tessa"}']
-    if "Do A and B give the same answer?" in prompt:            # verifier, k = 3
+    if "Do A and B give the same answer?" in prompt:  # verifier, k = 3
         cand = prompt.split("Answer A: ")[1].split("\n")[0]
-        return {"Ann": ["Same. [[YES]]", "[[YES]]", "No. [[NO]]"],
-                "Bob": ["[[YES]]", "[[yes]]", "[[ YES ]]"],
-                "Ann Lee": ["[[NO]]", "hmm", "[[NO]]"]}[cand]
-    if "[1]" not in prompt:                                     # grounding check, 2 samples
-        return ["The answer is Bob.", "The answer is Bob."] if "Acme" in prompt else \
-            ["The answer is Tessa.", "The answer is no."]
+        return {
+            "Ann": ["Same. [[YES]]", "[[YES]]", "No. [[NO]]"],
+            "Bob": ["[[YES]]", "[[yes]]", "[[ YES ]]"],
+            "Ann Lee": ["[[NO]]", "hmm", "[[NO]]"],
+        }[cand]
+    if "[1]" not in prompt:  # grounding check, 2 samples
+        return (
+            ["The answer is Bob.", "The answer is Bob."]
+            if "Acme" in prompt
+            else ["The answer is Tessa.", "The answer is no."]
+        )
     return ["The answer is Ann.", "The answer is Bob.", "I do not know.", "The answer is Ann Lee."][:n]
 
 
@@ -101,8 +108,14 @@ class NoMath:
 
 
 def make_recipe(tmp_path, **over):
-    cfg = Config(rollout_batch_size=2, n_samples_per_prompt=4, verifier_samples=3, grounding_samples=2,
-                 max_refill_rounds=2, **over)
+    cfg = Config(
+        rollout_batch_size=2,
+        n_samples_per_prompt=4,
+        verifier_samples=3,
+        grounding_samples=2,
+        max_refill_rounds=2,
+        **over,
+    )
     ctx = RunContext(cfg, tmp_path, "fake", FakeTok(), ScriptedGenerator(), RecordingLearner(), NoMath(), None)
     recipe = SpellRecipe(ctx, Corpus(list(CLUSTERS), CorpusStats(skipped_long=2)))
     recipe.passes.order = [0, 1, 2]  # visit A, B, then C
@@ -120,7 +133,7 @@ def test_one_step_by_hand(tmp_path, prefill):
     # round 1 asks A (kept responder group) and B (bad format); round 2 asks one more: C (bad_ground)
     assert m["filter/rounds"] == 2 and m["questioner/asked"] == 3
     assert m["questioner/valid_json"] == pytest.approx(2 / 3)
-    assert m["questioner/bad_ground"] == pytest.approx(1 / 2)   # C: no-document mean 0.5 >= 0.1
+    assert m["questioner/bad_ground"] == pytest.approx(1 / 2)  # C: no-document mean 0.5 >= 0.1
     assert m["questioner/informative"] == 1.0
     # responder on A: rule [1, 0, 0 (no answer), 1]; the verifier's YES majority lifts "Bob"
     # to 1, its NO majority cannot lower "Ann Lee": rewards [1, 1, 0, 1]
@@ -129,7 +142,7 @@ def test_one_step_by_hand(tmp_path, prefill):
     # 9 judgments, 1 unparseable; agreeing with the rule: Ann 2 of 3, Bob 0 of 3, Ann Lee 0 of 2
     assert m["verifier/bad_format"] == pytest.approx(1 / 9)
     assert m["verifier/agreement"] == pytest.approx(2 / 8)
-    q_reward_a = math.exp(-(0.75 - 0.5) ** 2 / (2 * (1 / 6) ** 2))
+    q_reward_a = math.exp(-((0.75 - 0.5) ** 2) / (2 * (1 / 6) ** 2))
     assert m["questioner/reward_mean"] == pytest.approx((q_reward_a - 1.0 - 0.5) / 3)
     assert m["questioner/memory_fill"] == pytest.approx(1 / 9)
     assert m["corpus/skipped_long"] == 2
@@ -141,9 +154,9 @@ def test_one_step_by_hand(tmp_path, prefill):
     for a in batch.advantages:
         assert torch.all(a == a[0])  # GRPO: one advantage per sequence, on every token
     q = torch.tensor([q_reward_a, -1.0, -0.5])
-    want_q = ((q - q.mean()) / (q.std() + 1e-6)).tolist()          # normalised over the batch
-    want_r = [0.5, 0.5, -1.5, 0.5]                                  # [1,1,0,1]: mean .75, std .5
-    s = math.sqrt(1 / 3)                                            # [1,1,0]: mean 2/3, std sqrt(1/3)
+    want_q = ((q - q.mean()) / (q.std() + 1e-6)).tolist()  # normalised over the batch
+    want_r = [0.5, 0.5, -1.5, 0.5]  # [1,1,0,1]: mean .75, std .5
+    s = math.sqrt(1 / 3)  # [1,1,0]: mean 2/3, std sqrt(1/3)
     want_v = [(1 / 3) / s, (1 / 3) / s, -(2 / 3) / s]
     assert adv == pytest.approx(want_q + want_r + want_v, abs=1e-4)
 
@@ -152,13 +165,14 @@ def test_memory_novelty_and_resume_state(tmp_path):
     recipe = make_recipe(tmp_path)
     recipe.step(1)
     state = run_state.capture(recipe, 1)
-    assert state["recipe"]["memory"]["clusters"] == {"A": [{"evidence": [0, 1], "question": "Who founded Acme Works?",
-                                                  "answer": "Ann"}]}
+    assert state["recipe"]["memory"]["clusters"] == {
+        "A": [{"evidence": [0, 1], "question": "Who founded Acme Works?", "answer": "Ann"}]
+    }
     twin = make_recipe(tmp_path)
     run_state.restore(twin, state)
     recipe.generator.prompts, twin.generator.prompts = [], []
     m1, m2 = recipe.step(2), twin.step(2)
-    untimed = (lambda m: {k: (None if v != v else v) for k, v in m.items() if not k.startswith("time/")})  # NaN: None
+    untimed = lambda m: {k: (None if v != v else v) for k, v in m.items() if not k.startswith("time/")}  # NaN: None
     assert untimed(m1) == untimed(m2)
     assert recipe.generator.prompts == twin.generator.prompts
     # A's next prompt shows its stored question; the same question again is dropped as repeated
@@ -167,8 +181,10 @@ def test_memory_novelty_and_resume_state(tmp_path):
     assert m1["questioner/repeated"] > 0
 
 
-@pytest.mark.parametrize("reply", ["", "{{{{", "<think> never closed {\"question\": \"q\", \"answer\": \"a\"}",
-                                   '{"question": 3, "answer": "x"}', "x" * 5000])
+@pytest.mark.parametrize(
+    "reply",
+    ["", "{{{{", '<think> never closed {"question": "q", "answer": "a"}', '{"question": 3, "answer": "x"}', "x" * 5000],
+)
 def test_questioner_garbage_is_bad_format(tmp_path, reply):
     from serl.recipes.spell import episode
 
@@ -188,18 +204,31 @@ def warm_recipe(tmp_path, **over):
     import json
 
     data = tmp_path / "pairs.jsonl"
-    data.write_text("".join(json.dumps({"question": "Who founded Acme Works?", "candidate": c, "gold": "Ann"}) + "\n"
-                            for c in ("Ann", "Bob")))
-    return make_recipe(tmp_path, steps=3, verifier_warmup_steps=2, verifier_warmup_data=str(data),
-                       verifier_warmup_pairs=2, verifier_warmup_samples=3, heldout_eval=False, **over)
+    data.write_text(
+        "".join(
+            json.dumps({"question": "Who founded Acme Works?", "candidate": c, "gold": "Ann"}) + "\n"
+            for c in ("Ann", "Bob")
+        )
+    )
+    return make_recipe(
+        tmp_path,
+        steps=3,
+        verifier_warmup_steps=2,
+        verifier_warmup_data=str(data),
+        verifier_warmup_pairs=2,
+        verifier_warmup_samples=3,
+        heldout_eval=False,
+        **over,
+    )
 
 
 def test_warmup_step_by_hand(tmp_path):
     recipe = warm_recipe(tmp_path)
     m = recipe.step(1)
     prompts = recipe.generator.prompts
-    assert len(prompts) == 2 and all("Do A and B give the same answer?" in p and p.endswith(VERIFIER_PREFILL)
-                                     for p in prompts)  # only the verifier, with the self-play prompt
+    assert len(prompts) == 2 and all(
+        "Do A and B give the same answer?" in p and p.endswith(VERIFIER_PREFILL) for p in prompts
+    )  # only the verifier, with the self-play prompt
     # right pair: verdicts [1, 1, 0] -> rewards [1, 1, 0]; wrong pair: [1, 1, 1] -> [0, 0, 0] (no spread: dropped)
     assert m["warmup/accuracy"] == pytest.approx(2 / 6) and m["warmup/bad_format"] == 0.0
     assert m["warmup/yes_if_right"] == pytest.approx(2 / 3) and m["warmup/yes_if_wrong"] == 1.0
@@ -219,7 +248,7 @@ def test_resume_in_the_middle_of_the_warmup(tmp_path):
     assert set(state["recipe"]["warmup"]) == {"right", "wrong"}
     twin = warm_recipe(tmp_path)
     run_state.restore(twin, state)
-    untimed = (lambda m: {k: (None if v != v else v) for k, v in m.items() if not k.startswith("time/")})
+    untimed = lambda m: {k: (None if v != v else v) for k, v in m.items() if not k.startswith("time/")}
     for step in (2, 3):
         assert untimed(recipe.step(step)) == untimed(twin.step(step))
     assert [b.response_ids for b in recipe.learner.batches[1:]] == [b.response_ids for b in twin.learner.batches]

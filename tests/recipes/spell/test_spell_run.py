@@ -2,6 +2,7 @@
 shipped corpus with held-out evaluation and an exact resume (one run of two steps, one of one
 step plus a resumed step); a user's text folder read as the run reads it; a verifier warm-up
 resumed in its middle. The runs go two at a time (one module fixture, one thread each)."""
+
 import json
 import shutil
 from pathlib import Path
@@ -9,18 +10,68 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
-TINY = ["--generator", "hf", "--rollout_batch_size", "2", "--n_samples_per_prompt", "2", "--verifier_samples", "2",
-        "--grounding_samples", "1", "--max_refill_rounds", "1", "--cluster_size", "2", "--paragraphs_per_prompt", "1",
-        "--questioner_max_len", "32", "--generate_max_len", "32", "--verifier_max_len", "16",
-        "--prompt_max_len", "512", "--actor_learning_rate", "1e-5", "--progress", "quiet", "--save_model", "false"]
-EVAL = ["--eval_qa_limit", "2", "--eval_verify_limit", "2", "--eval_questioner_limit", "1",
-        "--eval_docs", ROOT / "dataset/docs_heldout.jsonl", "--eval_qa_data", ROOT / "dataset/docs_heldout_qa.jsonl",
-        "--eval_verify_data", ROOT / "dataset/docs_heldout_verify.jsonl"]
+TINY = [
+    "--generator",
+    "hf",
+    "--rollout_batch_size",
+    "2",
+    "--n_samples_per_prompt",
+    "2",
+    "--verifier_samples",
+    "2",
+    "--grounding_samples",
+    "1",
+    "--max_refill_rounds",
+    "1",
+    "--cluster_size",
+    "2",
+    "--paragraphs_per_prompt",
+    "1",
+    "--questioner_max_len",
+    "32",
+    "--generate_max_len",
+    "32",
+    "--verifier_max_len",
+    "16",
+    "--prompt_max_len",
+    "512",
+    "--actor_learning_rate",
+    "1e-5",
+    "--progress",
+    "quiet",
+    "--save_model",
+    "false",
+]
+EVAL = [
+    "--eval_qa_limit",
+    "2",
+    "--eval_verify_limit",
+    "2",
+    "--eval_questioner_limit",
+    "1",
+    "--eval_docs",
+    ROOT / "dataset/docs_heldout.jsonl",
+    "--eval_qa_data",
+    ROOT / "dataset/docs_heldout_qa.jsonl",
+    "--eval_verify_data",
+    ROOT / "dataset/docs_heldout_verify.jsonl",
+]
 SHIPPED = ["--corpus", ROOT / "dataset/docs_train.jsonl", *EVAL]
 NO_PLOTS = ["--report", "false"]  # only "two" is checked for its report; the plots take seconds a run
-WARM = ["--verifier_warmup_steps", 2, "--verifier_warmup_pairs", 2, "--verifier_warmup_samples", 4,
-        "--heldout_eval", "false", "--corpus", ROOT / "dataset/docs_train.jsonl",
-        "--verifier_warmup_data", ROOT / "dataset/docs_train_verify.jsonl"]
+WARM = [
+    "--verifier_warmup_steps",
+    2,
+    "--verifier_warmup_pairs",
+    2,
+    "--verifier_warmup_samples",
+    4,
+    "--heldout_eval",
+    "false",
+    "--corpus",
+    ROOT / "dataset/docs_train.jsonl",
+    "--verifier_warmup_data",
+    ROOT / "dataset/docs_train_verify.jsonl",
+]
 
 
 def rows(run_dir: Path) -> dict[int, dict]:
@@ -28,7 +79,8 @@ def rows(run_dir: Path) -> dict[int, dict]:
     for line in (run_dir / "metrics.jsonl").read_text().splitlines():
         rec = json.loads(line)
         out.setdefault(rec["step"], {}).update(
-            {k: v for k, v in rec.items() if not k.startswith("time/") and k not in ("wall_time", "time")})
+            {k: v for k, v in rec.items() if not k.startswith("time/") and k not in ("wall_time", "time")}
+        )
     return out
 
 
@@ -47,8 +99,9 @@ def runs(tmp_path_factory, serl_start, cut_back):
     def spell(*args):
         return serl_start("--recipe", "spell", *args)
 
-    whole = spell("--run_dir", where["whole"], "--steps", 3, "--save_steps", 1, "--max_ckpt_num", 3, *TINY, *WARM,
-                  *NO_PLOTS)
+    whole = spell(
+        "--run_dir", where["whole"], "--steps", 3, "--save_steps", 1, "--max_ckpt_num", 3, *TINY, *WARM, *NO_PLOTS
+    )
     two = spell("--run_dir", where["two"], "--steps", 2, "--save_steps", 0, *TINY, *SHIPPED)
     done = {"two": two.wait(timeout=2400)}
     one = spell("--run_dir", where["one"], "--steps", 1, *TINY, *SHIPPED, "--heldout_eval", "false", *NO_PLOTS)
@@ -76,8 +129,13 @@ def test_two_steps_on_the_shipped_corpus(runs):
     two_steps = runs["two"][1]
     m = rows(two_steps)
     assert sorted(m) == [0, 1, 2]
-    for key in ("eval/responder/strict", "eval/responder/lenient", "eval/verifier/accuracy",
-                "eval/verifier/bad_format", "eval/questioner/valid_json"):
+    for key in (
+        "eval/responder/strict",
+        "eval/responder/lenient",
+        "eval/verifier/accuracy",
+        "eval/verifier/bad_format",
+        "eval/questioner/valid_json",
+    ):
         assert 0.0 <= m[0][key] <= 1.0 and 0.0 <= m[2][key] <= 1.0
     for step in (1, 2):
         assert m[step]["questioner/asked"] == 2  # one round of two clusters
@@ -89,7 +147,9 @@ def test_two_steps_on_the_shipped_corpus(runs):
         # untrained model rarely writes a valid question, so often none: see experiments/spell)
         seqs = sum(m[s][f"train/{r}_seqs"] for r in ("questioner", "responder", "verifier"))
         assert ("loss/policy" in m[s]) == (seqs > 0)
-    assert (two_steps / "spell_eval" / "step_0.jsonl").is_file() and (two_steps / "spell_eval" / "step_2.jsonl").is_file()
+    assert (two_steps / "spell_eval" / "step_0.jsonl").is_file() and (
+        two_steps / "spell_eval" / "step_2.jsonl"
+    ).is_file()
     assert (two_steps / "report" / "roles.png").is_file()
 
 
@@ -113,10 +173,13 @@ def test_a_users_text_folder(tmp_path, smol_path):
 
     docs = tmp_path / "notes"
     docs.mkdir()
-    (docs / "boats.txt").write_text("The ferry Alda sails from Korrin at seven.\n\nIt carries 40 cars.\n\n"
-                                    "Its captain is Hel Mandt, who took over in 2011.\n")
-    (docs / "garden.md").write_text("# Garden\n\nThe east bed grows 12 kinds of tomato.\n\n"
-                                    "Water comes from a rain barrel behind the shed.\n")
+    (docs / "boats.txt").write_text(
+        "The ferry Alda sails from Korrin at seven.\n\nIt carries 40 cars.\n\n"
+        "Its captain is Hel Mandt, who took over in 2011.\n"
+    )
+    (docs / "garden.md").write_text(
+        "# Garden\n\nThe east bed grows 12 kinds of tomato.\n\nWater comes from a rain barrel behind the shed.\n"
+    )
     (docs / "huge.txt").write_text("word " * 3000)  # one paragraph over the prompt budget: skipped
     corpus = SpellRecipe.prepare(Config(model=smol_path, corpus=str(docs), cluster_size=2, prompt_max_len=512))
     assert corpus.stats.skipped_long == 1 and corpus.stats.files == 3

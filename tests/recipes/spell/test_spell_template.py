@@ -1,4 +1,5 @@
 """scripts/train/train_spell.sh: `serl train` accepts it as written, under bash and zsh."""
+
 import json
 import os
 import re
@@ -23,14 +24,17 @@ def static_argv() -> list[str]:
     env: dict[str, str] = {}
     for name, default in re.findall(r'^(\w+)="\$\{\1:-(.*)\}"', text, flags=re.M):
         env[name] = re.sub(r"\$(\w+)", lambda m: env[m.group(1)], default)
-    body = text[text.index("serl train \\"):].split("\n")
+    body = text[text.index("serl train \\") :].split("\n")
     lines = []
     for line in body:
         lines.append(line.rstrip("\\").strip())
         if not line.rstrip().endswith("\\"):
             break
-    words = [re.sub(r"\$(\w+)", lambda m: env[m.group(1)], w) for w in shlex.split(" ".join(lines))
-             if w not in ("${FIT[@]}", "$@")]  # the machine's fit and the user's extra arguments (scripts/train)
+    words = [
+        re.sub(r"\$(\w+)", lambda m: env[m.group(1)], w)
+        for w in shlex.split(" ".join(lines))
+        if w not in ("${FIT[@]}", "$@")
+    ]  # the machine's fit and the user's extra arguments (scripts/train)
     assert words[:2] == ["serl", "train"]
     return words[2:]
 
@@ -38,8 +42,12 @@ def static_argv() -> list[str]:
 def test_template_parses_with_spell_settings():
     cfg, _ = parse_args(static_argv())
     assert cfg.recipe == "spell" and cfg.corpus == "dataset/docs_train.jsonl"
-    assert (cfg.n_samples_per_prompt, cfg.grounding_threshold, cfg.verifier_band, cfg.memory_capacity) == \
-        (8, 0.1, [0.51, 0.99], 3)
+    assert (cfg.n_samples_per_prompt, cfg.grounding_threshold, cfg.verifier_band, cfg.memory_capacity) == (
+        8,
+        0.1,
+        [0.51, 0.99],
+        3,
+    )
     assert cfg.advantage_estimator == "group_norm" and not cfg.compact_prompts
     assert cfg.ray and cfg.learner == "deepspeed" and cfg.generator == "vllm"
 

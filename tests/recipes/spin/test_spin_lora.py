@@ -2,6 +2,7 @@
 1 step + --resume to 3 give the same metrics and the same final adapter. SPIN refreshes
 its reference at each iteration (``sync_ref``); under LoRA that is a snapshot of the
 adapter on the shared base, so the first step of each iteration starts at margin 0."""
+
 import json
 import math
 from pathlib import Path
@@ -12,11 +13,40 @@ import torch
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[3]
 
-TINY_SPIN_LORA = ["--recipe", "spin", "--generator", "hf", "--iteration_size", "2", "--rollout_batch_size", "2",
-                  "--epochs_per_iteration", "1", "--generate_max_len", "12", "--actor_learning_rate", "1e-3",
-                  "--lr_warmup_ratio", "0", "--micro_train_batch_size", "4", "--progress", "quiet",
-                  "--save_model", "true", "--report", "false", "--max_ckpt_num", "3", "--lora_rank", "8", "--lora_alpha", "16",
-                  "--prompt_data", str(ROOT / "dataset/arith_spin_train.jsonl")]
+TINY_SPIN_LORA = [
+    "--recipe",
+    "spin",
+    "--generator",
+    "hf",
+    "--iteration_size",
+    "2",
+    "--rollout_batch_size",
+    "2",
+    "--epochs_per_iteration",
+    "1",
+    "--generate_max_len",
+    "12",
+    "--actor_learning_rate",
+    "1e-3",
+    "--lr_warmup_ratio",
+    "0",
+    "--micro_train_batch_size",
+    "4",
+    "--progress",
+    "quiet",
+    "--save_model",
+    "true",
+    "--report",
+    "false",
+    "--max_ckpt_num",
+    "3",
+    "--lora_rank",
+    "8",
+    "--lora_alpha",
+    "16",
+    "--prompt_data",
+    str(ROOT / "dataset/arith_spin_train.jsonl"),
+]
 
 
 def _metrics(run_dir):
@@ -29,12 +59,14 @@ def test_spin_lora_resumes_exactly_and_refreshes_the_reference(tmp_path, serl_st
 
     a, b = tmp_path / "a", tmp_path / "b"
     # the two first runs side by side (conftest's serl_start: one thread each), and so the resume too
-    runs = [serl_start(*TINY_SPIN_LORA, "--steps", "3", "--run_dir", a),
-            serl_start(*TINY_SPIN_LORA, "--steps", "1", "--run_dir", b)]
+    runs = [
+        serl_start(*TINY_SPIN_LORA, "--steps", "3", "--run_dir", a),
+        serl_start(*TINY_SPIN_LORA, "--steps", "1", "--run_dir", b),
+    ]
     for r in [run.wait(timeout=3600) for run in runs]:
         assert r.returncode == 0, r.stderr[-3000:]
     r = serl_start("--resume", b, "--steps", "3").wait(timeout=3600)  # step 2 starts iteration 1: sync_ref
-    assert r.returncode == 0, r.stderr[-3000:]                        # after a resume
+    assert r.returncode == 0, r.stderr[-3000:]  # after a resume
     ma, mb = _metrics(a), _metrics(b)
     assert ma == mb
     assert [m["spin/iteration"] for m in ma] == [0, 1, 1]

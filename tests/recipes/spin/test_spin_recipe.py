@@ -4,18 +4,23 @@ schedules in both modes, pair construction, the iteration plan, and state round 
 The stand-in learner's log-probs are ``-(version + 1)`` per token, where ``version`` is
 the number of updates it has taken, so a batch's reference log-probs say which policy
 wrote them."""
+
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 import pytest
 import torch
 
-from serl.run import state as run_state
 from serl.config.parser import parse_args
 from serl.data.seeds import Problem
 from serl.engines.base import Completion
-from serl.run.context import RunContext
+from serl.recipes.spin.config import Config as SpinConfig
 from serl.recipes.spin.config import iteration_steps
 from serl.recipes.spin.recipe import SpinRecipe, answer_ids
+from serl.run import state as run_state
+from serl.run.context import RunContext
+from serl.run.loop import Loop
 
 END = 99
 
@@ -46,8 +51,12 @@ class Gen:
         out = []
         for p in prompts:
             ids = list(p)  # prompts arrive as ids
-            out.append([Completion(f"\\boxed{{{self.answers[k % len(self.answers)]}}}", [40 + k, 41, END], ids)
-                        for k in range(n)])
+            out.append(
+                [
+                    Completion(f"\\boxed{{{self.answers[k % len(self.answers)]}}}", [40 + k, 41, END], ids)
+                    for k in range(n)
+                ]
+            )
         return out
 
     def load_weights(self, named):
@@ -94,7 +103,7 @@ def make(tmp_path, *flags, problems=PROBLEMS, gen=None, checker=None):
 def test_spin_reference_refreshes_at_iteration_starts(tmp_path):
     # iteration 0: 4 pairs / 2 = 2 steps; iteration 1: 4 new + 4 previous = 4 steps
     r, learner, cfg = make(tmp_path, "--epochs_per_iteration", "1")
-    assert not SpinRecipe.needs_reference(cfg) and cfg.ref_update == "iteration"
+    assert not SpinConfig.SPEC.reference(cfg) and cfg.ref_update == "iteration"
     ms = [r.step(s) for s in range(1, 7)]
     assert learner.policy_scores == [0, 2]  # scored once per iteration, by the policy then
     refs = [float(b.ref_logprobs[0][0]) for b in learner.batches]
@@ -120,8 +129,17 @@ def test_spin_steps_schedule_refreshes_inside_the_iteration(tmp_path):
 
 
 def test_spin_mixing_and_epochs(tmp_path):
-    r, learner, cfg = make(tmp_path, "--epochs_per_iteration", "2", "--mix_previous", "0.5",
-                           "--iteration_size", "2", "--n_samples_per_prompt", "2")
+    r, learner, cfg = make(
+        tmp_path,
+        "--epochs_per_iteration",
+        "2",
+        "--mix_previous",
+        "0.5",
+        "--iteration_size",
+        "2",
+        "--n_samples_per_prompt",
+        "2",
+    )
     plan = [iteration_steps(cfg, 4, t) for t in range(2)]
     assert plan == [2 * 2, 2 * 3]  # 4 pairs; then 4 + round(0.5 * 4) = 6 pairs, 3 steps per epoch
     ms = [r.step(s) for s in range(1, sum(plan) + 2)]
@@ -130,8 +148,7 @@ def test_spin_mixing_and_epochs(tmp_path):
     # each epoch visits every pair once
     first = learner.batches[:2]
     seen = sorted((tuple(b.response_ids[c]), tuple(b.prompt_ids[c])) for b in first for c, _ in b.pairs)
-    again = sorted((tuple(b.response_ids[c]), tuple(b.prompt_ids[c])) for b in learner.batches[2:4]
-                   for c, _ in b.pairs)
+    again = sorted((tuple(b.response_ids[c]), tuple(b.prompt_ids[c])) for b in learner.batches[2:4] for c, _ in b.pairs)
     assert seen == again and len(seen) == 4
 
 
@@ -141,7 +158,7 @@ def test_online_steps_1_scores_the_reference_with_the_policy_before_the_update(t
     with EquivalenceChecker(workers=1) as checker:
         r, learner, cfg = make(tmp_path, "--spin_mode", "online", "--reward_mode", "rule", checker=checker)
         assert cfg.ref_update == "steps:1" and cfg.n_samples_per_prompt == 2
-        assert not SpinRecipe.needs_reference(cfg)
+        assert not SpinConfig.SPEC.reference(cfg)
         ms = [r.step(s) for s in range(1, 4)]
     assert learner.policy_scores == [0, 1, 2] and learner.syncs == []
     assert [float(b.ref_logprobs[0][0]) for b in learner.batches] == [-1, -2, -3]
@@ -156,10 +173,22 @@ def test_online_steps_n_keeps_a_reference_model_and_syncs_every_n(tmp_path):
     from serl.rewards import EquivalenceChecker
 
     with EquivalenceChecker(workers=1) as checker:
-        r, learner, cfg = make(tmp_path, "--spin_mode", "online", "--reward_mode", "majority",
-                               "--n_samples_per_prompt", "3", "--ref_update", "steps:3", "--save_steps", "3",
-                               gen=Gen(("1", "1", "2")), checker=checker)
-        assert SpinRecipe.needs_reference(cfg)
+        r, learner, cfg = make(
+            tmp_path,
+            "--spin_mode",
+            "online",
+            "--reward_mode",
+            "majority",
+            "--n_samples_per_prompt",
+            "3",
+            "--ref_update",
+            "steps:3",
+            "--save_steps",
+            "3",
+            gen=Gen(("1", "1", "2")),
+            checker=checker,
+        )
+        assert SpinConfig.SPEC.reference(cfg)
         for s in range(1, 8):
             r.step(s)
     assert learner.policy_scores == []  # the learner's own reference scores the batches
@@ -171,8 +200,9 @@ def test_online_ties_are_dropped_and_counted(tmp_path):
     from serl.rewards import EquivalenceChecker
 
     with EquivalenceChecker(workers=1) as checker:
-        r, learner, _ = make(tmp_path, "--spin_mode", "online", "--reward_mode", "rule",
-                             gen=Gen(("1", "1")), checker=checker)
+        r, learner, _ = make(
+            tmp_path, "--spin_mode", "online", "--reward_mode", "rule", gen=Gen(("1", "1")), checker=checker
+        )
         m = r.step(1)
     assert m["pairs/tied"] == 2 and m["pairs/pairs"] == 0 and learner.batches == []
 
@@ -196,16 +226,18 @@ def test_state_round_trip_continues_the_same_steps(tmp_path, at):
 
 def test_online_resume_inside_a_window_restores_the_reference(tmp_path):
     r, learner, _ = make(tmp_path, "--spin_mode", "online", "--ref_update", "steps:3", "--save_steps", "3")
-    state = run_state.capture(r, 5)
+    loop = Loop(r.cfg, r.plan, SimpleNamespace(generator=r.generator, learner=r.learner), r, run_dir=tmp_path)
+    loop.done = 5  # as a resume after step 5 leaves it
     with pytest.raises(RuntimeError, match="step_000003"):
-        run_state.restore(r, state)  # the checkpoint of step 3 (the window's reference) is missing
+        loop.reload_reference()  # the checkpoint of step 3 (the window's reference) is missing
     for s in (3, 5):
         d = tmp_path / "checkpoints" / f"step_{s:06d}"
         d.mkdir(parents=True)
         (d / "COMPLETE").write_text(f"{s}\n")
-    run_state.restore(r, state)
+    loop.reload_reference()
     assert [p.split("/")[-2] for p in learner.loads] == ["step_000003", "step_000005"]
     assert learner.syncs == [0]
     learner.loads.clear()
-    run_state.restore(r, state | {"step": 6})  # a window end: the next step refreshes
+    loop.done = 6  # a window end: the next step refreshes
+    loop.reload_reference()
     assert learner.loads == []

@@ -2,6 +2,7 @@
 
 Iteration 0 is one step (2 prompts, 1 answer each, 2 pairs per step); iteration 1 trains
 its 2 new pairs with the 2 previous ones, in 2 steps."""
+
 import json
 import math
 import shutil
@@ -12,11 +13,34 @@ import pytest
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[3]
 
-TINY_SPIN = ["--recipe", "spin", "--generator", "hf", "--iteration_size", "2", "--rollout_batch_size", "2",
-             "--epochs_per_iteration", "1", "--generate_max_len", "12", "--actor_learning_rate", "5e-5",
-             "--lr_warmup_ratio", "0", "--micro_train_batch_size", "4", "--progress", "quiet",
-             "--save_model", "false", "--max_ckpt_num", "3",
-             "--prompt_data", str(ROOT / "dataset/arith_spin_train.jsonl")]
+TINY_SPIN = [
+    "--recipe",
+    "spin",
+    "--generator",
+    "hf",
+    "--iteration_size",
+    "2",
+    "--rollout_batch_size",
+    "2",
+    "--epochs_per_iteration",
+    "1",
+    "--generate_max_len",
+    "12",
+    "--actor_learning_rate",
+    "5e-5",
+    "--lr_warmup_ratio",
+    "0",
+    "--micro_train_batch_size",
+    "4",
+    "--progress",
+    "quiet",
+    "--save_model",
+    "false",
+    "--max_ckpt_num",
+    "3",
+    "--prompt_data",
+    str(ROOT / "dataset/arith_spin_train.jsonl"),
+]
 
 
 def metrics(run_dir):
@@ -28,10 +52,32 @@ def without_times(rows):
 
 
 # online DPO with the label-free vote: 2 prompts x 4 samples, two steps
-ONLINE = ["--recipe", "spin", "--spin_mode", "online", "--generator", "hf", "--steps", "2",
-          "--rollout_batch_size", "2", "--n_samples_per_prompt", "4", "--generate_max_len", "16",
-          "--reward_mode", "majority", "--progress", "quiet", "--save_model", "false", "--report", "false",
-          "--prompt_data", str(ROOT / "dataset/arith_spin_train.jsonl")]
+ONLINE = [
+    "--recipe",
+    "spin",
+    "--spin_mode",
+    "online",
+    "--generator",
+    "hf",
+    "--steps",
+    "2",
+    "--rollout_batch_size",
+    "2",
+    "--n_samples_per_prompt",
+    "4",
+    "--generate_max_len",
+    "16",
+    "--reward_mode",
+    "majority",
+    "--progress",
+    "quiet",
+    "--save_model",
+    "false",
+    "--report",
+    "false",
+    "--prompt_data",
+    str(ROOT / "dataset/arith_spin_train.jsonl"),
+]
 
 
 @pytest.fixture(scope="module")
@@ -59,8 +105,14 @@ def test_two_iterations_raise_the_real_answer_logprob(spin_run):
     # the human answers' per-token log-prob under the policy at each iteration start
     assert rows[1]["spin/real_logp"] > rows[0]["spin/real_logp"]
     for r in rows:
-        for k in ("dpo/reward_chosen", "dpo/reward_rejected", "dpo/margin", "dpo/accuracy", "dpo/chosen_logp",
-                  "time/generate" if "spin/pairs" in r else "time/learner"):
+        for k in (
+            "dpo/reward_chosen",
+            "dpo/reward_rejected",
+            "dpo/margin",
+            "dpo/accuracy",
+            "dpo/chosen_logp",
+            "time/generate" if "spin/pairs" in r else "time/learner",
+        ):
             assert math.isfinite(r[k]), k
     assert rows[0]["loss/policy"] == pytest.approx(math.log(2), abs=1e-3)  # reference = policy: margin 0
     report = spin_run / "report"

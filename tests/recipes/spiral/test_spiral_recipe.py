@@ -1,16 +1,18 @@
 """The SPIRAL recipe's step on stand-in engines (no model): batches, seats, population, resume state."""
+
 import random
 import re
 
 import pytest
 import torch
 
-from serl.run import state as run_state
 from serl.config.parser import parse_args
 from serl.engines.base import Completion, TrainBatch
-from serl.engines.snapshots import CURRENT, load_snapshot
-from serl.run.context import RunContext
 from serl.recipes.spiral.recipe import SpiralRecipe
+from serl.recipes.spiral.snapshots import CURRENT, load_snapshot
+from serl.run import state as run_state
+from serl.run.context import RunContext
+from serl.run.resume import run_defining
 
 LEGAL = re.compile(r"Legal actions: (.*)")
 
@@ -72,8 +74,9 @@ def make(tmp_path, *flags, gen=None):
 
 
 def test_self_play_batch_has_one_sample_per_learner_turn(tmp_path):
-    recipe, gen, learner = make(tmp_path, "--games", "kuhn_poker", "--games_per_step", "4",
-                                "--filter_zero_adv", "false")
+    recipe, gen, learner = make(
+        tmp_path, "--games", "kuhn_poker", "--games_per_step", "4", "--filter_zero_adv", "false"
+    )
     m = recipe.step(1)
     (batch,) = learner.batches
     # self-play: every move is the learner's, each of a Kuhn hand's 2 or 3 moves is a sample
@@ -90,8 +93,16 @@ def test_self_play_batch_has_one_sample_per_learner_turn(tmp_path):
 
 
 def test_truncated_masked_and_zero_advantage_filtered(tmp_path):
-    recipe, gen, learner = make(tmp_path, "--games", "tictactoe", "--games_per_step", "2",
-                                "--opponent", "random", gen=FakeGenerator(truncate_every=2))
+    recipe, gen, learner = make(
+        tmp_path,
+        "--games",
+        "tictactoe",
+        "--games_per_step",
+        "2",
+        "--opponent",
+        "random",
+        gen=FakeGenerator(truncate_every=2),
+    )
     m = recipe.step(1)
     assert m["train/masked_truncated"] > 0
     total = m["train/samples"] + m["train/masked_truncated"] + m["train/filtered_zero_adv"]
@@ -101,8 +112,18 @@ def test_truncated_masked_and_zero_advantage_filtered(tmp_path):
 
 
 def test_invalid_moves_end_games_with_the_penalty(tmp_path):
-    recipe, gen, learner = make(tmp_path, "--games", "tictactoe", "--games_per_step", "2", "--rae", "false",
-                                "--filter_zero_adv", "false", gen=FakeGenerator(illegal=True))
+    recipe, gen, learner = make(
+        tmp_path,
+        "--games",
+        "tictactoe",
+        "--games_per_step",
+        "2",
+        "--rae",
+        "false",
+        "--filter_zero_adv",
+        "false",
+        gen=FakeGenerator(illegal=True),
+    )
     m = recipe.step(1)
     # self-play: seat 0 moves first and is invalid at once: R0 = -1.5, R1 = +0.5 -> batch baseline -0.5
     assert m["spiral/invalid_rate"] == 1.0 and m["spiral/tictactoe/role0/loss_rate"] == 1.0
@@ -121,8 +142,19 @@ def test_seats_alternate_per_game_type(tmp_path):
 
 
 def test_population_snapshots_switching_and_eviction(tmp_path):
-    recipe, gen, learner = make(tmp_path, "--games", "kuhn_poker", "--games_per_step", "6", "--opponent",
-                                "population", "--population_size", "2", "--population_every", "1")
+    recipe, gen, learner = make(
+        tmp_path,
+        "--games",
+        "kuhn_poker",
+        "--games_per_step",
+        "6",
+        "--opponent",
+        "population",
+        "--population_size",
+        "2",
+        "--population_every",
+        "1",
+    )
     m1 = recipe.step(1)
     assert m1["spiral/opponent/self"] == 1.0 and m1["spiral/snapshot_loads"] == 0  # no snapshot yet
     snap1 = tmp_path / "snapshots/step_000001.safetensors"
@@ -143,8 +175,19 @@ def test_population_snapshots_switching_and_eviction(tmp_path):
     recipe.population.empty_trash()
     assert not snap1.exists() and recipe.population.trash.items == []
 
-    other, *_ = make(tmp_path, "--games", "kuhn_poker", "--games_per_step", "6", "--opponent",
-                     "population", "--population_size", "2", "--population_every", "1")
+    other, *_ = make(
+        tmp_path,
+        "--games",
+        "kuhn_poker",
+        "--games_per_step",
+        "6",
+        "--opponent",
+        "population",
+        "--population_size",
+        "2",
+        "--population_every",
+        "1",
+    )
     other.load_state_dict(state)
     assert other.population.pool.snapshots == recipe.population.pool.snapshots
     assert other.baselines.values == recipe.baselines.values
@@ -155,13 +198,13 @@ def test_population_snapshots_switching_and_eviction(tmp_path):
 
 
 def test_learner_settings_reach_the_learner_config():
-    from serl.engines.factory import learner_config
     from serl.config.plan import plan_run
+    from serl.engines.factory import learner_config
 
     cfg, _ = parse_args(["--recipe", "spiral", "--steps", "6", "--generate_max_len", "96", "--device", "cpu"])
     lc = learner_config(cfg, plan_run(cfg))
     assert (lc.ppo_epochs, lc.loss_agg, lc.loss_agg_const, lc.total_steps) == (2, "seq_sum_const", 96.0, 12)
-    assert lc.kl_loss_coef == 0.0 and lc.lr == 1e-6
+    assert lc.kl_loss_coef == 0.0 and lc.actor_learning_rate == 1e-6
 
 
 class CallSeededGenerator(FakeGenerator):
@@ -172,11 +215,25 @@ class CallSeededGenerator(FakeGenerator):
         return super().generate(prompts, n, sampling)
 
 
-@pytest.mark.parametrize("extra", [[], ["--filter_draw", "--max_turns", "3", "--fsp_start_from", "1",
-                                       "--turn_discount", "0.5"]])
+@pytest.mark.parametrize(
+    "extra", [[], ["--filter_draw", "--max_turns", "3", "--fsp_start_from", "1", "--turn_discount", "0.5"]]
+)
 def test_a_resumed_step_equals_the_uninterrupted_one(tmp_path, extra):
-    flags = ["--games", "kuhn_poker,tictactoe", "--games_per_step", "6", "--opponent", "population",
-             "--population_size", "3", "--population_every", "1", "--rae_alpha", "0.5", *extra]
+    flags = [
+        "--games",
+        "kuhn_poker,tictactoe",
+        "--games_per_step",
+        "6",
+        "--opponent",
+        "population",
+        "--population_size",
+        "3",
+        "--population_every",
+        "1",
+        "--rae_alpha",
+        "0.5",
+        *extra,
+    ]
     straight, *_ = make(tmp_path / "a", *flags, gen=CallSeededGenerator())
     expected = [straight.step(1), straight.step(2), straight.step(3)]
     first, _, learner = make(tmp_path / "b", *flags, gen=CallSeededGenerator())
@@ -208,8 +265,9 @@ class LegalTwice(FakeGenerator):
 
 def test_invalid_move_shaping_rae_and_turn_discount_by_hand(tmp_path):
     # spiral-rl's shaping: the offender -1.5, the other +0.5 (spiral/tinker/training/env.py)
-    recipe, gen, learner = make(tmp_path, "--games", "tictactoe", "--games_per_step", "1", "--turn_discount", "0.5",
-                                gen=LegalTwice())
+    recipe, gen, learner = make(
+        tmp_path, "--games", "tictactoe", "--games_per_step", "1", "--turn_discount", "0.5", gen=LegalTwice()
+    )
     m = recipe.step(1)
     assert isinstance(learner.batches[0], TrainBatch)  # the runner's batch type (serl/run/step.py)
     # R = (-1.5, 0.5); fresh baselines: A0 = -1.5, A1 = 0.5; seat 0's first turn has one more after it
@@ -234,17 +292,34 @@ def test_filter_draw_replays_drawn_games(tmp_path):
 
 
 def test_fsp_start_from_keeps_self_play_until_the_population_starts(tmp_path):
-    recipe, gen, learner = make(tmp_path, "--games", "kuhn_poker", "--games_per_step", "8", "--opponent", "population",
-                                "--population_size", "3", "--population_every", "1", "--fsp_start_from", "2")
+    recipe, gen, learner = make(
+        tmp_path,
+        "--games",
+        "kuhn_poker",
+        "--games_per_step",
+        "8",
+        "--opponent",
+        "population",
+        "--population_size",
+        "3",
+        "--population_every",
+        "1",
+        "--fsp_start_from",
+        "2",
+    )
     m1, m2, m3 = recipe.step(1), recipe.step(2), recipe.step(3)
     assert m1["spiral/opponent/self"] == m2["spiral/opponent/self"] == 1.0  # 0 and 1 steps trained: < 2
     assert m1["spiral/population/size"] == 1 and m2["spiral/population/size"] == 2  # first snapshot: step 2
-    assert m3["spiral/opponent/snapshot"] > 0 and recipe.population.pool.snapshots[0] == "snapshots/step_000002.safetensors"
+    assert (
+        m3["spiral/opponent/snapshot"] > 0
+        and recipe.population.pool.snapshots[0] == "snapshots/step_000002.safetensors"
+    )
 
 
 def test_nim_trains_beside_a_spiral_game(tmp_path):
-    recipe, gen, learner = make(tmp_path, "--games", "nim,kuhn_poker", "--games_per_step", "4",
-                                "--filter_zero_adv", "false")
+    recipe, gen, learner = make(
+        tmp_path, "--games", "nim,kuhn_poker", "--games_per_step", "4", "--filter_zero_adv", "false"
+    )
     m = recipe.step(1)
     for role in (0, 1):  # Nim always has a winner: the player who took the last stone
         assert m[f"spiral/nim/role{role}/draw_rate"] == 0.0
@@ -256,18 +331,23 @@ def test_async_train_logs_what_the_synchronous_run_logs(tmp_path):
     """--async_train on stand-in engines whose moves do not depend on the weights: every step trains
     the same batch and logs the same metrics as the synchronous run, though collect(t+1) runs before
     after_update(t) (which reads collect(t)'s snapshot counts and RAE baselines: its step-local state)."""
-    from serl.run.async_frame import AsyncFrame, wrap_engines
+    from types import SimpleNamespace
+
     from serl.config.plan import plan_run
+    from serl.run.async_frame import wrap_engines
+    from serl.run.loop import Loop
 
     flags = ["--games", "kuhn_poker,tictactoe", "--games_per_step", "6", "--rae_alpha", "0.5", "--steps", "3"]
     sync, _, sync_learner = make(tmp_path / "a", *flags, gen=CallSeededGenerator())
     want = [sync.step(s) for s in (1, 2, 3)]
     cfg, _ = parse_args(["--recipe", "spiral", "--run_dir", str(tmp_path / "b"), *flags, "--async_train"])
     plan, learner = plan_run(cfg), FakeLearner()
-    gen, gated = wrap_engines(cfg, plan, CallSeededGenerator(), learner)
-    recipe = SpiralRecipe(RunContext(cfg, tmp_path / "b", "m", FakeTok(), gen, gated, None, None), cfg.game_list())
-    frame = AsyncFrame(recipe, gen, learner, plan, cfg.steps)
-    got = [frame.step(s) for s in (1, 2, 3)]
+    engines = wrap_engines(cfg, plan, SimpleNamespace(generator=CallSeededGenerator(), learner=learner, checker=None))
+    recipe = SpiralRecipe(
+        RunContext(cfg, tmp_path / "b", "m", FakeTok(), engines.generator, engines.learner, None, None), cfg.game_list()
+    )
+    loop = Loop(cfg, plan, engines, recipe)
+    got = [loop.train(s) for s in (1, 2, 3)]
     assert [m["async/lag_max"] for m in got] == [0.0, 1.0, 1.0]
     plain = lambda ms: [{k: v for k, v in m.items() if not k.startswith(("time/", "async/"))} for m in ms]  # noqa: E731
     assert plain(got) == plain(want)
@@ -293,14 +373,28 @@ def test_evaluate_plays_its_own_games_with_its_own_sampling(tmp_path):
     the evaluation (serl: --eval_game_names, --eval_temperature, --eval_top_p, --eval_generate_max_len)."""
     train = ["--games", "kuhn_poker", "--temperature", "1.0", "--top_p", "1.0", "--generate_max_len", "64"]
     gen = RecordingGenerator()
-    recipe, *_ = make(tmp_path / "a", *train, "--eval_games", "2", "--eval_game_names", "TicTacToe-v0",
-                      "--eval_temperature", "0.6", "--eval_top_p", "0.95", "--eval_generate_max_len", "32", gen=gen)
+    recipe, *_ = make(
+        tmp_path / "a",
+        *train,
+        "--eval_games",
+        "2",
+        "--eval_game_names",
+        "TicTacToe-v0",
+        "--eval_temperature",
+        "0.6",
+        "--eval_top_p",
+        "0.95",
+        "--eval_generate_max_len",
+        "32",
+        gen=gen,
+    )
     games = SpiralRecipe.eval_set(recipe.cfg)
     assert games == ["tictactoe"]  # the TextArena id, read as serl's name; not the training game
     out = recipe.evaluate(games)
     assert "eval/tictactoe/vs_random/win_rate" in out and not any("kuhn_poker" in k for k in out)
     assert gen.samplings and {(s.temperature, s.top_p, s.max_new_tokens, s.seed) for s in gen.samplings} == {
-        (0.6, 0.95, 32, 43)}
+        (0.6, 0.95, 32, 43)
+    }
     # not given: the training sampling, as before these options existed; training itself keeps it
     gen = RecordingGenerator()
     recipe, *_ = make(tmp_path / "b", *train, "--eval_games", "2", gen=gen)
@@ -309,19 +403,23 @@ def test_evaluate_plays_its_own_games_with_its_own_sampling(tmp_path):
     recipe.step(1)
     assert {(s.temperature, s.top_p, s.max_new_tokens) for s in gen.samplings} == {(1.0, 1.0, 64)}
     # evaluation-only: a resume may change them
-    assert not {"eval_game_names", "eval_temperature", "eval_top_p",
-                "eval_generate_max_len"} & set(SpiralRecipe.run_defining())
+    assert not {"eval_game_names", "eval_temperature", "eval_top_p", "eval_generate_max_len"} & set(
+        run_defining("spiral")
+    )
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--eval_game_names", "tictactoe"], "eval_game_names: .* --eval_games is 0"),
-    (["--eval_games", "2", "--eval_game_names", "Chess-v0"], "eval_game_names: unknown game 'Chess-v0'"),
-    (["--eval_temperature", "-0.5"], "eval_temperature: must be >= 0, or -1"),
-    (["--eval_top_p", "0"], r"eval_top_p: must be in \(0, 1\]"),
-    (["--generate_max_len", "64", "--eval_generate_max_len", "128"], "eval_generate_max_len: must be in"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--eval_game_names", "tictactoe"], "eval_game_names: .* --eval_games is 0"),
+        (["--eval_games", "2", "--eval_game_names", "Chess-v0"], "eval_game_names: unknown game 'Chess-v0'"),
+        (["--eval_temperature", "-0.5"], "eval_temperature: must be >= 0, or -1"),
+        (["--eval_top_p", "0"], r"eval_top_p: must be in \(0, 1\]"),
+        (["--generate_max_len", "64", "--eval_generate_max_len", "128"], "eval_generate_max_len: must be in"),
+    ],
+)
 def test_eval_options_refused_values(flags, message):
-    from serl.errors import ConfigError
+    from serl import ConfigError
 
     with pytest.raises(ConfigError, match=message):
         parse_args(["--recipe", "spiral", *flags])

@@ -1,4 +1,5 @@
 """scripts/train/train_spiral.sh: `serl train` accepts it as written, under bash and zsh."""
+
 import json
 import os
 import re
@@ -24,12 +25,15 @@ def static_argv() -> list[str]:
     for name, default in re.findall(r'^(\w+)="\$\{\1:-(.*)\}"', text, flags=re.M):
         env[name] = re.sub(r"\$(\w+)", lambda m: env[m.group(1)], default)
     lines = []
-    for line in text[text.index("serl train \\"):].splitlines():
+    for line in text[text.index("serl train \\") :].splitlines():
         lines.append(line.rstrip("\\").strip())
         if not line.rstrip().endswith("\\"):
             break
-    words = [re.sub(r"\$(\w+)", lambda m: env[m.group(1)], w) for w in shlex.split(" ".join(lines))
-             if w not in ("${FIT[@]}", "$@")]  # the machine's fit and the user's extra arguments (scripts/train)
+    words = [
+        re.sub(r"\$(\w+)", lambda m: env[m.group(1)], w)
+        for w in shlex.split(" ".join(lines))
+        if w not in ("${FIT[@]}", "$@")
+    ]  # the machine's fit and the user's extra arguments (scripts/train)
     assert words[:2] == ["serl", "train"]
     return words[2:]
 
@@ -54,8 +58,12 @@ def test_template_runs_the_same_argv(shell, tmp_path):
     fake.write_text(f"#!{sys.executable}\nimport json, sys\njson.dump(sys.argv[1:], open({str(out)!r}, 'w'))\n")
     fake.chmod(0o755)
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env.update(GPUS="8", PATH=f"{fake.parent}{os.pathsep}{env['PATH']}", PRETRAIN="/models/My Model",
-               SAVE_PATH=str(tmp_path / "run"))
+    env.update(
+        GPUS="8",
+        PATH=f"{fake.parent}{os.pathsep}{env['PATH']}",
+        PRETRAIN="/models/My Model",
+        SAVE_PATH=str(tmp_path / "run"),
+    )
     r = subprocess.run([shell, str(TEMPLATE)], env=env, capture_output=True, text=True, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     argv = json.loads(out.read_text())

@@ -1,0 +1,140 @@
+"""The guard on two real runs (issue 61, parts 1b, 2 and 3): one that collapses, one that improves.
+
+    python experiments/guard/real_runs.py collapse            # arm b of the Qwen arithmetic round
+    python experiments/guard/real_runs.py improving           # arm c of the same round
+    python experiments/guard/real_runs.py collapse --resume   # after an interruption
+    python experiments/guard/real_runs.py --table             # rebuild real_runs.md from items/ (no torch)
+
+Both are the second round of ``experiments/serl_efficacy`` (Qwen2.5-Coder-0.5B, the shipped
+arithmetic seeds, 128 tokens), counted in steps instead of minutes:
+  collapse   arm b, the majority vote on the 200 seeds alone: in that round it reached 89.5 % at
+             step 5 and fell to 54.0 % by step 15
+  improving  arm c, the rule reward with the seed labels: 73 % -> 95 % by step 5, and it stayed
+Each runs the guard in ``watch`` mode with its defaults (the spent rule, patience 2), so the
+whole curve is seen: ``stop`` takes the same decisions up to its first firing (one code path,
+``serl/run/guard.py``) and then ends the run with the policy kept in RUN_DIR/guard_best. The
+held-out pass@1 (the first 200 problems of dataset/arith_efficacy_heldout.jsonl, never
+trained on) is evaluated at every guard check, so each check has its truth beside it.
+
+After a run its per-item files (metrics, guard checks with the probe's answers, the held-out
+answers with their texts) are copied to ``items/<run>/``, from which ``--table`` rebuilds
+``real_runs.md`` with the standard library alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+ITEMS = HERE / "items"
+KEEP = ("metrics.jsonl", "guard_items.jsonl", "guard_anchor.jsonl", "eval_items.jsonl", "eval_records.jsonl", "guard_best.json")
+ANCHOR = "guard_anchor.jsonl"  # one anchor for both runs: same model, probe, seed and prompt
+STEPS, EVERY, HELDOUT = 16, 2, 200
+RUNS = {"collapse": "b", "improving": "c"}
+
+
+def flags(run: str) -> list[str]:
+    """Round two's settings for the arm (``serl_efficacy/run.py``: FULL and its Qwen memory flags),
+    with the guard watching and the held-out set evaluated at each of its checks."""
+    sys.path.insert(0, str(ROOT / "experiments" / "serl_efficacy"))
+    import run as efficacy  # noqa: PLC0415 (the round's own flag builder, so the two cannot drift)
+
+    args = argparse.Namespace(
+        **efficacy.FULL,
+        task="arith",
+        model="qwen2.5-coder-0.5b",
+        generator="auto",
+        seeds_path=efficacy.SEEDS,
+        train_flags="--micro_train_batch_size 2 --gradient_checkpointing true --init_kl_coef 0",
+    )
+    return [
+        *efficacy.train_flags(args),
+        *efficacy.ARMS[RUNS[run]][1],
+        "--steps",
+        str(STEPS),
+        "--collapse_guard",
+        "watch",
+        "--guard_every",
+        str(EVERY),
+        "--eval_data",
+        str(efficacy.HELDOUT),
+        "--eval_samples",
+        str(HELDOUT),
+        "--eval_steps",
+        str(EVERY),
+        "--save_steps",
+        str(EVERY),
+        "--max_ckpt_num",
+        "1",
+    ]
+
+
+def train(run: str, out: Path, resume: bool) -> None:
+    run_dir = out / run
+    if run_dir.exists() and not resume:
+        sys.exit(f"{run_dir} exists; add --resume to continue it, or choose another --out")
+    # a run's anchor, or one kept in --out (the anchor takes 11 minutes here)
+    anchor = next((p for p in (out / ANCHOR, *(out / n / ANCHOR for n in RUNS)) if p.is_file()), None)
+    args = (
+        ["--resume", str(run_dir)]
+        if run_dir.exists()
+        else [*flags(run), *(["--guard_anchor", str(anchor)] if anchor else []), "--run_dir", str(run_dir)]
+    )
+    env = {**os.environ, "MALLOC_ARENA_MAX": "2"}  # round two's memory setting (its arm c's OOM)
+    r = subprocess.run([sys.executable, "-m", "serl.cli", "train", *args], cwd=ROOT, env=env)
+    if r.returncode != 0:
+        sys.exit(f"serl train failed ({r.returncode}) in {run_dir}; fix it and rerun with --resume")
+    export(run, run_dir, args)
+
+
+def export(run: str, run_dir: Path, args: list[str] | None = None) -> None:
+    """Copy the run's per-item files into items/<run>/ (also mid-run: what has been checked so far)."""
+    dest = ITEMS / run
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in KEEP:
+        if (run_dir / name).is_file():
+            shutil.copyfile(run_dir / name, dest / name)
+    if args is None:  # mid-run: the flags the run was started with
+        args = yaml.safe_load((run_dir / "config.yaml").read_text())
+    (dest / "flags.json").write_text(json.dumps(args, indent=1, default=str) + "\n")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("run", nargs="?", choices=sorted(RUNS), help="which run to train")
+    ap.add_argument("--out", default=str(ROOT / "runs" / "guard"), help="where the run directories go")
+    ap.add_argument("--resume", action="store_true", help="continue the run in --out")
+    ap.add_argument("--export", action="store_true", help="copy the named run's files to items/ as they are now")
+    ap.add_argument("--table", action="store_true", help="rebuild real_runs.md from items/ and print it")
+    a = ap.parse_args(argv)
+    if a.run and a.export:
+        export(a.run, Path(a.out) / a.run)
+    elif a.run:
+        train(a.run, Path(a.out), a.resume)
+    if a.table or a.run:
+        from real_table import write_table  # noqa: PLC0415
+
+        print(write_table(ITEMS, HERE / "real_runs.md"))
+        try:
+            from real_table import plot  # noqa: PLC0415
+
+            plot(ITEMS, HERE / "real_runs.png")
+        except ImportError as e:  # the tables need no matplotlib; the curves do
+            print(f"real_runs.png not drawn: {e}", file=sys.stderr)
+    if not (a.run or a.table):
+        ap.error("name a run, or --table")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(HERE))
+    raise SystemExit(main())
