@@ -3,6 +3,8 @@
     python experiments/guard/real_runs.py collapse            # arm b of the Qwen arithmetic round
     python experiments/guard/real_runs.py improving           # arm c of the same round
     python experiments/guard/real_runs.py collapse --resume   # after an interruption
+    python experiments/guard/real_runs.py improving --probe 256   # the setting chosen on the collapse
+    python experiments/guard/real_runs.py collapse --probe 256 --seed 7   # a fresh collapse to test it on
     python experiments/guard/real_runs.py --table             # rebuild real_runs.md from items/ (no torch)
 
 Both are the second round of ``experiments/serl_efficacy`` (Qwen2.5-Coder-0.5B, the shipped
@@ -15,6 +17,12 @@ whole curve is seen: ``stop`` takes the same decisions up to its first firing (o
 ``serl/run/guard.py``) and then ends the run with the policy kept in RUN_DIR/guard_best. The
 held-out pass@1 (the first 200 problems of dataset/arith_efficacy_heldout.jsonl, never
 trained on) is evaluated at every guard check, so each check has its truth beside it.
+
+``--probe 256`` draws a 256-problem probe from ``dataset/arith_spin_train.jsonl`` (training-side
+problems, disjoint from the seeds and the held-out set: the 200 seeds are too few) and sets
+``--guard_margin 0``, the setting ``candidates.py`` chose on the collapse. Its runs are named
+``<run>_p256`` (and ``_s<seed>`` for another seed), and their anchors are kept in
+``items/anchors/`` so that no machine computes one twice.
 
 After a run its per-item files (metrics, guard checks with the probe's answers, the held-out
 answers with their texts) are copied to ``items/<run>/``, from which ``--table`` rebuilds
@@ -40,6 +48,19 @@ KEEP = ("metrics.jsonl", "guard_items.jsonl", "guard_anchor.jsonl", "eval_items.
 ANCHOR = "guard_anchor.jsonl"  # one anchor for both runs: same model, probe, seed and prompt
 STEPS, EVERY, HELDOUT = 16, 2, 200
 RUNS = {"collapse": "b", "improving": "c"}
+PROBE_DATA = "dataset/arith_spin_train.jsonl"
+ANCHORS = ITEMS / "anchors"
+
+
+def name(run: str, probe: int, seed: int) -> str:
+    """The run directory's (and items/ folder's) name: the plain arm, or its probe and seed."""
+    return run + (f"_p{probe}" if probe != 64 else "") + (f"_s{seed}" if seed != 42 else "")
+
+
+def probe_flags(probe: int, seed: int) -> list[str]:
+    if probe == 64:
+        return [] if seed == 42 else ["--seed", str(seed)]
+    return ["--guard_probe", str(probe), "--guard_margin", "0", "--guard_probe_data", PROBE_DATA, "--seed", str(seed)]
 
 
 def flags(run: str) -> list[str]:
@@ -78,22 +99,40 @@ def flags(run: str) -> list[str]:
     ]
 
 
-def train(run: str, out: Path, resume: bool) -> None:
-    run_dir = out / run
+def train(run: str, out: Path, resume: bool, probe: int = 64, seed: int = 42) -> None:
+    tag = name(run, probe, seed)
+    run_dir = out / tag
     if run_dir.exists() and not resume:
         sys.exit(f"{run_dir} exists; add --resume to continue it, or choose another --out")
-    # a run's anchor, or one kept in --out (the anchor takes 11 minutes here)
-    anchor = next((p for p in (out / ANCHOR, *(out / n / ANCHOR for n in RUNS)) if p.is_file()), None)
+    kept = ANCHORS / f"probe{probe}_seed{seed}.jsonl"
+    if run_dir.exists() and not any((run_dir / "checkpoints").glob("step_*/COMPLETE")):
+        # stopped before its first checkpoint: start again, keeping the anchor it computed
+        if (run_dir / ANCHOR).is_file() and not kept.is_file():
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(run_dir / ANCHOR, kept)
+        shutil.rmtree(run_dir)
+    # an anchor kept in items/ or --out for this probe (64 prompts x 8 samples: 11 min on AVX2)
+    mine = [kept] if probe != 64 or seed != 42 else [kept, out / ANCHOR, *(out / n / ANCHOR for n in RUNS)]
+    anchor = next((p for p in mine if p.is_file()), None)
     args = (
         ["--resume", str(run_dir)]
         if run_dir.exists()
-        else [*flags(run), *(["--guard_anchor", str(anchor)] if anchor else []), "--run_dir", str(run_dir)]
+        else [
+            *flags(run),
+            *probe_flags(probe, seed),
+            *(["--guard_anchor", str(anchor)] if anchor else []),
+            "--run_dir",
+            str(run_dir),
+        ]
     )
     env = {**os.environ, "MALLOC_ARENA_MAX": "2"}  # round two's memory setting (its arm c's OOM)
     r = subprocess.run([sys.executable, "-m", "serl.cli", "train", *args], cwd=ROOT, env=env)
+    if (run_dir / ANCHOR).is_file() and not kept.is_file():
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(run_dir / ANCHOR, kept)
     if r.returncode != 0:
         sys.exit(f"serl train failed ({r.returncode}) in {run_dir}; fix it and rerun with --resume")
-    export(run, run_dir, args)
+    export(tag, run_dir, args)
 
 
 def export(run: str, run_dir: Path, args: list[str] | None = None) -> None:
@@ -115,11 +154,14 @@ def main(argv=None) -> int:
     ap.add_argument("--resume", action="store_true", help="continue the run in --out")
     ap.add_argument("--export", action="store_true", help="copy the named run's files to items/ as they are now")
     ap.add_argument("--table", action="store_true", help="rebuild real_runs.md from items/ and print it")
+    ap.add_argument("--probe", type=int, default=64, choices=(64, 256), help="probe size (256: the chosen setting)")
+    ap.add_argument("--seed", type=int, default=42, help="the run's seed (another one for a fresh run)")
     a = ap.parse_args(argv)
     if a.run and a.export:
-        export(a.run, Path(a.out) / a.run)
+        tag = name(a.run, a.probe, a.seed)
+        export(tag, Path(a.out) / tag)
     elif a.run:
-        train(a.run, Path(a.out), a.resume)
+        train(a.run, Path(a.out), a.resume, a.probe, a.seed)
     if a.table or a.run:
         from real_table import write_table  # noqa: PLC0415
 

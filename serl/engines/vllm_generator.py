@@ -240,9 +240,11 @@ class VLLMGenerator:
             self._mirror = None  # unmap before the file goes
             shutil.rmtree(self._shm, ignore_errors=True)
             self._shm = None
+        engine = _with_descendants(getattr(self, "_engine", None) or [])
         llm, self.llm = getattr(self, "llm", None), None
         if llm is not None:
             del llm
+        _wait_or_kill(engine, timeout=15.0)
         reaper, self._reaper = getattr(self, "_reaper", None), None
         if reaper is not None:
             reaper.close()
@@ -287,21 +289,50 @@ def _processes(pids: set[int]) -> list[tuple]:
     return out
 
 
-def _gone(procs: list[tuple]) -> list[str]:
-    """The watched processes that are no longer running, as "NAME pid N"."""
-    if not procs:
-        return []
+def _running(p) -> bool:
     import psutil
 
-    dead = []
-    for p, name in procs:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _gone(procs: list[tuple]) -> list[str]:
+    """The watched processes that are no longer running, as "NAME pid N"."""
+    return [f"{name} pid {p.pid}" for p, name in procs if not _running(p)]
+
+
+def _with_descendants(procs: list[tuple]) -> list:
+    """The engine's processes and the workers they started, as psutil handles."""
+    import psutil
+
+    out = []
+    for p, _ in procs:
         try:
-            alive = p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+            out.extend([p, *p.children(recursive=True)])
         except psutil.Error:
-            alive = False
-        if not alive:
-            dead.append(f"{name} pid {p.pid}")
-    return dead
+            pass
+    return out
+
+
+def _wait_or_kill(procs: list, timeout: float) -> None:
+    """vLLM's shutdown signals its engine processes and returns before they exit; wait for
+    them, so the run never exits with one still alive, and kill what outlives ``timeout``.
+    It polls rather than reaps: vLLM's own join() of its children must still work."""
+    if not procs:
+        return
+    import psutil
+
+    deadline = time.monotonic() + timeout
+    while any(_running(p) for p in procs) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for p in procs:
+        if _running(p):
+            try:
+                p.kill()
+            except psutil.Error:
+                pass
 
 
 def _reaper(pids: set[int], paths: list[str]):

@@ -94,7 +94,9 @@ class GuardOptions:
     )
     guard_k: int = _f(8, "guard: answers the untrained model samples per probe prompt for its vote (the anchor)")
     guard_every: int = _f(2, "guard: check the policy's greedy answers on the probe every N steps (and at the end)")
-    guard_margin: float = _f(0.10, "guard: a check is bad when agreement fell this far below its best")
+    guard_margin: float = _f(
+        0.10, "guard: a check is bad when agreement fell this far below its best (0: the drop's test alone decides)"
+    )
     guard_patience: int = _f(2, "guard: bad checks in a row that fire it (was 1 before the spent rule)")
     guard_alpha: float = _f(
         0.05,
@@ -127,8 +129,8 @@ class GuardOptions:
         for name in ("guard_probe", "guard_k", "guard_every", "guard_patience"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name}: must be >= 1, got {getattr(self, name)}")
-        if not 0.0 < self.guard_margin < 1.0:
-            raise ConfigError(f"guard_margin: must lie in (0, 1), got {self.guard_margin}")
+        if not 0.0 <= self.guard_margin < 1.0:
+            raise ConfigError(f"guard_margin: must lie in [0, 1), got {self.guard_margin}")
         if not 0.0 < self.guard_alpha <= 1.0:
             raise ConfigError(f"guard_alpha: must lie in (0, 1], got {self.guard_alpha}")
         if self.guard_checks < 0:

@@ -360,7 +360,8 @@ def test_probe_from_its_own_file(tmp_path):
     [
         (["--collapse_guard", "rollback", "--learner", "deepspeed"], "only the one-process torch learner"),
         (["--collapse_guard", "stop", "--ray"], "with --ray"),
-        (["--guard_margin", "0"], "guard_margin: must lie in"),
+        (["--guard_margin", "1"], "guard_margin: must lie in"),
+        (["--guard_margin", "-0.1"], "guard_margin: must lie in"),
         (["--guard_every", "0"], "guard_every: must be >= 1"),
     ],
 )

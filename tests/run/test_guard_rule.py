@@ -153,6 +153,23 @@ def test_spent_rule_by_hand():
     assert st.below == 0
 
 
+def test_margin_zero_lets_the_test_alone_decide():
+    # 256 items, level 0.05/9 = 0.00556. A 5-point fall (13 lost, 0 gained): p = 2^-13 = 0.000122.
+    rule0 = Rule(margin=0.0, patience=2, alpha=0.05, rule="spent", checks=9)
+    rule10 = Rule(margin=0.10, patience=2, alpha=0.05, rule="spent", checks=9)
+    best, now = items(200, 13, 0, n=256)
+    assert binom_tail(13, 0) == pytest.approx(2**-13)
+    for rule, want in ((rule0, "bad"), (rule10, "hold")):  # 0.051 below the best: inside a 0.10 margin
+        st = GuardState()
+        judge(st, rule, 0, 200 / 256, best)
+        assert judge(st, rule, 2, 187 / 256, now) == want
+    # a fall the test does not trust (7 lost, 3 gained: p = 0.17) is no bad check even at margin 0
+    st = GuardState()
+    judge(st, rule0, 0, 200 / 256, best)
+    _, small = items(200, 7, 3, n=256)
+    assert judge(st, rule0, 2, 196 / 256, small) == "hold"
+
+
 @pytest.mark.parametrize(
     "factor,floor,want",
     [
