@@ -20,7 +20,8 @@ trained on) is evaluated at every guard check, so each check has its truth besid
 
 ``--probe 256`` draws a 256-problem probe from ``dataset/arith_spin_train.jsonl`` (training-side
 problems, disjoint from the seeds and the held-out set: the 200 seeds are too few) and sets
-``--guard_margin 0``, the setting ``candidates.py`` chose on the collapse. Its runs are named
+``--guard_margin 0``, the strongest of the settings ``candidates.py`` tried on the collapse
+(none met its line; README, "Choosing a setting on the collapse"). Its runs are named
 ``<run>_p256`` (and ``_s<seed>`` for another seed), and their anchors are kept in
 ``items/anchors/`` so that no machine computes one twice.
 
@@ -142,7 +143,7 @@ def export(run: str, run_dir: Path, args: list[str] | None = None) -> None:
     for name in KEEP:
         if (run_dir / name).is_file():
             shutil.copyfile(run_dir / name, dest / name)
-    if args is None:  # mid-run: the flags the run was started with
+    if args is None or args[:1] == ["--resume"]:  # mid-run or resumed: the config the run was started with
         args = yaml.safe_load((run_dir / "config.yaml").read_text())
     (dest / "flags.json").write_text(json.dumps(args, indent=1, default=str) + "\n")
 
@@ -154,7 +155,7 @@ def main(argv=None) -> int:
     ap.add_argument("--resume", action="store_true", help="continue the run in --out")
     ap.add_argument("--export", action="store_true", help="copy the named run's files to items/ as they are now")
     ap.add_argument("--table", action="store_true", help="rebuild real_runs.md from items/ and print it")
-    ap.add_argument("--probe", type=int, default=64, choices=(64, 256), help="probe size (256: the chosen setting)")
+    ap.add_argument("--probe", type=int, default=64, choices=(64, 256), help="probe size (256: with margin 0, the candidate setting)")
     ap.add_argument("--seed", type=int, default=42, help="the run's seed (another one for a fresh run)")
     a = ap.parse_args(argv)
     if a.run and a.export:

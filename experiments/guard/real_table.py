@@ -1,16 +1,21 @@
 """real_runs.md from items/<run>/ alone (the standard library and serl's pure-Python rule code).
 
-Per run and per guard check: the held-out truth (pass@1, answers cut at the limit, boxed answers,
+Every run folder in items/ with a metrics.jsonl is tabled (collapse and improving first, then the
+others by name, e.g. improving_p256, collapse_p256_s7). Per run and per guard check: the held-out truth (pass@1, answers cut at the limit, boxed answers,
 accuracy among finished answers) beside each candidate signal. Then, per signal, the step at which
 its alarm (fixed before the runs, README "The signals' alarms") first sounds, against the step
 at which held-out pass@1 first fell more than 5 points below its best so far (the collapse).
-The anchor agreement's alarm is replayed from the kept per-item outcomes under both rules, the
-old one (per check, patience 1) and today's (spent, patience 2).
+The anchor agreement's alarm is read from the run's own log (the guard with the run's settings,
+``items/<run>/flags.json``) and replayed from the kept per-item outcomes under three rules over the
+run's planned checks: the default (margin 0.10, spent, patience 2), no margin (margin 0, spent,
+patience 2: the test alone decides; ``candidates.py``) and the old one (per check at 0.05,
+patience 1).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -32,6 +37,18 @@ FALL = 0.05  # the collapse: held-out pass@1 more than 5 points below its best s
 FLIP_LINE = 0.30  # share of probe answers that changed since the previous check
 VOTE_LINE = 0.90  # the training vote's agreement (mean over the steps since the last check)
 ENTROPY_SHARE = 0.5  # token entropy (mean since the last check) at or below half its first check's
+FIRST = ("collapse", "improving")  # then the other runs in items/, by name
+OWN = "anchor agreement, the run's own guard (logged)"
+DEFAULT = "anchor agreement, default rule (margin 0.10, spent, patience 2)"
+NO_MARGIN = "anchor agreement, no margin (margin 0, spent, patience 2)"
+OLD = "anchor agreement, the old rule (per check, patience 1)"
+GUARD_DEFAULTS = {
+    "guard_margin": 0.10,
+    "guard_patience": 2,
+    "guard_alpha": 0.05,
+    "guard_rule": "spent",
+    "guard_checks": 0,
+}
 
 
 def rows(path: Path) -> list[dict]:
@@ -75,14 +92,56 @@ def heldout(run: Path) -> dict[int, dict]:
     return out
 
 
-def replay(checks: list[dict], rule: Rule) -> int | None:
-    """The step of the first firing of ``rule`` on the kept per-check outcomes (None: never)."""
+def replay(checks: list[dict], rule: Rule) -> tuple[int | None, int | None]:
+    """The step of the first firing of ``rule`` on the kept per-check outcomes (None: never) and
+    the check it keeps (the best so far)."""
     st = GuardState()
     for c in checks:
         items = c["items"]
         if judge(st, rule, c["step"], sum(items) / len(items), items) == "fire":
-            return c["step"]
-    return None
+            return c["step"], st.best_step
+    return None, None
+
+
+def run_names(items: Path) -> list[str]:
+    """The run folders in items/ (those with a metrics.jsonl): collapse, improving, then the rest by name."""
+    found = sorted(p.name for p in items.iterdir() if (p / "metrics.jsonl").is_file()) if items.is_dir() else []
+    return [n for n in FIRST if n in found] + [n for n in found if n not in FIRST]
+
+
+def _value(x: str):
+    for kind in (int, float):
+        try:
+            return kind(x)
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(x.lower(), x)
+
+
+def settings(name: str, run: Path) -> dict:
+    """The run's options from items/<run>/flags.json: the config (a dict) or the command's flags (a
+    list; ``--resume DIR`` alone says nothing, and the name's ``_p<N>`` then means real_runs.py's
+    ``--probe N``: margin 0). Unset guard options are serl's defaults."""
+    flags = json.loads((run / "flags.json").read_text()) if (run / "flags.json").is_file() else {}
+    if isinstance(flags, list):
+        pairs = {}
+        for i, x in enumerate(flags):
+            if isinstance(x, str) and x.startswith("--"):
+                nxt = flags[i + 1] if i + 1 < len(flags) else "true"
+                pairs[x[2:]] = _value(nxt) if isinstance(nxt, str) and not nxt.startswith("--") else True
+        flags = pairs
+    out = {
+        **GUARD_DEFAULTS,
+        **{
+            k: v
+            for k, v in flags.items()
+            if k in GUARD_DEFAULTS or k in ("steps", "guard_every", "seed", "guard_probe_data", "guard_probe")
+        },
+    }
+    probe = re.search(r"_p(\d+)", name)
+    if probe and "guard_margin" not in flags and int(probe.group(1)) != 64:
+        out["guard_margin"] = 0.0  # real_runs.py --probe N (N != 64) sets --guard_margin 0
+    return out
 
 
 def two_in_a_row(steps: list[int], hits: list[bool]) -> int | None:
@@ -111,7 +170,27 @@ def run_table(name: str, run: Path) -> list[str]:
     ev = heldout(run)
     checks = list(last_per_step(rows(run / "guard_items.jsonl")).values())
     steps = [c["step"] for c in checks]
+    cfg = settings(name, run)
+    every = cfg.get("guard_every") or (steps[1] - steps[0] if len(steps) > 1 else 1)
+    level = next((m["guard/level"] for m in metrics.values() if "guard/level" in m), None)
+    if cfg["guard_checks"]:
+        n = int(cfg["guard_checks"])
+    elif cfg.get("steps"):
+        n = planned_checks(int(cfg["steps"]), int(every))
+    elif level and cfg["guard_rule"] == "spent":
+        n = round(cfg["guard_alpha"] / level)
+    else:
+        n = planned_checks(max(steps or [0]), int(every))
+    probe_n = len(checks[0]["items"]) if checks else cfg.get("guard_probe")
+    src = cfg.get("guard_probe_data") or "the training prompts"
     out = [f"### {name}", ""]
+    out.append(
+        f"Probe {probe_n} items from {Path(str(src)).name if src != 'the training prompts' else src}; the run's guard: "
+        f"margin {cfg['guard_margin']:g}, {cfg['guard_rule']} at alpha {cfg['guard_alpha']:g} over {n} planned checks, "
+        f"patience {cfg['guard_patience']}; seed {cfg.get('seed', '?')}; {len(steps)} checks logged (steps "
+        f"{steps[0] if steps else ''}-{steps[-1] if steps else ''})."
+    )
+    out.append("")
     out.append(
         "| step | held-out pass@1 | cut | boxed | right among finished | anchor agreement | best (step) | "
         "p vs best | flip rate | vote agreement | vote trend /step | entropy | fired |"
@@ -126,16 +205,29 @@ def run_table(name: str, run: Path) -> list[str]:
             f"{fmt(m.get('guard/vote_agreement_mean'))} | {fmt(m.get('guard/vote_agreement_trend'), '+.4f')} | "
             f"{fmt(m.get('guard/entropy_mean'))} | {m.get('guard/fired', '')} |"
         )
-    n = planned_checks(max(steps or [0]), steps[1] - steps[0] if len(steps) > 1 else 1)
     flips = [metrics.get(s, {}).get("guard/flip_rate") for s in steps]
     votes = [metrics.get(s, {}).get("guard/vote_agreement_mean") for s in steps]
     ents = [metrics.get(s, {}).get("guard/entropy_mean") for s in steps]
     first_ent = next((x for x in ents if x is not None), None)
+    own = Rule(
+        margin=float(cfg["guard_margin"]),
+        patience=int(cfg["guard_patience"]),
+        alpha=float(cfg["guard_alpha"]),
+        rule=str(cfg["guard_rule"]),
+        checks=n,
+    )
+    logged = next((s for s in sorted(metrics) if metrics[s].get("guard/action")), None)
+    replays = {
+        OWN: replay(checks, own),
+        DEFAULT: replay(checks, Rule(checks=n)),
+        NO_MARGIN: replay(checks, Rule(margin=0.0, checks=n)),
+        OLD: replay(checks, Rule(rule="per_check", patience=1, checks=n)),
+    }
     alarms = {
-        "anchor agreement, today's rule (spent, patience 2)": replay(checks, Rule(checks=n)),
-        "anchor agreement, the old rule (per check, patience 1)": replay(
-            checks, Rule(rule="per_check", patience=1, checks=n)
-        ),
+        OWN: logged,
+        DEFAULT: replays[DEFAULT][0],
+        NO_MARGIN: replays[NO_MARGIN][0],
+        OLD: replays[OLD][0],
         f"flip rate >= {FLIP_LINE}": two_in_a_row(steps, [x is not None and x >= FLIP_LINE for x in flips]),
         f"vote agreement >= {VOTE_LINE}": two_in_a_row(steps, [x is not None and x >= VOTE_LINE for x in votes]),
         f"entropy <= {ENTROPY_SHARE} x its first": two_in_a_row(
@@ -171,13 +263,15 @@ def run_table(name: str, run: Path) -> list[str]:
             f"End (step {end}) against the best (step {best_s}): {d * 100:+.1f} [{lo * 100:+.1f}, {hi * 100:+.1f}]; "
             f"against step 0: {d0 * 100:+.1f} [{lo0 * 100:+.1f}, {hi0 * 100:+.1f}] (paired, 95%, Newcombe).",
         ]
-    kept = metrics.get(alarms["anchor agreement, today's rule (spent, patience 2)"] or -1, {}).get("guard/best_step")
+    if replays[OWN][0] != logged:  # the replay must decide as the run did
+        out += ["", f"**The replay of the run's own rule fires at {replays[OWN][0]}, the log at {logged}.**"]
+    kept = replays[OWN][1]
     if kept is not None and kept in ev and 0 in ev:
         d, lo, hi = paired_diff_ci(ev[0]["values"], ev[kept]["values"])
         best = ev[best_s]["pass"]
         out += [
             "",
-            f"Kept policy (what `stop` ends with): step {kept}, held-out {ev[kept]['pass']:.3f}, "
+            f"Kept policy (what `stop` with the run's own guard ends with): step {kept}, held-out {ev[kept]['pass']:.3f}, "
             f"{(best - ev[kept]['pass']) * 100:.1f} points below the run's best; against step 0: "
             f"{d * 100:+.1f} [{lo * 100:+.1f}, {hi * 100:+.1f}] (paired, 95%).",
         ]
@@ -185,10 +279,9 @@ def run_table(name: str, run: Path) -> list[str]:
 
 
 def write_table(items: Path, dest: Path) -> str:
-    parts = ["# The guard on two real runs (generated by `real_runs.py --table` from items/)", ""]
-    for name in ("collapse", "improving"):
-        if (items / name / "metrics.jsonl").is_file():
-            parts += run_table(name, items / name)
+    parts = ["# The guard on the real runs (generated by `real_runs.py --table` or `real_table.py` from items/)", ""]
+    for name in run_names(items):
+        parts += run_table(name, items / name)
     text = "\n".join(parts)
     dest.write_text(text + "\n")
     return text
@@ -201,14 +294,21 @@ def plot(items: Path, dest: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = [n for n in ("collapse", "improving") if (items / n / "metrics.jsonl").is_file()]
-    fig, axes = plt.subplots(1, len(names), figsize=(5.5 * len(names), 3.8), squeeze=False)
-    for ax, name in zip(axes[0], names):
+    names = run_names(items)
+    cols = min(3, len(names))
+    rows_n = -(-len(names) // cols)
+    fig, axes = plt.subplots(rows_n, cols, figsize=(5.5 * cols, 3.8 * rows_n), squeeze=False)
+    for ax in axes.flat[len(names) :]:
+        ax.set_visible(False)
+    for ax, name in zip(axes.flat, names):
         run = items / name
         ev, metrics = heldout(run), merged_per_step(rows(run / "metrics.jsonl"))
         checks = sorted(s for s, m in metrics.items() if "guard/agreement" in m)
         ax.plot(sorted(ev), [ev[s]["pass"] for s in sorted(ev)], "o-", label="held-out pass@1 (200)")
-        ax.plot(checks, [metrics[s]["guard/agreement"] for s in checks], "s--", label="anchor agreement (probe 64)")
+        probe_n = next((metrics[s].get("guard/probe_n") for s in checks), "?")
+        ax.plot(
+            checks, [metrics[s]["guard/agreement"] for s in checks], "s--", label=f"anchor agreement (probe {probe_n})"
+        )
         ax.plot(checks, [metrics[s].get("guard/flip_rate", float("nan")) for s in checks], "^:", label="flip rate")
         fired = next((s for s in checks if metrics[s].get("guard/fired")), None)
         if fired is not None:
