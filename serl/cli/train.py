@@ -17,12 +17,12 @@ from pathlib import Path
 from serl import ConfigError
 from serl.config.options import TrainConfig
 from serl.config.parser import parse_args
+from serl.engines.stop import stop_at_once, stop_name
 from serl.engines.vllm_quirks import EngineDied
 from serl.rewards.remote import RemoteRewardError
 from serl.run.loop import Interrupted
 from serl.run.resume import resume_config
 from serl.run.runner import USER_ERRORS, run
-from serl.run.stop import stop_at_once, stop_name
 
 
 def launch(cfg: TrainConfig, resume_dir: Path | None = None) -> Path:
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         value, rest = _split_resume(argv)
         if refused and value is not None:
             raise ConfigError("; ".join(refused))
-        with stop_at_once():  # SIGTERM before the loop stops as Ctrl-C does (serl.run.stop)
+        with stop_at_once():  # SIGTERM before the loop stops as Ctrl-C does (serl.engines.stop)
             if value is not None:
                 run_dir = Path(value)
                 if not value or not run_dir.is_dir():

@@ -13,6 +13,7 @@ from typing import ClassVar
 
 from serl import ConfigError
 from serl.config.plan import RecipeSpec
+from serl.engines.lora_targets import ALL_LINEAR, parse_targets
 
 
 def _f(default, doc: str, choices: tuple | None = None, const=None, **kw):
@@ -215,7 +216,7 @@ class TrainConfig:
     lora_alpha: float = _f(16.0, "LoRA scale: the adapter's update is (lora_alpha / lora_rank) * B @ A")
     lora_dropout: float = _f(0.0, "dropout on the LoRA branch's input during updates")
     target_modules: str = _f(
-        "all-linear",
+        ALL_LINEAR,
         "modules that get adapters: all-linear (every linear layer of "
         "the attention and MLP blocks) or comma-separated names (q_proj,v_proj)",
     )
@@ -409,16 +410,3 @@ def config_from_dict(values: dict) -> TrainConfig:
     from serl.config.registry import config_class
 
     return config_class(values.get("recipe") or "serl")(**values)
-
-
-ALL_LINEAR = "all-linear"  # peft: every linear layer except the output (LM) head
-
-
-def parse_targets(spec: str) -> str | list[str]:
-    """``all-linear`` (the default) or comma-separated module names, e.g. ``q_proj,v_proj``."""
-    names = [s.strip() for s in str(spec).split(",") if s.strip()]
-    if not names or names == [ALL_LINEAR]:
-        return ALL_LINEAR
-    if ALL_LINEAR in names:
-        raise ValueError(f"target_modules: '{ALL_LINEAR}' cannot be combined with names ({spec!r})")
-    return names

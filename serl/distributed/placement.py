@@ -53,14 +53,10 @@ class ResourcePlan:
         return out
 
 
-def plan_resources(cfg, cluster: dict, run_plan=None) -> ResourcePlan:
+def plan_resources(cfg, cluster: dict, run_plan) -> ResourcePlan:
     """A plan from the run's flags and ``ray.cluster_resources()``; ConfigError if it cannot fit.
-    Reference workers: as many as the run's plan (``serl.config.plan``) puts there (none under LoRA,
-    where the learner's base with the adapter off is the reference)."""
-    if run_plan is None:
-        from serl.config.plan import plan_run
-
-        run_plan = plan_run(cfg)
+    Reference workers: as many as the run's plan (``serl.config.plan.RunPlan``, decided once by the
+    caller) puts there (none under LoRA, where the learner's base with the adapter off is the reference)."""
     use_gpu = cluster.get("GPU", 0) > 0
     ranks = cfg.actor_num_nodes * cfg.actor_num_gpus_per_node
     refs = run_plan.ref_workers

@@ -1,6 +1,7 @@
-"""The one place that builds engines from a run's config: generators, learners, the
-reference scorer and the reward checker. ``serl train``, ``serl eval``, the Ray workers
-and the benchmarks all come here, so an option means the same everywhere.
+"""The one place that builds engines from a run's config: generators, learners and the
+reference scorer (the reward checker is built above the engines and handed in: ``build_engines``).
+``serl train``, ``serl eval``, the Ray workers and the benchmarks all come here, so an option means
+the same everywhere.
 
 The cross-cutting rules (the KL term, whether and where a reference model lives, the
 objective, epochs, the LR schedule's length) come in a ``serl.config.plan.RunPlan``, decided
@@ -246,13 +247,6 @@ def make_scorer(cfg, model_path: str):
     return TorchLearner(model_path, lc, need_ref=False, trainable=False)
 
 
-def make_checker(cfg, workers: int = 1):
-    """The math-equivalence checker (a process pool with hard per-check timeouts)."""
-    from serl.rewards import EquivalenceChecker
-
-    return EquivalenceChecker(timeout=cfg.verify_timeout, workers=workers)
-
-
 @dataclass
 class Engines:
     """What a recipe drives: a generator, a learner and a checker (one process or Ray)."""
@@ -270,12 +264,19 @@ class Engines:
                 log.warning("closing %s: %s", type(part).__name__, e)
 
 
-def build_engines(cfg, plan, model_path: str, tokenizer) -> Engines:
-    """The single-process engines of a run, as its plan (``serl.config.plan.RunPlan``) says."""
-    generator = generator_from_config(cfg, model_path, tokenizer)
+def build_engines(cfg, plan, model_path: str, tokenizer, checker) -> Engines:
+    """The single-process engines of a run, as its plan (``serl.config.plan.RunPlan``) says, with the
+    ``checker`` its caller built (``serl.run.runner.make_checker``); they own it from here: it is closed
+    with them, or at once when they fail to start."""
+    try:
+        generator = generator_from_config(cfg, model_path, tokenizer)
+    except BaseException:
+        checker.close()
+        raise
     try:
         learner = make_learner(cfg, plan, model_path, tokenizer)
     except BaseException:
         generator.close()
+        checker.close()
         raise
-    return Engines(generator, learner, make_checker(cfg))
+    return Engines(generator, learner, checker)

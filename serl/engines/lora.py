@@ -35,7 +35,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from serl.config.options import parse_targets
+from serl.engines.lora_targets import parse_targets
 
 ADAPTER = "default"  # peft's name for the one adapter a learner trains
 STATE_FILE = "lora_state.pt"

@@ -19,6 +19,8 @@ import signal
 import threading
 from contextlib import contextmanager
 
+from serl.engines import stop
+
 _active = False
 _hooked = False
 
@@ -94,10 +96,8 @@ def kill_new(pids: set[int]) -> None:
 def stop_ends_start(before: set[int], children):
     """While an engine starts: Ctrl-C or SIGTERM ends the start at once. vLLM's start-up wait swallows
     an exception raised from a signal handler, so the handler kills the processes being started
-    instead (their start then fails) and the block raises ``serl.run.stop.Stop`` when it ends.
+    instead (their start then fails) and the block raises ``serl.engines.stop.Stop`` when it ends.
     ``children()``: this process's children now. Main thread only; elsewhere a no-op."""
-    from serl.run import stop
-
     if threading.current_thread() is not threading.main_thread():
         yield
         return

@@ -25,6 +25,8 @@ import os
 import re
 from pathlib import Path
 
+from serl.engines import stop
+
 RELOAD_LOGGER = "vllm.model_executor.model_loader.reload.layerwise"
 RELOAD_MESSAGE = "%s: Failed to load weights"
 
@@ -131,11 +133,9 @@ def log_size() -> int:
 
 
 def stop_signal(log_offset: int = 0) -> str | None:
-    """The stop signal behind an engine's death, if any: one this process received (serl.run.stop),
+    """The stop signal behind an engine's death, if any: one this process received (serl.engines.stop),
     or one vLLM's engine logged receiving ("trigger received signal=SIGINT") in RUN_DIR/engine.log
     after ``log_offset`` (its size when this engine started)."""
-    from serl.run import stop
-
     if stop.received:
         return stop.received
     path = os.environ.get("SERL_ENGINE_LOG")

@@ -372,8 +372,8 @@ def run(args, generator=None, tokenizer=None) -> dict:
 
 
 def cli_main(argv: list[str] | None = None) -> int:
+    from serl.engines.stop import stop_at_once, stop_name
     from serl.engines.vllm_quirks import EngineDied
-    from serl.run.stop import stop_at_once, stop_name
 
     try:
         with stop_at_once():  # SIGTERM as Ctrl-C: one line, exit 130, finished chunks kept

@@ -7,6 +7,7 @@ import time
 from collections import defaultdict
 
 from serl.engines.base import Completion, Sampling
+from serl.engines.heartbeat import Heartbeat
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -48,8 +49,6 @@ def generate_in_chunks(
     every ``SERL_PROGRESS_EVERY`` seconds (30) while a chunk runs (a long vLLM call is otherwise silent
     for minutes). Speeds count only what this run generated: a resumed chunk's answers were read back
     (``serl.eval.resume.Resumable.last_fresh``), and its tokens and time are not counted."""
-    from serl.report.progress import Heartbeat
-
     out: list[list[Completion]] = []
     tokens, busy, read_back = 0, 0.0, 0
     for i in range(0, len(prompts), max(1, chunk)):

@@ -13,54 +13,16 @@ long generate call (a vLLM engine reports nothing until the call ends) is never 
 from __future__ import annotations
 
 import math
-import os
 import sys
-import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import IO
 
+from serl.engines.heartbeat import Heartbeat
+
 MODES = ("bar", "plain", "quiet")
 _clock = time.perf_counter  # a name tests can replace
-
-
-def heartbeat_seconds() -> float:
-    return float(os.environ.get("SERL_PROGRESS_EVERY", "30"))
-
-
-_open: list[object] = []  # the heartbeats now running, outermost first: only the innermost speaks
-_lock = threading.Lock()
-
-
-class Heartbeat:
-    """Calls ``say(seconds so far)`` every ``heartbeat_seconds()`` while it is the innermost one open."""
-
-    def __init__(self, say) -> None:
-        self.say, self.start = say, time.perf_counter()  # not _clock: tests script that one's values
-        self._stop = threading.Event()
-        self._thread = None
-        every = heartbeat_seconds()
-        if every > 0:
-            with _lock:
-                _open.append(self)
-            self._thread = threading.Thread(target=self._run, args=(every,), daemon=True, name="serl-progress")
-            self._thread.start()
-
-    def _run(self, every: float) -> None:
-        while not self._stop.wait(every):
-            with _lock:
-                innermost = bool(_open) and _open[-1] is self
-            if innermost:
-                self.say(time.perf_counter() - self.start)
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-            with _lock:
-                if self in _open:
-                    _open.remove(self)
 
 
 @contextmanager

@@ -153,7 +153,7 @@ class Evaluation(Hook):
 
             self.keeper = BestKeeper(self.cfg.save_best, loop.run_dir, direction(self.cfg.save_best))
         if loop.done == 0:
-            from serl.run.stop import abandonable
+            from serl.engines.stop import abandonable
 
             with abandonable():  # nothing trained yet: a stop need not wait for it
                 got = evaluate(loop.recipe, self.problems, loop.logger, 0)

@@ -28,6 +28,7 @@ import time
 from contextlib import nullcontext
 from pathlib import Path
 
+from serl.engines.stop import CtrlC, StepAbandoned, abandonable  # noqa: F401 (CtrlC: the runner's, from here)
 from serl.report.progress import heartbeat, stage
 from serl.run import state as run_state
 from serl.run.async_frame import Overlap, checked
@@ -41,7 +42,6 @@ from serl.run.checkpoint import (
 )
 from serl.run.resume import run_config
 from serl.run.step import nothing_to_train, start_times, timed, use_times
-from serl.run.stop import CtrlC, StepAbandoned, abandonable  # noqa: F401 (CtrlC: the runner's, from here)
 
 log = logging.getLogger("serl")
 
@@ -172,7 +172,7 @@ class Loop:
         with heartbeat("step", self.progress):
             if self.overlap is None:
                 times = start_times()
-                with abandonable():  # a first Ctrl-C or SIGTERM drops the step here (serl.run.stop)
+                with abandonable():  # a first Ctrl-C or SIGTERM drops the step here (serl.engines.stop)
                     got = checked(self.recipe.collect(step))
             else:
                 taken = self.overlap.take(step)

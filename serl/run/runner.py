@@ -22,9 +22,11 @@ from serl.config import registry
 from serl.config.options import TrainConfig
 from serl.config.plan import plan_run
 from serl.data.lengths import run_tokenizer
+from serl.engines.stop import stop_name
 from serl.engines.vllm_quirks import EngineDied
 from serl.models.resolve import resolve_model
 from serl.report.progress import progress_mode
+from serl.rewards import EquivalenceChecker
 from serl.rewards.remote_reply import RemoteRewardError
 from serl.run import guard as collapse_guard
 from serl.run import hooks
@@ -34,7 +36,6 @@ from serl.run.damage import check_logs, intact_checkpoint
 from serl.run.lock import LOCK_NAME, check_writable, lock_run_dir
 from serl.run.loop import CtrlC, Interrupted, Loop, stopped_at_once
 from serl.run.resume import write_config
-from serl.run.stop import stop_name
 
 log = logging.getLogger("serl")
 
@@ -113,7 +114,7 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None, prepared
         from serl.engines.factory import build_engines
 
         try:
-            engines = build_engines(cfg, plan, model_path, tok)
+            engines = build_engines(cfg, plan, model_path, tok, make_checker(cfg))
         except BaseException:
             lock.release()
             raise
@@ -184,6 +185,12 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None, prepared
     finally:
         lock.release()
     return run_dir
+
+
+def make_checker(cfg: TrainConfig) -> EquivalenceChecker:
+    """The math-equivalence checker of a single-process run (a process pool with hard per-check
+    timeouts), handed to the engine factory with the rest; a Ray run's checkers are its reward actors."""
+    return EquivalenceChecker(timeout=cfg.verify_timeout, workers=1)
 
 
 def seed_process(cfg: TrainConfig) -> None:

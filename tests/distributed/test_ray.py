@@ -12,6 +12,7 @@ import pytest
 
 from serl import ConfigError
 from serl.config.options import TrainConfig
+from serl.config.plan import plan_run
 from serl.distributed.groups import _split
 from serl.distributed.placement import plan_resources
 
@@ -44,10 +45,14 @@ def _cfg(**kw) -> TrainConfig:
     return config_class("serl")(**base)  # the plan asks the recipe, which reads its own options
 
 
+def _resources(cfg: TrainConfig, cluster: dict):
+    return plan_resources(cfg, cluster, plan_run(cfg))  # the run's plan, decided once by the caller
+
+
 def test_llama_colocated_plan_on_8_gpus():
     """SeRL's 3B layout: 8 bundles of 1 GPU; learner, reference and engine share each."""
     cfg = _cfg(actor_num_gpus_per_node=8, ref_num_gpus_per_node=8, vllm_num_engines=8, colocate_all_models=True)
-    plan = plan_resources(cfg, {"GPU": 8, "CPU": 64})
+    plan = _resources(cfg, {"GPU": 8, "CPU": 64})
     assert plan.use_gpu and plan.colocate
     assert (plan.learner_ranks, plan.ref_workers, plan.engines) == (8, 8, 8)
     assert plan.bundles() == {"colocated": [{"GPU": 1, "CPU": 1}] * 8}
@@ -56,7 +61,7 @@ def test_llama_colocated_plan_on_8_gpus():
 def test_qwen_split_plan_on_8_gpus():
     """SeRL's 7B layout: 4 learner GPUs + 1 reference + 2 engines = 7 GPUs reserved."""
     cfg = _cfg(actor_num_gpus_per_node=4, ref_num_gpus_per_node=1, vllm_num_engines=2)
-    plan = plan_resources(cfg, {"GPU": 8, "CPU": 64})
+    plan = _resources(cfg, {"GPU": 8, "CPU": 64})
     b = plan.bundles()
     assert [len(b["learner"]), len(b["ref"]), len(b["engines"])] == [4, 1, 2]
     assert sum(x["GPU"] for xs in b.values() for x in xs) == 7
@@ -65,7 +70,7 @@ def test_qwen_split_plan_on_8_gpus():
 def test_cpu_cluster_shares_its_cpus():
     """Without GPUs the same layout uses CPU slots: 2 ranks + 1 ref + 1 engine on 2 CPUs."""
     cfg = _cfg(actor_num_gpus_per_node=2, vllm_num_engines=1)
-    plan = plan_resources(cfg, {"CPU": 2})
+    plan = _resources(cfg, {"CPU": 2})
     assert not plan.use_gpu
     assert plan.slot == pytest.approx(2 * 0.9 / 4)  # 4 bundles share 90 % of 2 CPUs
     total = sum(x["CPU"] for xs in plan.bundles().values() for x in xs)
@@ -73,7 +78,7 @@ def test_cpu_cluster_shares_its_cpus():
 
 
 def test_no_reference_without_kl():
-    plan = plan_resources(_cfg(init_kl_coef=0.0), {"CPU": 4})
+    plan = _resources(_cfg(init_kl_coef=0.0), {"CPU": 4})
     assert plan.ref_workers == 0 and "ref" not in plan.bundles()
 
 
@@ -89,7 +94,7 @@ def test_no_reference_without_kl():
 )
 def test_impossible_layouts_are_named(kw, cluster, msg):
     with pytest.raises(ConfigError, match=msg):
-        plan_resources(_cfg(**kw), cluster)
+        _resources(_cfg(**kw), cluster)
 
 
 def _short_temp_dir() -> str:

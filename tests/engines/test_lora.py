@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from serl import ConfigError
-from serl.config.options import ALL_LINEAR, parse_targets
 from serl.engines.base import TrainBatch
 from serl.engines.lora import base_identity
+from serl.engines.lora_targets import ALL_LINEAR, parse_targets
 from serl.engines.torch_learner import LearnerConfig, TorchLearner
 
 PROMPTS = [[3, 4, 5], [6, 7], [8, 9, 10, 11, 12], [13]]

@@ -181,7 +181,7 @@ def test_eval_prints_one_message_and_exits_1(monkeypatch, capsys):
 
 
 def test_an_engine_stopped_by_a_signal_is_not_called_a_memory_failure(tmp_path, monkeypatch):
-    from serl.run import stop
+    from serl.engines import stop
 
     log = tmp_path / "engine.log"
     log.write_text("old run: [shutdown] EngineCore: trigger received signal=SIGINT\n")

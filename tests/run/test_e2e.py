@@ -16,7 +16,7 @@ def test_two_steps_of_the_loop(tmp_path, smol_path, smol_tokenizer, monkeypatch)
     from serl.recipes.serl.recipe import SerlRecipe
     from serl.report.metrics import MetricsLogger
     from serl.run.context import RunContext
-    from serl.run.runner import prepare
+    from serl.run.runner import make_checker, prepare
 
     monkeypatch.chdir(tmp_path.parent)
     cfg, _ = parse_args(
@@ -62,7 +62,7 @@ def test_two_steps_of_the_loop(tmp_path, smol_path, smol_tokenizer, monkeypatch)
     )
     seeds, model_path, _, run_dir = prepare(cfg)
     run_dir.mkdir(parents=True)
-    engines = build_engines(cfg, plan_run(cfg), model_path, smol_tokenizer)
+    engines = build_engines(cfg, plan_run(cfg), model_path, smol_tokenizer, make_checker(cfg))
     gen, learner = engines.generator, engines.learner
     logger = MetricsLogger(run_dir)
     ctx = RunContext(cfg, run_dir, model_path, smol_tokenizer, gen, learner, engines.checker, logger, "quiet")
