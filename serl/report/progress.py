@@ -148,9 +148,13 @@ def step_summary(
     parts = [f"step {step}"]
     for key, label in line or DEFAULT_LINE:
         if key == "pool/kept":  # kept of generated (SeRL's pool, or its difficulty filter)
-            kept = metrics.get("pool/kept", metrics.get("filter/difficulty/kept"))
+            kept, total = metrics.get("pool/kept"), metrics.get("pool/generated")
+            if not total and metrics.get("filter/difficulty/kept") is not None:
+                # no problem written this step (arm b, SPIN-style data): the filter's kept of seen groups
+                kept = metrics["filter/difficulty/kept"]
+                seen = [metrics.get(f"filter/difficulty/{k}") for k in ("kept", "too_easy", "too_hard")]
+                total = sum(seen) if all(isinstance(v, (int, float)) for v in seen) else None
             if kept is not None:
-                total = metrics.get("pool/generated")
                 kept_s = _fmt(kept) if not isinstance(kept, float) or not kept.is_integer() else str(int(kept))
                 if total is not None and isinstance(total, (int, float)) and math.isfinite(total):
                     kept_s += f"/{int(total)}"

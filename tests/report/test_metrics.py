@@ -439,6 +439,17 @@ SUMMARY = {
     [
         (SUMMARY, "step 3 | reward 0.500 | agree 0.750 | kept 12/64 | loss 0.012 | kl 3.10e-03 | 41.3 s"),
         ({"reward/mean": float("nan"), "filter/difficulty/kept": 7.0}, "step 3 | reward n/a | kept 7"),
+        # a run that writes no problems: the pool's 0/0 gives way to the filter's kept of seen groups
+        (
+            {
+                "pool/kept": 0,
+                "pool/generated": 0,
+                "filter/difficulty/kept": 5.0,
+                "filter/difficulty/too_easy": 2.0,
+                "filter/difficulty/too_hard": 1.0,
+            },
+            "step 3 | kept 5/8",
+        ),
         ({}, "step 3"),
         ({"reward/agreement": 0.5, "response/truncated_frac": 0.875}, "step 3 | agree 0.500 | trunc 0.875"),
     ],
