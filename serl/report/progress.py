@@ -153,7 +153,8 @@ def step_summary(
                 # no problem written this step (arm b, SPIN-style data): the filter's kept of seen groups
                 kept = metrics["filter/difficulty/kept"]
                 seen = [metrics.get(f"filter/difficulty/{k}") for k in ("kept", "too_easy", "too_hard")]
-                total = sum(seen) if all(isinstance(v, (int, float)) for v in seen) else None
+                counts = [v for v in seen if isinstance(v, (int, float))]
+                total = sum(counts) if len(counts) == len(seen) else None
             if kept is not None:
                 kept_s = _fmt(kept) if not isinstance(kept, float) or not kept.is_integer() else str(int(kept))
                 if total is not None and isinstance(total, (int, float)) and math.isfinite(total):
