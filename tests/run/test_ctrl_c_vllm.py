@@ -56,17 +56,24 @@ def _wait(proc, ready, timeout=900):
     raise AssertionError(f"not reached; rc={proc.returncode}\n{err[-3000:]}")
 
 
-def _left_in_session(sid: int) -> list[int]:
+def _left_in_session(sid: int, grace: float = 5.0) -> list[str]:
+    """The processes still alive in the run's session ``grace`` seconds after it exited, as
+    "pid cmdline": a helper that exits on its own once its parent is gone (multiprocessing's
+    resource tracker reads EOF, then cleans up) is not one left behind."""
     import psutil
 
-    left = []
-    for p in psutil.process_iter():
-        try:
-            if os.getsid(p.pid) == sid and p.status() != psutil.STATUS_ZOMBIE:
-                left.append(p.pid)
-        except (OSError, psutil.Error):
-            pass
-    return left
+    deadline = time.monotonic() + grace
+    while True:
+        left = []
+        for p in psutil.process_iter():
+            try:
+                if os.getsid(p.pid) == sid and p.status() != psutil.STATUS_ZOMBIE:
+                    left.append(f"{p.pid} {' '.join(p.cmdline())[:200]}")
+            except (OSError, psutil.Error):
+                pass
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.2)
 
 
 def _finish(proc, timeout):
