@@ -56,10 +56,10 @@ def _wait(proc, ready, timeout=900):
     raise AssertionError(f"not reached; rc={proc.returncode}\n{err[-3000:]}")
 
 
-def _left_in_session(sid: int, grace: float = 5.0) -> list[str]:
+def _left_in_session(sid: int, grace: float = 10.0) -> list[str]:
     """The processes still alive in the run's session ``grace`` seconds after it exited, as
     "pid cmdline": a helper that exits on its own once its parent is gone (multiprocessing's
-    resource tracker reads EOF, then cleans up) is not one left behind."""
+    resource tracker reads EOF, then cleans up; 10 s on a loaded machine) is not one left behind."""
     import psutil
 
     deadline = time.monotonic() + grace
