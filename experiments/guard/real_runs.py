@@ -100,6 +100,13 @@ def flags(run: str) -> list[str]:
     ]
 
 
+def keep_anchor(run_dir: Path, kept: Path) -> None:
+    """Keep the run's anchor in items/anchors/, once, for any later run with the same probe."""
+    if (run_dir / ANCHOR).is_file() and not kept.is_file():
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(run_dir / ANCHOR, kept)
+
+
 def train(run: str, out: Path, resume: bool, probe: int = 64, seed: int = 42) -> None:
     tag = name(run, probe, seed)
     run_dir = out / tag
@@ -108,9 +115,7 @@ def train(run: str, out: Path, resume: bool, probe: int = 64, seed: int = 42) ->
     kept = ANCHORS / f"probe{probe}_seed{seed}.jsonl"
     if run_dir.exists() and not any((run_dir / "checkpoints").glob("step_*/COMPLETE")):
         # stopped before its first checkpoint: start again, keeping the anchor it computed
-        if (run_dir / ANCHOR).is_file() and not kept.is_file():
-            kept.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(run_dir / ANCHOR, kept)
+        keep_anchor(run_dir, kept)
         shutil.rmtree(run_dir)
     # an anchor kept in items/ or --out for this probe (64 prompts x 8 samples: 11 min on AVX2)
     mine = [kept] if probe != 64 or seed != 42 else [kept, out / ANCHOR, *(out / n / ANCHOR for n in RUNS)]
@@ -128,9 +133,7 @@ def train(run: str, out: Path, resume: bool, probe: int = 64, seed: int = 42) ->
     )
     env = {**os.environ, "MALLOC_ARENA_MAX": "2"}  # round two's memory setting (its arm c's OOM)
     r = subprocess.run([sys.executable, "-m", "serl.cli", "train", *args], cwd=ROOT, env=env)
-    if (run_dir / ANCHOR).is_file() and not kept.is_file():
-        kept.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(run_dir / ANCHOR, kept)
+    keep_anchor(run_dir, kept)
     if r.returncode != 0:
         sys.exit(f"serl train failed ({r.returncode}) in {run_dir}; fix it and rerun with --resume")
     export(tag, run_dir, args)
