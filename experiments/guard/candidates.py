@@ -7,7 +7,9 @@ planned checks, patience 2). Twelve candidate settings are put to the same two t
     probe items in {64, 128, 200, 256}  x  margin in {0.10, 0.05, 0}
 
 (the rule itself stays: spent, alpha 0.05, patience 2; margin 0 lets the McNemar test alone
-decide). Every decision is made by serl's own rule code (``serl.run.guard_rule.judge``), and the
+decide). Added in a later session, after a second collapse (README): patience 1 for every
+setting, and probes of 384 and 512 items, 36 settings in all; the first twelve keep their
+random streams, so their rows do not change. Every decision is made by serl's own rule code (``serl.run.guard_rule.judge``), and the
 model of the probe is simulate.py's (its ``beta_params``, ``simulate`` and ``wilson``):
 
 * **The collapse, replayed.** A probe of the candidate's size follows the collapse run's measured
@@ -69,9 +71,10 @@ TABLE = HERE / "candidates.md"
 README = HERE / "README.md"
 BEGIN, END = "<!-- candidates.py table: begin -->", "<!-- candidates.py table: end -->"
 
-SIZES = (64, 128, 200, 256)
+SIZES = (64, 128, 200, 256, 384, 512)  # 384 and 512 added after the second collapse
 MARGINS = (0.10, 0.05, 0.0)
 ALPHA, PATIENCE = 0.05, 2
+PATIENCES = (2, 1)  # patience 1 added after the second collapse (README): one bad check fires
 RUN_CHECKS = 9  # the collapse run's planned checks: step 0, every 2 steps, to step 16
 FA_CHECKS = (9, 50)
 BY_STEP = 10  # the collapse must be caught at or before this step
@@ -193,17 +196,20 @@ def rate(k: int, n: int) -> dict:
     return {"fired": k, "runs": n, "rate": k / n, "ci": list(simulate.wilson(k, n))}
 
 
-def evaluate(items: int, margin: float, model: dict, deltas: list[tuple[str, float]], runs: int, seed: int) -> dict:
+def evaluate(
+    items: int, margin: float, model: dict, deltas: list[tuple[str, float]], runs: int, seed: int, patience: int = PATIENCE
+) -> dict:
     """One candidate: its false alarms in each cell and its replays of the collapse."""
+    extra = () if patience == PATIENCE else (patience,)  # patience 2's cells keep their first streams
     fa = []
     for label, delta in deltas:
         for checks in FA_CHECKS:
-            rule = Rule(margin=margin, patience=PATIENCE, alpha=ALPHA, rule="spent", checks=checks)
-            rng = cell_rng(seed, 1, items, margin, delta, checks)
+            rule = Rule(margin=margin, patience=patience, alpha=ALPHA, rule="spent", checks=checks)
+            rng = cell_rng(seed, 1, items, margin, delta, checks, *extra)
             fires = simulate.simulate(rng, checks, rule, runs, model["agreement"][0], delta, items=items)
             fa.append({"delta": delta, "delta_from": label, "checks": checks, **rate(sum(f >= 0 for f in fires), runs)})
-    rule = Rule(margin=margin, patience=PATIENCE, alpha=ALPHA, rule="spent", checks=RUN_CHECKS)
-    res = replay_collapse(cell_rng(seed, 2, items, margin), model, items, rule, runs)
+    rule = Rule(margin=margin, patience=patience, alpha=ALPHA, rule="spent", checks=RUN_CHECKS)
+    res = replay_collapse(cell_rng(seed, 2, items, margin, *extra), model, items, rule, runs)
     steps, held = model["steps"], model["heldout"]
     fired = [(steps[f], steps[k]) for f, k in res if f >= 0]
     best = max(h for h in held if h is not None)
@@ -217,7 +223,7 @@ def evaluate(items: int, margin: float, model: dict, deltas: list[tuple[str, flo
         "items": items,
         "margin": margin,
         "alpha": ALPHA,
-        "patience": PATIENCE,
+        "patience": patience,
         "rule": "spent",
         "false_alarm": fa,
         "worst_false_alarm": worst,
@@ -233,7 +239,7 @@ def evaluate(items: int, margin: float, model: dict, deltas: list[tuple[str, flo
             "kept_within_3": kept_ok / len(fired) if fired else None,
         },
     }
-    sens = replay_collapse(cell_rng(seed, 3, items, margin), model, items, rule, runs, model["delta_consecutive"])
+    sens = replay_collapse(cell_rng(seed, 3, items, margin, *extra), model, items, rule, runs, model["delta_consecutive"])
     out["collapse"]["sensitivity"] = {
         "delta": model["delta_consecutive"],
         "delta_from": "consecutive checks (not in the verdict)",
@@ -274,16 +280,16 @@ def run_all(runs: int, seed: int, qn: int = QN) -> dict:
         "no_worse_agreement": model["agreement"][0],
         "candidates": [],
     }
-    for items in SIZES:
-        for margin in MARGINS:
-            c = evaluate(items, margin, model, deltas, runs, seed)
-            res["candidates"].append(c)
-            print(
-                f"{items:3d} items margin {margin:.2f}: worst false alarm {100 * c['worst_false_alarm']['rate']:.1f} %, "
-                f"caught by step {BY_STEP} {100 * c['collapse']['caught']['rate']:.1f} %"
-                f" -> {'PASS' if c['pass'] else 'fail'}",
-                flush=True,
-            )
+    grid = [(p, i, m) for p in PATIENCES for i in SIZES for m in MARGINS]
+    for patience, items, margin in grid:
+        c = evaluate(items, margin, model, deltas, runs, seed, patience)
+        res["candidates"].append(c)
+        print(
+            f"patience {patience}, {items:3d} items margin {margin:.2f}: worst false alarm "
+            f"{100 * c['worst_false_alarm']['rate']:.1f} %, caught by step {BY_STEP} "
+            f"{100 * c['collapse']['caught']['rate']:.1f} % -> {'PASS' if c['pass'] else 'fail'}",
+            flush=True,
+        )
     res["seconds"] = round(time.time() - t0, 1)
     return res
 
@@ -299,7 +305,7 @@ def summary(res: dict) -> str:
     path = ", ".join(f"{a:.3f}" for a in mo["agreement"])
     lines = [
         f"Simulated {res['date']} on {res['machine']}, {res['runs']} runs per cell, seed {res['seed']} "
-        f"({res['seconds']} s). Rule: spent, alpha {ALPHA} over the planned checks, patience {PATIENCE}. "
+        f"({res['seconds']} s). Rule: spent, alpha {ALPHA} over the planned checks, patience 2 and 1. "
         f"The collapse replayed: agreement {path} at steps {', '.join(map(str, mo['steps']))} "
         f"(its 9 planned checks; flip spread delta {mo['delta']:.3f}, fitted to the {100 * mo['flip_all_pairs']:.1f} % "
         f"of items that differ between two of its checks, all pairs; fitted to each check against the best before it: "
@@ -312,10 +318,10 @@ def summary(res: dict) -> str:
         f"(the best at firing) is within 3 points of the run's best held-out pass@1. The last column, added after "
         f"the first run, is not part of the verdict: delta fitted to consecutive checks only.",
         "",
-        f"| probe items | margin | worst false alarm (cell) | caught by step {BY_STEP} | fired by step "
+        f"| patience | probe items | margin | worst false alarm (cell) | caught by step {BY_STEP} | fired by step "
         f"{mo['steps'][-1]} | median firing step | kept within 3 points | verdict | caught by step {BY_STEP} at delta "
         f"{mo['delta_consecutive']:.3f} (sensitivity) |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in res["candidates"]:
         w, co = c["worst_false_alarm"], c["collapse"]
@@ -323,7 +329,7 @@ def summary(res: dict) -> str:
         kept = "-" if co["kept_within_3"] is None else f"{100 * co['kept_within_3']:.0f} %"
         verdict = ("**pass**" if c["pass"] else "fail") + (" (narrow)" if c["narrow"] else "")
         lines.append(
-            f"| {c['items']} | {c['margin']:g} | {pct(w)} ({w['delta']:.3f}, {w['checks']} checks) | "
+            f"| {c.get('patience', PATIENCE)} | {c['items']} | {c['margin']:g} | {pct(w)} ({w['delta']:.3f}, {w['checks']} checks) | "
             f"{pct(co['caught'])} | {pct(co['fired_by_end'])} | {med} | {kept} | {verdict} | "
             f"{pct(co['sensitivity']['caught'])} |"
         )
@@ -336,24 +342,24 @@ def full(res: dict) -> str:
     lines = [
         "**False alarms per run, every cell** (runs that do not get worse; 95% Wilson intervals):",
         "",
-        f"| probe items | margin | {head} |",
-        "|---|---|" + "---|" * len(cells),
+        f"| patience | probe items | margin | {head} |",
+        "|---|---|---|" + "---|" * len(cells),
     ]
     for c in res["candidates"]:
-        lines.append(f"| {c['items']} | {c['margin']:g} | " + " | ".join(pct(r) for r in c["false_alarm"]) + " |")
+        lines.append(f"| {c.get('patience', PATIENCE)} | {c['items']} | {c['margin']:g} | " + " | ".join(pct(r) for r in c["false_alarm"]) + " |")
     steps = res["model"]["steps"]
     lines += [
         "",
         "**The collapse's replays: where the guard first fired** (share of runs, by step) and the kept check:",
         "",
-        "| probe items | margin | " + " | ".join(f"fired at {s}" for s in steps) + " | kept (step: runs) |",
-        "|---|---|" + "---|" * (len(steps) + 1),
+        "| patience | probe items | margin | " + " | ".join(f"fired at {s}" for s in steps) + " | kept (step: runs) |",
+        "|---|---|---|" + "---|" * (len(steps) + 1),
     ]
     for c in res["candidates"]:
         co, n = c["collapse"], c["collapse"]["caught"]["runs"]
         kept = ", ".join(f"{s}: {k}" for s, k in co["kept_at"].items() if k)
         lines.append(
-            f"| {c['items']} | {c['margin']:g} | "
+            f"| {c.get('patience', PATIENCE)} | {c['items']} | {c['margin']:g} | "
             + " | ".join(f"{100 * co['fired_at'][str(s)] / n:.1f} %" for s in steps)
             + f" | {kept or '-'} |"
         )

@@ -5,6 +5,7 @@
     python experiments/guard/real_runs.py collapse --resume   # after an interruption
     python experiments/guard/real_runs.py improving --probe 256   # the setting chosen on the collapse
     python experiments/guard/real_runs.py collapse --probe 256 --seed 7   # a fresh collapse to test it on
+    python experiments/guard/real_runs.py collapse --probe 512            # the setting that passes the simulation
     python experiments/guard/real_runs.py --table             # rebuild real_runs.md from items/ (no torch)
 
 Both are the second round of ``experiments/serl_efficacy`` (Qwen2.5-Coder-0.5B, the shipped
@@ -22,8 +23,10 @@ trained on) is evaluated at every guard check, so each check has its truth besid
 problems, disjoint from the seeds and the held-out set: the 200 seeds are too few) and sets
 ``--guard_margin 0``, the strongest of the settings ``candidates.py`` tried on the collapse
 (none met its line; README, "Choosing a setting on the collapse"). Its runs are named
-``<run>_p256`` (and ``_s<seed>`` for another seed), and their anchors are kept in
-``items/anchors/`` so that no machine computes one twice.
+``<run>_p256`` (and ``_s<seed>`` for another seed). ``--probe 512`` (the one setting that passed
+candidates.py's line, after the second collapse) draws from ``dataset/arith_guard_probe.jsonl``,
+512 problems generated for it, disjoint from every other shipped file; its runs are
+``<run>_p512``. Anchors are kept in ``items/anchors/`` so that no machine computes one twice.
 
 After a run its per-item files (metrics, guard checks with the probe's answers, the held-out
 answers with their texts) are copied to ``items/<run>/``, from which ``--table`` rebuilds
@@ -49,7 +52,8 @@ KEEP = ("metrics.jsonl", "guard_items.jsonl", "guard_anchor.jsonl", "eval_items.
 ANCHOR = "guard_anchor.jsonl"  # one anchor for both runs: same model, probe, seed and prompt
 STEPS, EVERY, HELDOUT = 16, 2, 200
 RUNS = {"collapse": "b", "improving": "c"}
-PROBE_DATA = "dataset/arith_spin_train.jsonl"
+# training-side problems the run neither trains nor evaluates on (the 200 seeds are too few)
+PROBE_DATA = {256: "dataset/arith_spin_train.jsonl", 512: "dataset/arith_guard_probe.jsonl"}
 ANCHORS = ITEMS / "anchors"
 
 
@@ -61,7 +65,7 @@ def name(run: str, probe: int, seed: int) -> str:
 def probe_flags(probe: int, seed: int) -> list[str]:
     if probe == 64:
         return [] if seed == 42 else ["--seed", str(seed)]
-    return ["--guard_probe", str(probe), "--guard_margin", "0", "--guard_probe_data", PROBE_DATA, "--seed", str(seed)]
+    return ["--guard_probe", str(probe), "--guard_margin", "0", "--guard_probe_data", PROBE_DATA[probe], "--seed", str(seed)]
 
 
 def flags(run: str) -> list[str]:
@@ -158,7 +162,7 @@ def main(argv=None) -> int:
     ap.add_argument("--resume", action="store_true", help="continue the run in --out")
     ap.add_argument("--export", action="store_true", help="copy the named run's files to items/ as they are now")
     ap.add_argument("--table", action="store_true", help="rebuild real_runs.md from items/ and print it")
-    ap.add_argument("--probe", type=int, default=64, choices=(64, 256), help="probe size (256: with margin 0, the candidate setting)")
+    ap.add_argument("--probe", type=int, default=64, choices=(64, 256, 512), help="probe size (256 or 512: with margin 0)")
     ap.add_argument("--seed", type=int, default=42, help="the run's seed (another one for a fresh run)")
     a = ap.parse_args(argv)
     if a.run and a.export:

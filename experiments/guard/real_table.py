@@ -42,6 +42,8 @@ OWN = "anchor agreement, the run's own guard (logged)"
 DEFAULT = "anchor agreement, default rule (margin 0.10, spent, patience 2)"
 NO_MARGIN = "anchor agreement, no margin (margin 0, spent, patience 2)"
 OLD = "anchor agreement, the old rule (per check, patience 1)"
+# not a candidate (candidates.py: 29 % false alarms per run); shown because the second collapse asked
+PATIENCE1 = "anchor agreement, no margin, patience 1 (spent)"
 GUARD_DEFAULTS = {
     "guard_margin": 0.10,
     "guard_patience": 2,
@@ -222,12 +224,14 @@ def run_table(name: str, run: Path) -> list[str]:
         DEFAULT: replay(checks, Rule(checks=n)),
         NO_MARGIN: replay(checks, Rule(margin=0.0, checks=n)),
         OLD: replay(checks, Rule(rule="per_check", patience=1, checks=n)),
+        PATIENCE1: replay(checks, Rule(margin=0.0, patience=1, checks=n)),
     }
     alarms = {
         OWN: logged,
         DEFAULT: replays[DEFAULT][0],
         NO_MARGIN: replays[NO_MARGIN][0],
         OLD: replays[OLD][0],
+        PATIENCE1: replays[PATIENCE1][0],
         f"flip rate >= {FLIP_LINE}": two_in_a_row(steps, [x is not None and x >= FLIP_LINE for x in flips]),
         f"vote agreement >= {VOTE_LINE}": two_in_a_row(steps, [x is not None and x >= VOTE_LINE for x in votes]),
         f"entropy <= {ENTROPY_SHARE} x its first": two_in_a_row(

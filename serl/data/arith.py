@@ -15,8 +15,10 @@ Files (regenerate all with ``python -m serl.data.arith [FOLDER]``; each is fixed
 - ``arith_spin_heldout.jsonl``: 256 SPIN held-out problems (seed 2025).
 - ``arith_efficacy_heldout.jsonl``: 256 held-out problems of ``experiments/serl_efficacy``
   (seed 2026).
+- ``arith_guard_probe.jsonl``: 512 training-side problems for the collapse guard's probe
+  (``--guard_probe_data``; seed 2027): a run trains on none of them and evaluates on none.
 
-The five files share no problem text. The solutions were added after the first two
+The six files share no problem text. The solutions were added after the first two
 files shipped; drawing them takes no random numbers, so those files kept their
 problems, answers and order.
 """
@@ -203,6 +205,17 @@ def efficacy_heldout(n: int = EFFICACY_HELDOUT_N) -> list[dict]:
     return make_problems(n, EFFICACY_HELDOUT_SEED, exclude=taken)
 
 
+GUARD_PROBE_SEED, GUARD_PROBE_N = 2027, 512
+
+
+def guard_probe(n: int = GUARD_PROBE_N) -> list[dict]:
+    """Probe rows for the collapse guard (experiments/guard: 512 items are what its simulation
+    needs to catch the arithmetic collapse), disjoint from every other shipped file."""
+    train, heldout = spin_splits()
+    taken = shipped_problems() | {r["problem"] for r in train + heldout + efficacy_heldout()}
+    return make_problems(n, GUARD_PROBE_SEED, exclude=taken)
+
+
 if __name__ == "__main__":
     import sys
 
@@ -217,3 +230,4 @@ if __name__ == "__main__":
     print(_write_rows(root / "arith_spin_train.jsonl", spin_train))
     print(_write_rows(root / "arith_spin_heldout.jsonl", spin_heldout))
     print(_write_rows(root / "arith_efficacy_heldout.jsonl", efficacy_heldout()))
+    print(_write_rows(root / "arith_guard_probe.jsonl", guard_probe()))

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from serl.data.arith import KINDS, efficacy_heldout, make_problems, shipped_problems, spin_splits
+from serl.data.arith import KINDS, efficacy_heldout, guard_probe, make_problems, shipped_problems, spin_splits
 from serl.data.seeds import read_seeds
 from serl.rewards.extract import last_boxed
 
@@ -31,7 +31,7 @@ def test_shipped_problems_unchanged(name):
     assert hashlib.sha256(json.dumps(triples).encode()).hexdigest() == PINNED[name]
 
 
-@pytest.mark.parametrize("name", FILES + ["arith_efficacy_heldout.jsonl"])
+@pytest.mark.parametrize("name", FILES + ["arith_efficacy_heldout.jsonl", "arith_guard_probe.jsonl"])
 def test_every_solution_is_worked_and_boxed(name):
     ops = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b, "/": lambda a, b: a / b}
     for r in rows(name):
@@ -82,3 +82,14 @@ def test_efficacy_heldout_matches_the_generator_and_is_disjoint():
         assert not texts & {r["problem"] for r in rows(name)}, name
     kinds = Counter(r["kind"] for r in held)  # 256 = 6 * 42 + 4, templates in turn
     assert sorted(kinds.values()) == [42, 42, 43, 43, 43, 43]
+
+
+def test_guard_probe_matches_the_generator_and_is_disjoint():
+    probe = rows("arith_guard_probe.jsonl")
+    assert probe == guard_probe() and len(probe) == 512
+    texts = {r["problem"] for r in probe}
+    assert len(texts) == 512
+    for name in FILES + ["arith_efficacy_heldout.jsonl"]:  # no training, held-out or evaluation problem
+        assert not texts & {r["problem"] for r in rows(name)}, name
+    kinds = Counter(r["kind"] for r in probe)  # 512 = 6 * 85 + 2, templates in turn
+    assert sorted(kinds.values()) == [85, 85, 85, 85, 86, 86]
