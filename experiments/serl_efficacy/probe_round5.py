@@ -1,0 +1,150 @@
+"""The fifth round's task, chosen on training problems only (issue 62, part 2).
+
+    python experiments/serl_efficacy/probe_round5.py                      # every candidate, in order
+    python experiments/serl_efficacy/probe_round5.py --task gsm8k_3step   # one candidate
+    python experiments/serl_efficacy/probe_round5.py --table              # rebuild probe_round5.md (no torch)
+
+For each candidate task, `serl probe` (the precondition check of issue 61, part 4) runs
+Qwen2.5-Coder-0.5B-Instruct on a seeded sample of the task's **training** pool: a greedy
+answer and 8 samples at the training temperature per problem, voted with the training vote,
+and both checked against the reference answer. Nothing from a held-out or transfer set is read.
+
+Candidates:
+  gsm8k_1step .. gsm8k_4step   GSM8K train.jsonl problems whose reference solution makes exactly
+                               1, 2, 3 or 4 calculator calls (``<<a*b=c>>``), 384 tokens (the
+                               fourth round's limit)
+  arith                        the shipped arithmetic seeds (dataset/arith_seed.jsonl), 128 tokens
+                               (the second and third rounds' limit)
+
+What decides (fixed before the first probe ran): the vote can teach most where maj@8 - greedy
+is largest, with the vote's accuracy in its clear-majority groups as the tie-break; a task whose
+maj@8 - greedy interval (paired, problems are the same) reaches below 0 is ruled out.
+
+The kept files (``items/probe5/<task>.json``: settings, summary, and per problem its source line
+in ../shared/data or dataset/, the greedy and the voted answers and the majority's share) hold
+no problem text; ``--table`` rebuilds the table from them with the standard library alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+sys.path.insert(0, str(HERE))
+OUT = HERE / "items" / "probe5"
+TABLE = HERE / "probe_round5.md"
+CALLS = {"gsm8k_1step": 1, "gsm8k_2step": 2, "gsm8k_3step": 3, "gsm8k_4step": 4}
+ORDER = ("arith", "gsm8k_1step", "gsm8k_2step", "gsm8k_3step", "gsm8k_4step")  # the table's order
+# the probing order: gsm8k_2step last, as the third round probed it already (same 100 problems, other script)
+RUN_ORDER = ("arith", "gsm8k_1step", "gsm8k_3step", "gsm8k_4step", "gsm8k_2step")
+MAX_LEN = {"arith": 128}  # GSM8K: 384
+PROBLEMS, K, TEMPERATURE, SEED = 100, 8, 0.8, 7
+
+
+def pool(task: str) -> list[dict]:
+    """The task's training pool as rows of problem, answer and source (file:line)."""
+    if task == "arith":
+        path = ROOT / "dataset" / "arith_seed.jsonl"
+        rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+        return [
+            {"problem": r["problem"], "answer": r["answer"], "source": f"dataset/arith_seed.jsonl:{i}"}
+            for i, r in enumerate(rows, 1)
+        ]
+    from serl.data.seeds import gsm8k_final_answer
+    from tasks import GSM8K
+
+    out = []
+    path = GSM8K / "train.jsonl"
+    if not path.is_file():
+        raise SystemExit(f"{path}: not found (GSM8K is read from ../shared/data/gsm8k)")
+    with open(path, encoding="utf-8") as f:
+        for i, line in enumerate(f, 1):
+            r = json.loads(line)
+            if r["answer"].count("<<") == CALLS[task]:
+                out.append({"problem": r["question"], "answer": gsm8k_final_answer(r["answer"]),
+                            "source": f"../shared/data/gsm8k/train.jsonl:{i}"})
+    return out
+
+
+def probe(task: str, work: Path) -> Path:
+    rows = pool(task)
+    sample = random.Random(SEED).sample(rows, min(PROBLEMS, len(rows)))
+    data = work / f"{task}.jsonl"
+    data.parent.mkdir(parents=True, exist_ok=True)
+    data.write_text("".join(json.dumps(r) + "\n" for r in sample))
+    raw = work / f"{task}.probe.json"
+    cmd = [sys.executable, "-m", "serl.cli", "probe", "--model", "qwen2.5-coder-0.5b", "--prompt_data", str(data),
+           "--n", "0", "--k", str(K), "--temperature", str(TEMPERATURE),
+           "--generate_max_len", str(MAX_LEN.get(task, 384)), "--seed", str(SEED), "--out", str(raw)]
+    if subprocess.run(cmd, cwd=ROOT).returncode != 0:
+        raise SystemExit(f"serl probe failed on {task}")
+    res = json.loads(raw.read_text())
+    for item, row in zip(res["items"], sample):
+        item["source"] = row["source"]
+    res["task"], res["pool"] = task, len(rows)
+    res["settings"] = {k: v for k, v in res["settings"].items() if k not in ("prompt_data", "out")}
+    OUT.mkdir(parents=True, exist_ok=True)
+    kept = OUT / f"{task}.json"
+    kept.write_text(json.dumps(res, indent=1) + "\n")
+    return kept
+
+
+def paired_ci(items: list[dict]) -> tuple[float, float, float]:
+    """maj@K - greedy, with a 95% paired interval (normal, over the problems' differences)."""
+    d = [int(bool(it["vote_ok"])) - int(bool(it["greedy_ok"])) for it in items]
+    n = len(d)
+    m = sum(d) / n
+    sd = math.sqrt(sum((x - m) ** 2 for x in d) / max(1, n - 1))
+    h = 1.96 * sd / math.sqrt(n)
+    return m, m - h, m + h
+
+
+def table() -> str:
+    lines = [
+        "| task (training pool) | pool | problems | tokens | greedy | maj@8 | maj@8 - greedy [95% CI] | vote right where clear "
+        "| clear majority | mean majority share | greedy is the vote |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for task in ORDER:
+        f = OUT / f"{task}.json"
+        if not f.is_file():
+            lines.append(f"| {task} | not probed | | | | | | | | | |")
+            continue
+        r = json.loads(f.read_text())
+        s, items = r["summary"], r["items"]
+        m, lo, hi = paired_ci(items)
+        clear = "-" if s["vote_acc_clear"] is None else f"{100 * s['vote_acc_clear']:.0f} %"
+        lines.append(
+            f"| {task} | {r['pool']} | {s['problems']} | {r['settings']['generate_max_len']} | "
+            f"{100 * s['greedy_acc']:.0f} % | {100 * s['maj@8_acc']:.0f} % | {100 * m:+.0f} [{100 * lo:+.0f}, {100 * hi:+.0f}] | "
+            f"{clear} | {100 * s['clear_majority_share']:.0f} % | {100 * s['mean_majority_share']:.0f} % | "
+            f"{100 * s['greedy_is_vote_share']:.0f} % |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--task", choices=ORDER, help="probe one candidate (default: every one not yet kept)")
+    ap.add_argument("--work", default=str(ROOT / "runs" / "probe5"), help="where the sampled problems go (not kept)")
+    ap.add_argument("--table", action="store_true", help="rebuild probe_round5.md from items/probe5/ only")
+    a = ap.parse_args(argv)
+    if not a.table:
+        for task in [a.task] if a.task else [t for t in RUN_ORDER if not (OUT / f"{t}.json").is_file()]:
+            print(f"probing {task} ...", flush=True)
+            probe(task, Path(a.work))
+    text = table()
+    TABLE.write_text("# The fifth round's task probe (generated by `probe_round5.py --table`)\n\n" + text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
