@@ -101,11 +101,24 @@ def train_to(arm: str, target: int, run_dir: Path, flags: list[str], args, timin
                                "minutes_used": used, "guard_stopped": stopped, "machine": machine_kind()})
 
 
+def policy_sha256(model: str) -> str:
+    """sha256 over the evaluated policy's weight files (a merged adapter or a full model), in name order."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for f in sorted(Path(model).glob("*.safetensors")):
+        with open(f, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 24), b""):
+                h.update(block)
+    return h.hexdigest()
+
+
 def evaluate(ev, tag: str, model: str, step: int, k: int, timings: Timings) -> dict:
-    """One evaluation, tagged with the machine kind it ran on (kept with the result)."""
+    """One evaluation, tagged with the machine kind it ran on and the hash of the policy evaluated."""
     res = ev.evaluate(tag, model, step=step, k=k, timings=timings)
-    if "machine" not in res:
-        res["machine"] = machine_kind()
+    if "machine" not in res or "policy_sha256" not in res:
+        res["machine"] = res.get("machine") or machine_kind()
+        res["policy_sha256"] = policy_sha256(model) if Path(model).is_dir() else ""
         path = ev.out / f"{tag}.json"
         path.write_text(json.dumps(res))
     return res
@@ -116,20 +129,32 @@ def evaluated(out: Path, tag: str, k: int) -> bool:
     return path.exists() and (not k or json.loads(path.read_text()).get("k") == k)
 
 
-def keep(out: Path, items: Path) -> None:
-    """Copy what every number needs into the repository (export_items.py's layout)."""
-    export(out, items)
-    for res in (out / "eval").glob("*.json"):  # export keeps a fixed set of keys; add the machine kind
+def keep(out: Path, items: Path, texts: bool = False) -> None:
+    """Copy what every number needs into the repository (export_items.py's layout; ``texts``: with
+    the response texts, as the fifth round keeps them)."""
+    export(out, items, texts=texts)
+    for res in (out / "eval").glob("*.json"):  # export keeps a fixed set of keys; add the machine kind and hash
         kept = items / "eval" / res.name
         data = json.loads(kept.read_text())
-        data["machine"] = json.loads(res.read_text()).get("machine", "")
+        full = json.loads(res.read_text())
+        data["machine"] = full.get("machine", "")
+        if full.get("policy_sha256"):
+            data["policy_sha256"] = full["policy_sha256"]
         kept.write_text(json.dumps(data, separators=(",", ":")) + "\n")
 
 
-def run_arm(arm: str, args, out: Path, flags: list[str], ev, tev, timings: Timings, base: str) -> None:
+def next_point(step: int, args) -> int:
+    """The next evaluation step after ``step``: a multiple of --eval_every, or one of the extra points."""
+    ahead = [p for p in getattr(args, "extra_points", ()) if p > step]
+    return min(args.steps, (step // args.eval_every + 1) * args.eval_every, *ahead)
+
+
+def run_arm(arm: str, args, out: Path, flags: list[str], ev, tev, timings: Timings, base: str, arms=None) -> None:
+    arms = arms or ARMS4
+    texts = bool(getattr(args, "keep_texts", False))
     run_dir = out / f"arm_{arm}"
-    arm_flags = list(ARMS4[arm][1]) + (["--guard_probe", str(args.guard_probe)] if "guard" in " ".join(ARMS4[arm][1])
-                                       else [])
+    arm_flags = list(arms[arm][1]) + (["--guard_probe", str(args.guard_probe)] if "guard" in " ".join(arms[arm][1])
+                                      else [])
     if "--collapse_guard" in arm_flags and (out / ANCHOR).exists():
         arm_flags += ["--guard_anchor", str(out / ANCHOR)]  # one anchor for a and a0 (same model, probe, seed)
     from serl.run.checkpoint import latest_checkpoint
@@ -140,7 +165,7 @@ def run_arm(arm: str, args, out: Path, flags: list[str], ev, tev, timings: Timin
         step, used, stopped = arm_state(run_dir)
         done = step >= args.steps or used >= args.max_minutes or stopped
         if not done:
-            target = min(args.steps, (step // args.eval_every + 1) * args.eval_every)
+            target = next_point(step, args)
             train_to(arm, target, run_dir, flags + arm_flags, args, timings)
             if (run_dir / ANCHOR).exists() and not (out / ANCHOR).exists():
                 shutil.copyfile(run_dir / ANCHOR, out / ANCHOR)
@@ -160,7 +185,7 @@ def run_arm(arm: str, args, out: Path, flags: list[str], ev, tev, timings: Timin
             evaluate(ev, tag, str(dest), step, args.k if done else 0, timings)
             if done:
                 evaluate(tev, f"{tag}_svamp", str(dest), step, 0, timings)
-            keep(out, args.items)
+            keep(out, args.items, texts)
             shutil.rmtree(dest)  # a merged model is 1 GB; the evaluation is what is kept
         if done:
             break
@@ -168,7 +193,7 @@ def run_arm(arm: str, args, out: Path, flags: list[str], ev, tev, timings: Timin
     if kept is not None:  # watch mode: what stop would have ended the run with
         evaluate(ev, f"{arm}_guard", str(kept[0]), kept[1], 0, timings)
         evaluate(tev, f"{arm}_guard_svamp", str(kept[0]), kept[1], 0, timings)
-        keep(out, args.items)
+        keep(out, args.items, texts)
     log(f"arm {arm}: done at step {step} ({used:.1f} training minutes{', the guard stopped it' if stopped else ''})")
 
 

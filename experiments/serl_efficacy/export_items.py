@@ -1,4 +1,5 @@
-"""Keep an experiment's per-problem results in the repository, without any problem or answer text.
+"""Keep an experiment's per-problem results in the repository, without any problem text (and
+without the response texts, unless ``texts``: the fifth round keeps them).
 
     python experiments/serl_efficacy/export_items.py runs/serl_efficacy_qwen2.5-coder-0.5b_gsm8k_2step \
         experiments/serl_efficacy/items/gsm8k_2step
@@ -22,13 +23,14 @@ KEEP = ("tag", "model", "step", "n", "k", "tokens", "truncated", "boxed", "corre
         "maj_boxed", "maj_number", "sample_boxed", "sample_tokens", "times")
 
 
-def compact(res: dict) -> dict:
-    out = {k: res[k] for k in KEEP if k in res}
+def compact(res: dict, texts: bool = False) -> dict:
+    out = {k: res[k] for k in (*KEEP, *(("texts",) if texts else ())) if k in res}
     out["model"] = Path(str(out.get("model", ""))).name  # a path on the machine that ran it says nothing here
     return out
 
 
-def export(run_out: Path, dest: Path) -> list[Path]:
+def export(run_out: Path, dest: Path, texts: bool = False) -> list[Path]:
+    """``texts``: keep the response texts too (the fifth round: issue 62 asks for them)."""
     src = run_out / "eval"
     if not src.is_dir():
         raise SystemExit(f"{src}: no eval/ folder (is {run_out} an experiment --out directory?)")
@@ -37,7 +39,7 @@ def export(run_out: Path, dest: Path) -> list[Path]:
     for path in sorted(src.glob("*.json")):
         target = dest / "eval" / path.name
         tmp = target.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(compact(json.loads(path.read_text())), separators=(",", ":")) + "\n")
+        tmp.write_text(json.dumps(compact(json.loads(path.read_text()), texts), separators=(",", ":")) + "\n")
         tmp.replace(target)
         written.append(target)
     for name in ("setup.json", "timings.json"):

@@ -103,7 +103,7 @@ def task_length_flags() -> list[str]:
 
 def train_flags(args) -> list[str]:
     """The flags every training arm shares (the arm adds its own)."""
-    task = args.task != "arith"
+    task = args.task != "arith" or getattr(args, "task_flags", False)  # round 5: the GSM8K settings for arith too
     return [*(task_length_flags() if task else length_flags()), "--model", args.model, "--prompt_data", str(args.seeds_path), "--seed", "42", "--generator", args.generator,
             "--progress", "plain", "--save_model", "false", "--steps", str(STEP_CAP),
             "--save_steps", "5", "--max_ckpt_num", "2",

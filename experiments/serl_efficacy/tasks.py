@@ -6,6 +6,12 @@ held-out pool (only evaluated).
   (``<<a*b=c>>``); training pool from train.jsonl, held-out from test.jsonl.
 - gsm8k_le2: the same with one or two calls.
 - gsm8k_3step: exactly three calls.
+- gsm8k_1step, gsm8k_4step, and the unions gsm8k_1to3, gsm8k_2to3, gsm8k_2to4, gsm8k_3to4 (the
+  fifth round, issue 62: one step count alone has at most 364 test problems, and the round
+  needs 600 held out).
+- arith: the shipped arithmetic seeds (dataset/arith_seed.jsonl) for training; held out, 1,000
+  problems the arithmetic generator draws under its own seed, disjoint from every shipped file
+  (``arith_heldout``: generated at run time, as the shipped files are).
 """
 from __future__ import annotations
 
@@ -22,7 +28,10 @@ def _steps(lo: int, hi: int):
     return lambda answer: lo <= answer.count("<<") <= hi
 
 
-TASKS = {"gsm8k_2step": _steps(2, 2), "gsm8k_le2": _steps(1, 2), "gsm8k_3step": _steps(3, 3)}
+TASKS = {"gsm8k_2step": _steps(2, 2), "gsm8k_le2": _steps(1, 2), "gsm8k_3step": _steps(3, 3),
+         "gsm8k_1step": _steps(1, 1), "gsm8k_4step": _steps(4, 4), "gsm8k_1to3": _steps(1, 3),
+         "gsm8k_2to3": _steps(2, 3), "gsm8k_2to4": _steps(2, 4), "gsm8k_3to4": _steps(3, 4), "arith": None}
+ARITH_HELDOUT_SEED, ARITH_HELDOUT_N = 2028, 1000
 
 
 def _gsm8k(split: str, task: str) -> list[dict]:
@@ -42,11 +51,29 @@ def _gsm8k(split: str, task: str) -> list[dict]:
     return rows
 
 
+def _arith(rows: list[dict], where: str) -> list[dict]:
+    return [{"question": r["problem"], "label": r["answer"], "where": f"{where}:{i}"} for i, r in enumerate(rows, 1)]
+
+
+def arith_heldout() -> list[dict]:
+    """The arithmetic task's held-out rows: disjoint from every shipped arithmetic file."""
+    from serl.data.arith import efficacy_heldout, guard_probe, make_problems, shipped_problems, spin_splits
+
+    train, held = spin_splits()
+    taken = shipped_problems() | {r["problem"] for r in train + held + efficacy_heldout() + guard_probe()}
+    return make_problems(ARITH_HELDOUT_N, ARITH_HELDOUT_SEED, exclude=taken)
+
+
 def training_pool(task: str) -> list[dict]:
+    if task == "arith":
+        path = ROOT / "dataset" / "arith_seed.jsonl"
+        return _arith([json.loads(x) for x in path.read_text().splitlines() if x.strip()], "dataset/arith_seed.jsonl")
     return _gsm8k("train", task)
 
 
 def heldout_pool(task: str) -> list[dict]:
+    if task == "arith":
+        return _arith(arith_heldout(), f"serl.data.arith(seed {ARITH_HELDOUT_SEED})")
     return _gsm8k("test", task)
 
 
