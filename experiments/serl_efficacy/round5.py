@@ -61,7 +61,8 @@ def pick_options(items: list[dict]) -> tuple[list[str], dict]:
       signal per probe problem: (kept groups whose vote is right - kept groups whose vote is
       wrong) / problems; ties go to the lower s (more data);
     - agreement weighting (RESTRAIN, --agreement_weight_power 1) is on when the vote is right
-      at least 10 points more often in groups with a clear majority (share >= 0.5) than below."""
+      at least 10 points more often in groups with a clear majority (share >= 0.5) than below
+      (and the probe has groups of both kinds)."""
     n = len(items)
 
     def net(s: float) -> float:
@@ -73,7 +74,7 @@ def pick_options(items: list[dict]) -> tuple[list[str], dict]:
     clear = [it for it in items if it["vote"] is not None and it["share"] >= 0.5]
     other = [it for it in items if not (it["vote"] is not None and it["share"] >= 0.5)]
     acc = lambda xs: sum(bool(it["vote_ok"]) for it in xs) / len(xs) if xs else 0.0  # noqa: E731
-    weight = bool(clear) and acc(clear) - acc(other) >= 0.10
+    weight = bool(clear) and bool(other) and acc(clear) - acc(other) >= 0.10
     flags = (["--min_majority_share", str(best)] if best else []) + (["--agreement_weight_power", "1"] if weight
                                                                      else [])
     why = {"net_signal_by_mask": scores, "mask": best, "vote_right_clear": acc(clear), "vote_right_other": acc(other),
