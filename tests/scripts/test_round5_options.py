@@ -15,8 +15,17 @@ def _item(share, ok, vote="7"):
 
 def test_the_mask_with_the_largest_net_signal_and_agreement_weighting(round5):
     # shares and whether the vote is right; the last problem has no answer at all
-    items = [_item(1.0, True), _item(0.875, True), _item(0.75, False), _item(0.625, False), _item(0.5, True),
-             _item(0.5, False), _item(0.375, False), _item(0.25, False), _item(0.0, False, vote=None)]
+    items = [
+        _item(1.0, True),
+        _item(0.875, True),
+        _item(0.75, False),
+        _item(0.625, False),
+        _item(0.5, True),
+        _item(0.5, False),
+        _item(0.375, False),
+        _item(0.25, False),
+        _item(0.0, False, vote=None),
+    ]
     flags, why = round5.pick_options(items)
     # (right - wrong) / 9 among kept groups: s=0: 3-5, 0.375: 3-4, 0.5: 3-3, 0.625: 2-2, 0.75: 2-1
     assert why["net_signal_by_mask"] == pytest.approx({0.0: -2 / 9, 0.375: -1 / 9, 0.5: 0.0, 0.625: 0.0, 0.75: 1 / 9})
