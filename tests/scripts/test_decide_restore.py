@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+
 @pytest.fixture()
 def decide(experiment):
     return experiment("decide")

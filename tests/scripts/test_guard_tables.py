@@ -91,8 +91,9 @@ def test_candidates_json_obeys_its_pass_line(guard_module):
     assert model["steps"] == [0, 2, 4, 6, 8, 10, 12]
     assert [round(a, 3) for a in model["agreement"]] == [0.688, 0.891, 0.828, 0.844, 0.828, 0.828, 0.75]
     assert model["agreement"] == cand.collapse_data()["agreement"]
-    got = {(c["items"], c["margin"]) for c in res["candidates"]}
-    assert got == {(n, m) for n in (64, 128, 200, 256) for m in (0.10, 0.05, 0.0)}
+    got = {(c["patience"], c["items"], c["margin"]) for c in res["candidates"]}
+    sizes = (64, 128, 200, 256, 384, 512)
+    assert got == {(p, n, m) for p in (2, 1) for n in sizes for m in (0.10, 0.05, 0.0)}
     for c in res["candidates"]:
         cells = [*c["false_alarm"], c["collapse"]["caught"], c["collapse"]["fired_by_end"]]
         assert len(c["false_alarm"]) == 6 and all(r["runs"] == res["runs"] for r in cells)
@@ -103,9 +104,17 @@ def test_candidates_json_obeys_its_pass_line(guard_module):
         assert c["pass"] == (fa_ok and c["collapse"]["caught"]["rate"] >= 0.80)
     # by hand: 256 items, margin 0. Its worst false alarm is 44 of 2000 runs (2.2 % <= 5 %), but it
     # caught the collapse by step 10 in 840 of 2000 replays (42 % < 80 %): it fails.
-    c = next(c for c in res["candidates"] if (c["items"], c["margin"]) == (256, 0.0))
+    pick = {(c["patience"], c["items"], c["margin"]): c for c in res["candidates"]}
+    c = pick[2, 256, 0.0]
     assert max(r["fired"] for r in c["false_alarm"]) == 44 and c["pass_false_alarm"]
     assert c["collapse"]["caught"]["fired"] == 840 and not c["pass_caught"] and not c["pass"]
+    # 512 items, margin 0, patience 2: 57 of 2000 (2.85 %) and 1714 of 2000 (85.7 %): it passes
+    c = pick[2, 512, 0.0]
+    assert max(r["fired"] for r in c["false_alarm"]) == 57 and c["collapse"]["caught"]["fired"] == 1714 and c["pass"]
+    # patience 1 at 256 items catches 1498 (74.9 %) but fires in 579 of 2000 runs that do not get worse
+    c = pick[1, 256, 0.0]
+    assert max(r["fired"] for r in c["false_alarm"]) == 579 and not c["pass_false_alarm"]
+    assert [c["items"] for c in res["candidates"] if c["pass"]] == [512]
     # the committed tables are the json's
     summary = cand.summary(res)
     assert summary in (GUARD / "candidates.md").read_text() and summary in (GUARD / "README.md").read_text()
