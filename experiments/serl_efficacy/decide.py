@@ -258,6 +258,25 @@ def eval_latest(arm: str, out: Path, ev, timings: Timings, base: str, step: int 
     lock.release()
 
 
+def start_evaluation(args, out: Path, files: dict, cfg, texts: bool = False):
+    """The held-out and SVAMP evaluators, and arm d evaluated on this machine's kind (what every
+    evaluation made here is paired with; maj@K is added when an arm ends here), kept at once."""
+    from heldout import Evaluator
+    from serl.data.seeds import read_seeds
+    from serl.models.resolve import resolve_model
+
+    base = resolve_model(args.model)
+    ev = Evaluator(out / "eval", read_seeds(files["heldout"], "problem", "answer", limit=args.heldout), cfg,
+                   args.generator, base)
+    tev = Evaluator(out / "eval", read_seeds(files["transfer"], "problem", "answer"), cfg, args.generator, base)
+    timings = Timings(out / "timings.json")
+    kind = machine_kind()
+    evaluate(ev, f"d_{kind}", base, 0, 0, timings)
+    evaluate(tev, f"d_{kind}_svamp", base, 0, 0, timings)
+    keep(out, args.items, texts)
+    return base, ev, tev, timings
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, help="the run's directory (run directories, evaluations); put it "
@@ -296,7 +315,6 @@ def main(argv=None) -> int:
     files = write_task_files(TASK, out, args.seeds, args.heldout, args.transfer)
     args.seeds_path = files["seeds"]
     from serl.config.parser import parse_args
-    from serl.data.seeds import read_seeds
 
     flags = train_flags(args)
     for a in arms:  # bad flags fail here, before anything is written
@@ -318,18 +336,7 @@ def main(argv=None) -> int:
         setup.write_text(json.dumps({"settings": settings, "machine": machine(), "sessions": [machine()]}, indent=1))
     args.items.mkdir(parents=True, exist_ok=True)
 
-    from heldout import Evaluator
-    from serl.models.resolve import resolve_model
-
-    base = resolve_model(args.model)
-    ev = Evaluator(out / "eval", read_seeds(files["heldout"], "problem", "answer", limit=args.heldout), cfg,
-                   args.generator, base)
-    tev = Evaluator(out / "eval", read_seeds(files["transfer"], "problem", "answer"), cfg, args.generator, base)
-    timings = Timings(out / "timings.json")
-    kind = machine_kind()  # arm d on this machine: the base every evaluation made here is paired with
-    evaluate(ev, f"d_{kind}", base, 0, 0, timings)  # maj@K is added when an arm ends here
-    evaluate(tev, f"d_{kind}_svamp", base, 0, 0, timings)
-    keep(out, args.items)
+    base, ev, tev, timings = start_evaluation(args, out, files, cfg)
     if args.eval_latest:
         eval_latest(args.eval_latest, out, ev, timings, base, args.eval_step)
         keep(out, args.items)

@@ -31,7 +31,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import decide  # noqa: E402
 from arms import ARMS  # noqa: E402
-from run import TASK_FULL, TASK_SMOKE, Timings, log, machine, train_flags  # noqa: E402
+from run import TASK_FULL, TASK_SMOKE, log, machine, train_flags  # noqa: E402
 
 PROBES = HERE / "items" / "probe5"
 CUT_SCORED = ["--overlong_filter", "false", "--stop_properly_penalty_coef", "0"]
@@ -131,7 +131,6 @@ def main(argv=None) -> int:
     files = write_task_files(args.task, out, args.seeds, args.heldout, args.transfer)
     args.seeds_path = files["seeds"]
     from serl.config.parser import parse_args
-    from serl.data.seeds import read_seeds
 
     flags = train_flags(args)
     for a in arms:  # bad flags fail here, before anything is written
@@ -154,18 +153,7 @@ def main(argv=None) -> int:
     args.items.mkdir(parents=True, exist_ok=True)
     log(f"round 5 on {args.task}: arms {arms}; arm a's options {options or 'none'} ({why})")
 
-    from heldout import Evaluator
-    from serl.models.resolve import resolve_model
-
-    base = resolve_model(args.model)
-    ev = Evaluator(out / "eval", read_seeds(files["heldout"], "problem", "answer", limit=args.heldout), cfg,
-                   args.generator, base)
-    tev = Evaluator(out / "eval", read_seeds(files["transfer"], "problem", "answer"), cfg, args.generator, base)
-    timings = Timings(out / "timings.json")
-    kind = decide.machine_kind()  # arm d on this machine: what every evaluation made here is paired with
-    decide.evaluate(ev, f"d_{kind}", base, 0, 0, timings)
-    decide.evaluate(tev, f"d_{kind}_svamp", base, 0, 0, timings)
-    decide.keep(out, args.items, texts=True)
+    base, ev, tev, timings = decide.start_evaluation(args, out, files, cfg, texts=True)
     for arm in arms:
         decide.run_arm(arm, args, out, flags, ev, tev, timings, base, arms=table)
     ev.close()
