@@ -39,6 +39,9 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 OUT = HERE / "items" / "probe5"
+# the amendment's probe: the same problems again, with cut flags and the answers' texts kept
+CUT_OUT = HERE / "items" / "probe5_cut"
+CONTENDERS = ("arith", "gsm8k_2step")  # the candidates whose maj@8 - greedy interval is above 0
 TABLE = HERE / "probe_round5.md"
 CALLS = {"gsm8k_1step": 1, "gsm8k_2step": 2, "gsm8k_3step": 3, "gsm8k_4step": 4}
 ORDER = ("arith", "gsm8k_1step", "gsm8k_2step", "gsm8k_3step", "gsm8k_4step")  # the table's order
@@ -73,7 +76,7 @@ def pool(task: str) -> list[dict]:
     return out
 
 
-def probe(task: str, work: Path) -> Path:
+def probe(task: str, work: Path, out: Path = OUT) -> Path:
     rows = pool(task)
     sample = random.Random(SEED).sample(rows, min(PROBLEMS, len(rows)))
     data = work / f"{task}.jsonl"
@@ -83,6 +86,8 @@ def probe(task: str, work: Path) -> Path:
     cmd = [sys.executable, "-m", "serl.cli", "probe", "--model", "qwen2.5-coder-0.5b", "--prompt_data", str(data),
            "--n", "0", "--k", str(K), "--temperature", str(TEMPERATURE),
            "--generate_max_len", str(MAX_LEN.get(task, 384)), "--seed", str(SEED), "--out", str(raw)]
+    if out == CUT_OUT:
+        cmd.append("--keep_texts")
     if subprocess.run(cmd, cwd=ROOT).returncode != 0:
         raise SystemExit(f"serl probe failed on {task}")
     res = json.loads(raw.read_text())
@@ -90,8 +95,8 @@ def probe(task: str, work: Path) -> Path:
         item["source"] = row["source"]
     res["task"], res["pool"] = task, len(rows)
     res["settings"] = {k: v for k, v in res["settings"].items() if k not in ("prompt_data", "out")}
-    OUT.mkdir(parents=True, exist_ok=True)
-    kept = OUT / f"{task}.json"
+    out.mkdir(parents=True, exist_ok=True)
+    kept = out / f"{task}.json"
     kept.write_text(json.dumps(res, indent=1) + "\n")
     return kept
 
@@ -100,6 +105,8 @@ def paired_ci(items: list[dict]) -> tuple[float, float, float]:
     """maj@K - greedy, with a 95% paired interval (normal, over the problems' differences)."""
     d = [int(bool(it["vote_ok"])) - int(bool(it["greedy_ok"])) for it in items]
     n = len(d)
+    if n == 0:
+        return float("nan"), float("nan"), float("nan")
     m = sum(d) / n
     sd = math.sqrt(sum((x - m) ** 2 for x in d) / max(1, n - 1))
     h = 1.96 * sd / math.sqrt(n)
@@ -153,17 +160,54 @@ def mask_table() -> str:
     return "\n".join(lines)
 
 
+def cut_table() -> str:
+    """The amendment's numbers: cut shares, and maj@8 - greedy where the greedy answer finished."""
+    lines = [
+        "| task | problems | greedy cut | samples cut | maj@8 - greedy, all [95% CI] | greedy finished | "
+        "greedy there | maj@8 there | **maj@8 - greedy where greedy finished [95% CI]** |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for task in CONTENDERS:
+        f = CUT_OUT / f"{task}.json"
+        if not f.is_file():
+            lines.append(f"| {task} | not probed | | | | | | | |")
+            continue
+        items = json.loads(f.read_text())["items"]
+        done = [it for it in items if not it["greedy_cut"]]
+        m, lo, hi = paired_ci(items)
+        fm, flo, fhi = paired_ci(done)
+        g = sum(bool(it["greedy_ok"]) for it in done) / max(1, len(done))
+        v = sum(bool(it["vote_ok"]) for it in done) / max(1, len(done))
+        lines.append(
+            f"| {task} | {len(items)} | {100 * sum(it['greedy_cut'] for it in items) / len(items):.0f} % | "
+            f"{100 * sum(it['samples_cut'] for it in items) / len(items):.0f} % | "
+            f"{100 * m:+.0f} [{100 * lo:+.0f}, {100 * hi:+.0f}] | {len(done)} | {100 * g:.0f} % | {100 * v:.0f} % | "
+            f"**{100 * fm:+.0f} [{100 * flo:+.0f}, {100 * fhi:+.0f}]** |"
+        )
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--task", choices=ORDER, help="probe one candidate (default: every one not yet kept)")
     ap.add_argument("--work", default=str(ROOT / "runs" / "probe5"), help="where the sampled problems go (not kept)")
     ap.add_argument("--table", action="store_true", help="rebuild probe_round5.md from items/probe5/ only")
+    ap.add_argument("--cut", action="store_true", help="the amendment: probe the contenders again with cut flags")
     a = ap.parse_args(argv)
-    if not a.table:
+    if a.cut and not a.table:
+        for task in [t for t in CONTENDERS if not (CUT_OUT / f"{t}.json").is_file()]:
+            print(f"probing {task} again, with cut flags ...", flush=True)
+            probe(task, Path(a.work), CUT_OUT)
+    elif not a.table:
         for task in [a.task] if a.task else [t for t in RUN_ORDER if not (OUT / f"{t}.json").is_file()]:
             print(f"probing {task} ...", flush=True)
             probe(task, Path(a.work))
     text = table() + "\n\nThe vote where the majority is clear (CuMa's mask on training data):\n\n" + mask_table()
+    if any((CUT_OUT / f"{t}.json").is_file() for t in CONTENDERS):
+        text += (
+            "\n\nThe amendment (the same problems again, `items/probe5_cut/`): cut answers, and the vote's lead "
+            "where greedy finished:\n\n" + cut_table()
+        )
     TABLE.write_text("# The fifth round's task probe (generated by `probe_round5.py --table`)\n\n" + text + "\n")
     print(text)
     return 0

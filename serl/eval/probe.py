@@ -9,7 +9,9 @@ checker, at the run's sampling settings:
 - with labels (on all or some of the problems): the vote's accuracy (maj@K), greedy
   accuracy, the problems each gets right that the other does not (exact McNemar), and the
   vote's accuracy where the majority is clear (more than half the samples) and where not;
-- always: the majority's share (the training reward's ``reward/agreement``), the share of
+- where the greedy answer finished (not cut at the token limit): the same two accuracies and
+  their gap, which is the part of the vote's lead about being right rather than about stopping;
+- always: the share of cut answers (greedy and sampled), the majority's share (the training reward's ``reward/agreement``), the share of
   groups with a clear majority, ties, groups with no answer, and how often the greedy
   answer is the majority's.
 
@@ -39,6 +41,9 @@ class Item:
     greedy_is_vote: bool  # the greedy answer is equivalent to the majority's
     greedy_ok: bool | None = None  # against the label (None: no label)
     vote_ok: bool | None = None
+    greedy_cut: bool = False  # the greedy answer ran into --generate_max_len
+    samples_cut: float = 0.0  # the share of the K samples that did
+    texts: list[str] | None = None  # greedy text first, then the K samples (with --keep_texts)
 
 
 def two_sided_p(b: int, c: int) -> float:
@@ -62,6 +67,8 @@ def summarize(items: list[Item], k: int) -> dict:
         "tie_share": sum(it.tie for it in items) / max(1, n),
         "no_vote_share": sum(it.vote is None for it in items) / max(1, n),
         "greedy_is_vote_share": sum(it.greedy_is_vote for it in items) / max(1, n),
+        "greedy_cut_share": sum(it.greedy_cut for it in items) / max(1, n),
+        "sample_cut_share": sum(it.samples_cut for it in items) / max(1, n),
     }
     lab = [it for it in items if it.greedy_ok is not None]
     out["labelled"] = len(lab)
@@ -82,6 +89,16 @@ def summarize(items: list[Item], k: int) -> dict:
             "vote_acc_clear": (sum(bool(it.vote_ok) for it in lab_clear) / len(lab_clear)) if lab_clear else None,
             "vote_acc_unclear": (sum(bool(it.vote_ok) for it in lab_other) / len(lab_other)) if lab_other else None,
         }
+        # the vote's lead where greedy finished: what the vote can teach about being right, apart from stopping
+        done = [it for it in lab if not it.greedy_cut]
+        out["greedy_finished"] = len(done)
+        if done:
+            out |= {
+                "greedy_acc_finished": sum(bool(it.greedy_ok) for it in done) / len(done),
+                f"maj@{k}_acc_finished": sum(bool(it.vote_ok) for it in done) / len(done),
+                "vote_minus_greedy_finished": sum(int(bool(it.vote_ok)) - int(bool(it.greedy_ok)) for it in done)
+                / len(done),
+            }
     return out
 
 
@@ -114,7 +131,18 @@ def verdict(s: dict) -> str:
             f"the vote is right exactly as often as greedy: {counts}. The vote has nothing to teach here "
             f"beyond what greedy already answers"
         )
-    return f"the vote beats greedy by {100 * d:+.1f} points: {counts}. The precondition holds{noise}"
+    return f"the vote beats greedy by {100 * d:+.1f} points: {counts}. The precondition holds{noise}{finished(s)}"
+
+
+def finished(s: dict) -> str:
+    """Where greedy answers were cut, the lead among the problems greedy finished (being right, not stopping)."""
+    if not s.get("greedy_cut_share") or not s.get("greedy_finished"):
+        return ""
+    return (
+        f". Greedy was cut at the token limit on {s['greedy_cut_share']:.0%} of the problems; where it finished "
+        f"({s['greedy_finished']}) the vote leads by {100 * s['vote_minus_greedy_finished']:+.1f} points, the rest "
+        f"of the lead is about stopping"
+    )
 
 
 # ---- the measurement --------------------------------------------------------------------------------
@@ -131,6 +159,7 @@ def measure(
     instruction: str,
     fallback: str,
     seed: int,
+    keep_texts: bool = False,
 ) -> list[Item]:
     """Greedy and K sampled answers to each (question, label), the vote, and the comparisons."""
     from serl.engines.base import Sampling
@@ -139,7 +168,8 @@ def measure(
 
     style = "chat_boxed" if instruction else "chat"
     prompts = [build_prompt_ids(q, tokenizer, style, instruction) for q, _ in problems]
-    greedy = [g[0].text for g in generator.generate(prompts, 1, Sampling(max_new_tokens, 0.0, 1.0))]
+    greedy_out = [g[0] for g in generator.generate(prompts, 1, Sampling(max_new_tokens, 0.0, 1.0))]
+    greedy = [c.text for c in greedy_out]
     sampled = generator.generate(prompts, k, Sampling(max_new_tokens, temperature, top_p, seed=seed))
     votes = score_groups([[c.text for c in g] for g in sampled], None, checker, mode="majority", fallback=fallback)
     answers = [extract_answer(t, fallback) for t in greedy]
@@ -160,6 +190,9 @@ def measure(
             greedy_is_vote=bool(same.get((i, "gv"))),
             greedy_ok=None if lab is None else bool(same.get((i, "gl"))),
             vote_ok=None if lab is None else bool(same.get((i, "vl"))),
+            greedy_cut=greedy_out[i].finish_reason == "length",
+            samples_cut=sum(c.finish_reason == "length" for c in sampled[i]) / max(1, len(sampled[i])),
+            texts=[greedy[i]] + [c.text for c in sampled[i]] if keep_texts else None,
         )
         for i, (a, vs, lab) in enumerate(zip(answers, votes, labels))
     ]
@@ -204,6 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=42, help="which problems, and the sampling seed")
     p.add_argument("--workers", type=int, default=1, help="math-verify worker processes")
     p.add_argument("--out", default="", help="also write the numbers and per-problem outcomes to this JSON file")
+    p.add_argument("--keep_texts", action="store_true", help="also write every answer's text to --out")
     p.add_argument("--quiet", action="store_true", help="no start line on stderr")
     return p
 
@@ -245,6 +279,7 @@ def cli_main(argv: list[str] | None = None) -> int:
                 instruction=args.system_prompt,
                 fallback=args.answer_fallback,
                 seed=args.seed,
+                keep_texts=args.keep_texts,
             )
     finally:
         generator.close()
@@ -252,7 +287,7 @@ def cli_main(argv: list[str] | None = None) -> int:
     s["verdict"] = verdict(s)
     for key, value in s.items():
         if key != "verdict":
-            print(f"{key:22s} {value:.3f}" if isinstance(value, float) else f"{key:22s} {value}")
+            print(f"{key:26s} {value:.3f}" if isinstance(value, float) else f"{key:26s} {value}")
     print(f"\n{s['verdict']}")
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
@@ -263,7 +298,7 @@ def cli_main(argv: list[str] | None = None) -> int:
                     "prompt_data": args.prompt_data,
                     "settings": vars(args),
                     "summary": s,
-                    "items": [vars(it) for it in items],
+                    "items": [{k: v for k, v in vars(it).items() if k != "texts" or v is not None} for it in items],
                 },
                 indent=1,
             )

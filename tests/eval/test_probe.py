@@ -15,13 +15,19 @@ ROOT = Path(__file__).resolve().parents[2]
 class ByPosition:
     """Greedy texts and sampled texts by the prompt's position in the call."""
 
-    def __init__(self, greedy, samples):
-        self.greedy, self.samples = greedy, samples
+    def __init__(self, greedy, samples, cut=()):
+        self.greedy, self.samples, self.cut = greedy, samples, set(cut)  # cut: texts that ran into the limit
 
     def generate(self, prompts, n, sampling):
         texts = [[g] for g in self.greedy] if sampling.greedy else self.samples
         assert len(prompts) == len(texts) and all(len(t) == n for t in texts)
-        return [[Completion(text=t, token_ids=[1], prompt_ids=[0]) for t in group] for group in texts]
+        return [
+            [
+                Completion(text=t, token_ids=[1], prompt_ids=[0], finish_reason="length" if t in self.cut else "stop")
+                for t in group
+            ]
+            for group in texts
+        ]
 
 
 def test_measure_and_summarize_by_hand(smol_tokenizer, checker):
@@ -64,6 +70,46 @@ def test_measure_and_summarize_by_hand(smol_tokenizer, checker):
     assert (s["vote_only_right"], s["greedy_only_right"], s["mcnemar_p"]) == (1, 1, 1.0)
     assert s["vote_acc_clear"] == 0.5 and s["vote_acc_unclear"] == 1.0
     assert verdict(s).startswith("the vote is right exactly as often as greedy")
+
+
+def test_cut_answers_and_the_lead_where_greedy_finished(smol_tokenizer, checker):
+    """Four problems; greedy is cut on two (both wrong, the vote right on both). The vote leads by
+    +25 points overall, but where greedy finished it trails by 50 (right on 1 of 2, greedy on 2):
+    its whole lead is about stopping."""
+    problems = [("q0", "3"), ("q1", "6"), ("q2", "7"), ("q3", "2")]
+    box = "\\boxed{{{}}}".format
+    gen = ByPosition(
+        ["Let me think about", "First we add", box(7), box(2)],
+        [
+            [box(3), box(3), box(3), "The answer is"],  # vote 3 right; greedy cut
+            [box(6), box(6), "So", "Hence"],  # vote 6 right (2 of 4 boxed agree); greedy cut
+            [box(8), box(8), box(8), box(7)],  # vote 8 wrong; greedy 7 right
+            [box(1), box(2), box(2), box(2)],  # vote 2 right; greedy right
+        ],
+        cut={"Let me think about", "First we add", "The answer is", "So", "Hence"},
+    )
+    items = measure(
+        gen,
+        smol_tokenizer,
+        problems,
+        k=4,
+        checker=checker,
+        max_new_tokens=8,
+        temperature=1.0,
+        top_p=1.0,
+        instruction="Box it.",
+        fallback="none",
+        seed=0,
+        keep_texts=True,
+    )
+    assert [(it.greedy_cut, it.samples_cut) for it in items] == [(True, 0.25), (True, 0.5), (False, 0.0), (False, 0.0)]
+    assert items[0].texts == ["Let me think about", box(3), box(3), box(3), "The answer is"]
+    s = summarize(items, 4)
+    assert s["greedy_cut_share"] == 0.5 and s["sample_cut_share"] == pytest.approx((0.25 + 0.5) / 4)
+    assert s["greedy_acc"] == 0.5 and s["maj@4_acc"] == 0.75 and s["vote_minus_greedy"] == 0.25
+    assert s["greedy_finished"] == 2
+    assert (s["greedy_acc_finished"], s["maj@4_acc_finished"], s["vote_minus_greedy_finished"]) == (1.0, 0.5, -0.5)
+    assert "where it finished (2) the vote leads by -50.0 points" in verdict(s)
 
 
 def test_two_sided_p_by_hand():
