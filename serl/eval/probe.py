@@ -138,10 +138,15 @@ def finished(s: dict) -> str:
     """Where greedy answers were cut, the lead among the problems greedy finished (being right, not stopping)."""
     if not s.get("greedy_cut_share") or not s.get("greedy_finished"):
         return ""
+    lead, done = s["vote_minus_greedy"], s["vote_minus_greedy_finished"]
+    why = (
+        "so the lead is about being right, not about stopping"
+        if done >= lead
+        else "so part of the lead is about stopping (a cut greedy answer against samples that finished)"
+    )
     return (
         f". Greedy was cut at the token limit on {s['greedy_cut_share']:.0%} of the problems; where it finished "
-        f"({s['greedy_finished']}) the vote leads by {100 * s['vote_minus_greedy_finished']:+.1f} points, the rest "
-        f"of the lead is about stopping"
+        f"({s['greedy_finished']}) the vote leads by {100 * done:+.1f} points, {why}"
     )
 
 

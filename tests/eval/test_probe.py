@@ -109,7 +109,9 @@ def test_cut_answers_and_the_lead_where_greedy_finished(smol_tokenizer, checker)
     assert s["greedy_acc"] == 0.5 and s["maj@4_acc"] == 0.75 and s["vote_minus_greedy"] == 0.25
     assert s["greedy_finished"] == 2
     assert (s["greedy_acc_finished"], s["maj@4_acc_finished"], s["vote_minus_greedy_finished"]) == (1.0, 0.5, -0.5)
-    assert "where it finished (2) the vote leads by -50.0 points" in verdict(s)
+    assert "where it finished (2) the vote leads by -50.0 points, so part of the lead is about stopping" in verdict(s)
+    s |= {"vote_minus_greedy_finished": 0.3}  # more than the overall lead: none of it is about stopping
+    assert "by +30.0 points, so the lead is about being right" in verdict(s)
 
 
 def test_two_sided_p_by_hand():
