@@ -11,8 +11,8 @@ pytestmark = pytest.mark.slow
 def test_two_steps_of_the_loop(tmp_path, smol_path, smol_tokenizer, monkeypatch):
     from serl.config.parser import parse_args
     from serl.config.plan import plan_run
+    from serl.engines.causal_lm import load_causal_lm
     from serl.engines.factory import build_engines
-    from serl.models.resolve import load_causal_lm
     from serl.recipes.serl.recipe import SerlRecipe
     from serl.report.metrics import MetricsLogger
     from serl.run.context import RunContext
