@@ -34,8 +34,8 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
     args = parse_args(argv)
     from serl.engines.base import Sampling
+    from serl.engines.causal_lm import load_causal_lm
     from serl.engines.factory import make_generator
-    from serl.models.resolve import load_causal_lm
 
     path = smollm2_path()
     policy = load_causal_lm(path, dtype=torch.float32)

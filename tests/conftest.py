@@ -138,29 +138,40 @@ def serl_train():
     return _serl_train
 
 
-@pytest.fixture(scope="module")
-def tiny_path(tmp_path_factory):
-    """A two-layer Llama with a 64-token vocabulary, saved once per module (learner tests)."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+@pytest.fixture(scope="session")
+def save_tiny():
+    """``save_tiny(path, config_cls=LlamaConfig, seed=0, **extra)``: a two-layer model with a
+    64-token vocabulary, drawn with ``seed`` and saved at ``path`` (learner tests); returns the path."""
 
-    torch.manual_seed(0)
-    cfg = LlamaConfig(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-        tie_word_embeddings=True,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=2,
-    )
-    path = tmp_path_factory.mktemp("tiny") / "model"
-    LlamaForCausalLM(cfg).save_pretrained(str(path))
-    return str(path)
+    def save(path, config_cls=None, seed: int = 0, **extra) -> str:
+        import torch
+        from transformers import AutoModelForCausalLM, LlamaConfig
+
+        torch.manual_seed(seed)
+        cfg = (config_cls or LlamaConfig)(
+            vocab_size=64,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=8,
+            tie_word_embeddings=True,
+            pad_token_id=0,
+            bos_token_id=1,
+            eos_token_id=2,
+            **extra,
+        )
+        AutoModelForCausalLM.from_config(cfg).save_pretrained(str(path))
+        return str(path)
+
+    return save
+
+
+@pytest.fixture(scope="module")
+def tiny_path(tmp_path_factory, save_tiny):
+    """A two-layer Llama with a 64-token vocabulary, saved once per module (learner tests)."""
+    return save_tiny(tmp_path_factory.mktemp("tiny") / "model")
 
 
 class _Started:

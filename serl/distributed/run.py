@@ -3,8 +3,8 @@
 The driver (this process, or the entrypoint of a ``ray job submit``) holds the runner,
 the recipe's state and the metrics; the generator engines, the learner ranks, the
 reference model and the math-verify workers are actors placed by
-``serl.distributed.placement``, behind the one-process protocols (``groups``), and are
-handed to ``serl.run.runner.run`` as its engines.
+``serl.distributed.placement``, behind the one-process protocols (``groups``); the runner
+(``serl.run.runner.run``) starts them as its engines (``ray_engines``).
 
     python -m serl.distributed.run [serl train flags]     # what `serl train --ray` calls
 """
@@ -32,10 +32,6 @@ class Parts:
     learner: LearnerGroup
     reward: RewardGroup
 
-    def engines(self):
-        """The groups as the runner's engines (generator, learner, checker)."""
-        return _RayEngines(self.generator, self.learner, self.reward)
-
     def close(self) -> None:
         from ray.util.placement_group import remove_placement_group
 
@@ -46,16 +42,6 @@ class Parts:
                 log.warning("closing %s: %s", type(part).__name__, e)
         for pg in self.plan.groups.values():
             remove_placement_group(pg)
-
-
-class _RayEngines:
-    """The runner's engines over Ray groups; closing them is left to ``Parts.close``."""
-
-    def __init__(self, generator, learner, checker):
-        self.generator, self.learner, self.checker = generator, learner, checker
-
-    def close(self) -> None:
-        pass  # run_with_ray closes the actors and placement groups after the run
 
 
 def _env(plan: ResourcePlan) -> dict:
@@ -130,30 +116,43 @@ def _init_ray(cfg: TrainConfig) -> bool:
     return True
 
 
+class _RayEngines:
+    """The runner's engines over the Ray groups; closing them closes the actors, and Ray when
+    this run started it."""
+
+    def __init__(self, parts: Parts, started: bool):
+        self.parts, self.started = parts, started
+        self.generator, self.learner, self.checker = parts.generator, parts.learner, parts.reward
+
+    def close(self) -> None:
+        try:
+            self.parts.close()
+        finally:
+            if self.started:
+                import ray
+
+                ray.shutdown()
+
+
+def ray_engines(cfg: TrainConfig, run_plan, model_path: str) -> _RayEngines:
+    """Join or start Ray, then start the actors as the run's plan says: the runner's
+    ``start_engines``, called once the run directory is locked."""
+    started = _init_ray(cfg)
+    try:
+        return _RayEngines(launch(cfg, model_path, run_plan), started)
+    except BaseException:
+        if started:
+            import ray
+
+            ray.shutdown()
+        raise
+
+
 def run_with_ray(cfg: TrainConfig, resume_dir: Path | None = None) -> Path:
     """``serl train``'s run (same runner, checkpoints, resume) with the engines as Ray actors."""
-    import ray
+    from serl.run.runner import run
 
-    from serl.config.plan import plan_run
-    from serl.run import runner
-
-    prepared = runner.prepare(cfg, resume_dir)  # bad input fails before Ray starts; read once
-    run_plan = plan_run(cfg)
-    runner.route_engine_log(cfg, prepared[3])  # before the actors start: they read it from their env
-    lock = runner.take_lock(prepared[3], resume_dir)  # before Ray or any engine starts
-    started, parts = False, None
-    try:
-        started = _init_ray(cfg)
-        parts = launch(cfg, prepared[1], run_plan)
-        return runner.run(
-            cfg, resume_dir=resume_dir, engines=parts.engines(), prepared=prepared, plan=run_plan, lock=lock
-        )
-    finally:
-        lock.release()  # a no-op when run() released it
-        if parts is not None:
-            parts.close()
-        if started:
-            ray.shutdown()
+    return run(cfg, resume_dir, start_engines=ray_engines)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -167,7 +167,7 @@ class DeepSpeedLearner(LearnerCore):
         import deepspeed
         from transformers.integrations import HfDeepSpeedConfig
 
-        from serl.models.resolve import load_causal_lm
+        from serl.engines.causal_lm import load_causal_lm
 
         self.cfg, self.opts = cfg, opts or DeepSpeedOptions()
         self.model_path, self.tokenizer = model_path, tokenizer

@@ -28,7 +28,8 @@ class HFGenerator:
         dtype: torch.dtype = torch.float32,
         device: str | None = None,
     ):
-        from serl.models.resolve import load_causal_lm, load_tokenizer
+        from serl.engines.causal_lm import load_causal_lm
+        from serl.models.resolve import load_tokenizer
 
         self.tokenizer = tokenizer or load_tokenizer(model_path)
         if model is None:  # a model of its own goes to the GPU when there is one; a shared one stays put

@@ -296,7 +296,8 @@ def merge_saved_adapter(adapter_dir: str | Path, base: str, dest: str | Path) ->
     evaluated mid-run)."""
     from safetensors.torch import load_file
 
-    from serl.models.resolve import load_causal_lm, tokenizer_for_save
+    from serl.engines.causal_lm import load_causal_lm
+    from serl.models.resolve import tokenizer_for_save
 
     src = Path(adapter_dir)
     cfg = json.loads((src / "adapter_config.json").read_text())

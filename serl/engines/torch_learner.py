@@ -57,7 +57,7 @@ class TorchLearner(LearnerCore):
     builds a scorer only (no optimizer), as the Ray reference worker uses."""
 
     def __init__(self, model_path: str, cfg: LearnerConfig, need_ref: bool, tokenizer=None, trainable: bool = True):
-        from serl.models.resolve import load_causal_lm
+        from serl.engines.causal_lm import load_causal_lm
 
         self.cfg = cfg
         self.model_path = model_path

@@ -174,14 +174,6 @@ def load_tokenizer(path: str):
     return tok
 
 
-def load_causal_lm(path: str, dtype=None, attn_implementation: str | None = None):
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    kw = {"attn_implementation": attn_implementation} if attn_implementation else {}
-    return AutoModelForCausalLM.from_pretrained(path, dtype=dtype or torch.float32, **kw)
-
-
 def tokenizer_for_save(tokenizer, model_path: str):
     """The tokenizer to save beside a policy: the one given, else the model's own, else none."""
     if tokenizer is not None:

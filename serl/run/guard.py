@@ -151,7 +151,7 @@ class GuardOptions:
 
 
 # ---- the probe and its anchor ------------------------------------------------------------------
-def prepare(cfg, spec, data, model_path: str, run_dir: Path | None = None):
+def load_probe(cfg, spec, data, model_path: str, run_dir: Path | None = None):
     """Checks before anything is written: the recipe supports the guard, the probe has what
     the mode scores against, a given anchor file fits. Returns (probe, anchor or None)."""
     if getattr(cfg, "collapse_guard", "off") == "off":

@@ -12,16 +12,20 @@ from __future__ import annotations
 import logging
 import time
 import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from serl import ConfigError, DataError, ModelError
 from serl.config import registry
 from serl.config.options import TrainConfig
-from serl.config.plan import plan_run
+from serl.config.plan import RunPlan, plan_run
 from serl.data.lengths import run_tokenizer
+from serl.engines.precision import Precision
 from serl.engines.stop import stop_name
 from serl.engines.vllm_quirks import EngineDied
 from serl.models.resolve import resolve_model
@@ -60,12 +64,38 @@ def new_run_dir(cfg: TrainConfig) -> Path:
     return Path("runs") / datetime.now().strftime(f"{cfg.recipe}-%Y%m%d-%H%M%S")
 
 
-def prepare(cfg: TrainConfig, run_dir: Path | None = None):
-    """Everything that can fail on bad input, before anything is written:
-    (recipe data, model path, eval problems, run dir)."""
-    run_dir = run_dir or new_run_dir(cfg)
+@dataclass(frozen=True)
+class Prepared:
+    """What ``prepare`` read and decided from the options, before anything is written."""
+
+    run_dir: Path
+    ckpt: Path | None  # the checkpoint a resume continues from
+    done: int  # its step (0: a new run)
+    mode: str  # the progress display (serl.report.progress)
+    plan: RunPlan
+    precision: Precision
+    data: Any  # the recipe's prepare(cfg)
+    model_path: str
+    eval_set: Any
+    probe: Any  # the collapse guard's (probe, anchor), or None
+
+
+def prepare(cfg: TrainConfig, resume_dir: Path | None = None) -> Prepared:
+    """Everything that can fail on bad input, before anything is written; the run reads
+    what it decides here, not the options again."""
+    run_dir = resume_dir or new_run_dir(cfg)
     check_writable(run_dir)  # before any model or tokenizer loads
+    ckpt = intact_checkpoint(run_dir) if resume_dir else None  # a damaged newest one: skipped, named
+    done = checkpoint_step(ckpt) if ckpt else 0
+    if resume_dir:
+        check_logs(run_dir, done)  # a bad line in metrics.jsonl or pool.jsonl: file:line, before the model loads
+    mode = progress_mode(cfg.progress)
+    plan = plan_run(cfg)
+    spec = registry.config_class(cfg.recipe).SPEC
     recipe = registry.recipe_class(cfg.recipe)
+    from serl.engines.factory import run_precision
+
+    precision = run_precision(cfg)
     data = recipe.prepare(cfg)
     model_path = resolve_model(cfg.model)
     eval_set = recipe.eval_set(cfg)
@@ -79,7 +109,8 @@ def prepare(cfg: TrainConfig, run_dir: Path | None = None):
         raise ConfigError(
             f"save_best: the evaluation has no metric {cfg.save_best!r}; it has: {', '.join(sorted(names))}"
         )
-    return data, model_path, eval_set, run_dir
+    probe = collapse_guard.load_probe(cfg, spec, data, model_path, run_dir)
+    return Prepared(run_dir, ckpt, done, mode, plan, precision, data, model_path, eval_set, probe)
 
 
 def take_lock(run_dir: Path, resume_dir: Path | None):
@@ -88,48 +119,44 @@ def take_lock(run_dir: Path, resume_dir: Path | None):
     return lock_run_dir(run_dir, new=not resume_dir, leftovers=LEFTOVERS)
 
 
-def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None, prepared=None, plan=None, lock=None) -> Path:
-    """Train ``cfg.recipe`` to ``cfg.steps``; ``engines`` (Ray) replaces the local ones, and
-    ``prepared`` / ``plan`` / ``lock`` what the Ray driver already read, decided and took."""
-    data, model_path, eval_set, run_dir = prepared or prepare(cfg, resume_dir)  # fail fast, before heavy imports
-    plan = plan or plan_run(cfg)
-    probe = collapse_guard.prepare(cfg, registry.config_class(cfg.recipe).SPEC, data, model_path, run_dir)  # None: none
+def run(
+    cfg: TrainConfig,
+    resume_dir: Path | None = None,
+    start_engines: Callable[[TrainConfig, RunPlan, str], Any] | None = None,
+) -> Path:
+    """Train ``cfg.recipe`` to ``cfg.steps``. ``start_engines(cfg, plan, model_path)``, when given,
+    starts the engines in place of the local factory (Ray's actors, a test's stand-ins)."""
+    p = prepare(cfg, resume_dir)  # bad input fails here, before anything is written
+    run_dir, plan, model_path, mode = p.run_dir, p.plan, p.model_path, p.mode
     t_start = time.time()
-    seed_process(cfg)
-    ckpt = intact_checkpoint(run_dir) if resume_dir else None  # a damaged newest one: skipped, named
-    done = checkpoint_step(ckpt) if ckpt else 0
-    if resume_dir:
-        check_logs(run_dir, done)  # a bad line in metrics.jsonl or pool.jsonl: file:line, before the model loads
+    seed_process(cfg.seed, mode)
     tok = run_tokenizer(model_path)  # prepare()'s length checks loaded it already
     log.info("recipe %s, model %s, run directory %s", cfg.recipe, model_path, run_dir)
-    from serl.engines.factory import run_precision
+    log.info("%s", p.precision.line())
+    route_engine_log(cfg, run_dir)  # before any engine starts (Ray's actors read it from their env)
+    # only now: bad input never leaves a directory; the lock before any engine or write (serl.run.lock)
+    lock = take_lock(run_dir, resume_dir)
+    engines: Any  # the factory's, Ray's or a test's; wrapped below when the plan frames the step
+    try:
+        if start_engines is None:
+            from serl.engines.factory import build_engines
 
-    precision = run_precision(cfg)
-    log.info("%s", precision.line())
-    loop, logger, finished = None, None, False  # loop: the report after the engines close
-    if engines is None:
-        route_engine_log(cfg, run_dir)
-        # only now: bad input never leaves a directory; the lock before any engine or write (serl.run.lock)
-        lock = lock or take_lock(run_dir, resume_dir)
-        from serl.engines.factory import build_engines
-
-        try:
             engines = build_engines(cfg, plan, model_path, tok, make_checker(cfg))
-        except BaseException:
-            lock.release()
-            raise
+        else:
+            engines = start_engines(cfg, plan, model_path)
+    except BaseException:
+        lock.release()
+        raise
+    loop, logger, finished = None, None, False  # loop: the report after the engines close
     recipe = None
     try:
         with CtrlC() as ctrl_c:
             try:
-                lock = lock or take_lock(run_dir, resume_dir)
-                logger = open_metrics(cfg, run_dir, resume_dir, done)
-                note_precision(run_dir, precision, done)
                 if plan.framed:  # serl.run.async_frame: the recipe and the loop see recording (and gated) engines
                     from serl.run.async_frame import wrap_engines
 
                     engines = wrap_engines(cfg, plan, engines)
-                mode = progress_mode(cfg.progress)
+                logger = open_records(cfg, run_dir, resume_dir, p.done, p.precision)
                 ctx = RunContext(
                     cfg,
                     run_dir,
@@ -140,12 +167,12 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None, prepared
                     engines.checker,
                     logger,
                     mode,
-                    resume_step=done,
+                    resume_step=p.done,
                     resuming=resume_dir is not None,
                     plan=plan,
                 )
-                recipe = registry.recipe_class(cfg.recipe)(ctx, data)
-                made = make_hooks(cfg, recipe, engines, run_dir, model_path, logger, probe, eval_set, mode)
+                recipe = registry.recipe_class(cfg.recipe)(ctx, p.data)
+                made = make_hooks(cfg, recipe, engines, run_dir, model_path, logger, p.probe, p.eval_set, mode)
                 loop = Loop(
                     cfg,
                     plan,
@@ -155,9 +182,9 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None, prepared
                     run_dir=run_dir,
                     logger=logger,
                     progress=mode,
-                    skipped_long=len(getattr(data, "skipped", ())),
+                    skipped_long=len(getattr(p.data, "skipped", ())),
                 )
-                loop.restore(ckpt)
+                loop.restore(p.ckpt)
                 loop.run(ctrl_c)
                 finished = True
             except EngineDied as e:
@@ -171,7 +198,7 @@ def run(cfg: TrainConfig, resume_dir: Path | None = None, engines=None, prepared
                 raise stopped_at_once(run_dir, stop_name(e)) from None
     finally:  # after the handler is gone: a Ctrl-C while closing stops at once
         close(recipe, engines, logger)
-        if lock is not None and not finished:  # an error ends the run here: another may take the directory
+        if not finished:  # an error ends the run here: another may take the directory
             lock.release()
     try:
         loop.closed(time.time() - t_start)  # the report and the summary (serl.run.hooks.Report)
@@ -193,29 +220,22 @@ def make_checker(cfg: TrainConfig) -> EquivalenceChecker:
     return EquivalenceChecker(timeout=cfg.verify_timeout, workers=1)
 
 
-def seed_process(cfg: TrainConfig) -> None:
-    """Seed the global RNGs; quiet transformers' per-load bars in plain logs."""
-    if progress_mode(cfg.progress) != "bar":
+def seed_process(seed: int, mode: str) -> None:
+    """Seed the global RNGs; quiet transformers' per-load bars unless the progress ``mode`` is a bar."""
+    if mode != "bar":
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
-    np.random.seed(cfg.seed)  # library code that draws from numpy's global RNG is seeded too
+    np.random.seed(seed)  # library code that draws from numpy's global RNG is seeded too
     import torch
 
-    torch.manual_seed(cfg.seed)  # a Ray driver builds no learner that would seed it; its state is saved
+    torch.manual_seed(seed)  # a Ray driver builds no learner that would seed it; its state is saved
 
 
-def note_precision(run_dir: Path, precision, done: int) -> None:
-    """RUN_DIR/precision.json gets this start's choice; a resume that chose differently says so."""
+def open_records(cfg: TrainConfig, run_dir: Path, resume_dir: Path | None, done: int, precision: Precision):
+    """This start's records: the config (a new run), the precision chosen (a resume that chose
+    differently says so) and the metrics sinks; a resume drops what was logged after ``done``."""
     from serl.engines.precision import record
-
-    note = record(run_dir, precision, done)
-    if note:
-        log.warning("resume: %s", note)
-
-
-def open_metrics(cfg: TrainConfig, run_dir: Path, resume_dir: Path | None, done: int):
-    """The config (a new run), and the metrics sinks; a resume drops what was logged after ``done``."""
     from serl.report.metrics import MetricsLogger
 
     if not resume_dir:
@@ -231,6 +251,9 @@ def open_metrics(cfg: TrainConfig, run_dir: Path, resume_dir: Path | None, done:
     )
     if resume_dir:
         logger.truncate_after(done)
+    note = record(run_dir, precision, done)
+    if note:
+        log.warning("resume: %s", note)
     return logger
 
 

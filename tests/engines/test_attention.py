@@ -138,33 +138,12 @@ def test_flash_varlen_refuses_fp32_outside_autocast(monkeypatch):
 
 
 # ------------------------------------------------------------------ learners on a tiny model
-def _tiny(tmp_path_factory, config_cls):
-    torch.manual_seed(0)
-    cfg = config_cls(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-        tie_word_embeddings=True,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=2,
-    )
-    from transformers import AutoModelForCausalLM
-
-    path = tmp_path_factory.mktemp("tiny") / "model"
-    AutoModelForCausalLM.from_config(cfg).save_pretrained(str(path))
-    return str(path)
-
-
 @pytest.fixture(scope="module", params=["llama", "qwen2"])
-def tiny_path(request, tmp_path_factory):
+def tiny_path(request, tmp_path_factory, save_tiny):
     from transformers import LlamaConfig, Qwen2Config
 
-    return _tiny(tmp_path_factory, {"llama": LlamaConfig, "qwen2": Qwen2Config}[request.param])
+    config_cls = {"llama": LlamaConfig, "qwen2": Qwen2Config}[request.param]
+    return save_tiny(tmp_path_factory.mktemp("tiny") / "model", config_cls)
 
 
 def _learner(path, pack=True, **kw):

@@ -16,32 +16,6 @@ PROMPTS = [[3, 4, 5], [6, 7], [8, 9, 10, 11, 12], [13]]
 RESPONSES = [[20, 21], [22, 23, 24, 25], [26], [27, 28, 29]]
 
 
-def _tiny(path, seed=0):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-        tie_word_embeddings=True,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=2,
-    )
-    LlamaForCausalLM(cfg).save_pretrained(str(path))
-    return str(path)
-
-
-@pytest.fixture(scope="module")
-def tiny_path(tmp_path_factory):
-    return _tiny(tmp_path_factory.mktemp("tiny") / "model")
-
-
 def _cfg(**kw):
     base = dict(
         actor_learning_rate=1e-2,
@@ -218,10 +192,10 @@ def test_save_load_resumes_exactly_and_writes_peft_layout(tiny_path, tmp_path):
     assert all(torch.equal(theirs[k], w1[k]) for k in w1)
 
 
-def test_load_refuses_another_base_or_other_settings(tiny_path, tmp_path):
+def test_load_refuses_another_base_or_other_settings(tiny_path, tmp_path, save_tiny):
     ln = TorchLearner(tiny_path, _cfg(), need_ref=False)
     ln.save(str(tmp_path / "ck"))
-    other_base = _tiny(tmp_path / "other", seed=1)
+    other_base = save_tiny(tmp_path / "other", seed=1)
     with pytest.raises(ValueError, match="different base"):
         TorchLearner(other_base, _cfg(), need_ref=False).load(str(tmp_path / "ck"))
     with pytest.raises(ValueError, match="LoRA settings"):
@@ -232,14 +206,14 @@ def test_load_refuses_another_base_or_other_settings(tiny_path, tmp_path):
         TorchLearner(tiny_path, _cfg(), need_ref=False).load(str(tmp_path / "full"))
 
 
-def test_base_identity(tiny_path, tmp_path):
+def test_base_identity(tiny_path, tmp_path, save_tiny):
     import shutil
 
     a = base_identity(tiny_path)
     copy_dir = tmp_path / "copy"
     shutil.copytree(tiny_path, copy_dir)
     assert base_identity(str(copy_dir))["fingerprint"] == a["fingerprint"]  # same files elsewhere
-    other = base_identity(_tiny(tmp_path / "other", seed=1))
+    other = base_identity(save_tiny(tmp_path / "other", seed=1))
     assert other["fingerprint"] != a["fingerprint"]  # same architecture and sizes, other weights
     assert base_identity("org/name")["path"] == "org/name"
 
@@ -255,7 +229,7 @@ def test_export_hf_writes_the_merged_model(tiny_path, tmp_path):
         assert torch.equal(loaded[k], v), k
 
 
-def test_a_saved_adapter_merges_to_what_export_hf_writes(tiny_path, tmp_path):
+def test_a_saved_adapter_merges_to_what_export_hf_writes(tiny_path, tmp_path, save_tiny):
     """A checkpoint without a merged model (a run stopped mid-segment) is merged afterwards
     to the very weights the learner would have exported at that step."""
     from transformers import AutoModelForCausalLM
@@ -276,7 +250,7 @@ def test_a_saved_adapter_merges_to_what_export_hf_writes(tiny_path, tmp_path):
         mine["model.layers.0.self_attn.q_proj.weight"], base["model.layers.0.self_attn.q_proj.weight"]
     )
     with pytest.raises(ValueError, match="different base"):
-        merge_saved_adapter(tmp_path / "ck", _tiny(tmp_path / "other", seed=1), tmp_path / "none")
+        merge_saved_adapter(tmp_path / "ck", save_tiny(tmp_path / "other", seed=1), tmp_path / "none")
     assert not (tmp_path / "none").exists()
 
 

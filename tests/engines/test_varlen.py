@@ -18,36 +18,6 @@ MODES = {"fp32": dict(), "bf16_autocast": dict(bf16=True, bf16_weights=False), "
 BF16_TOL = 0.03  # bf16 log-probs of two layouts/kernels differ by rounding, ~1e-2 here
 
 
-def _tiny(tmp_path_factory, config_cls, **extra):
-    torch.manual_seed(0)
-    cfg = config_cls(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-        tie_word_embeddings=True,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=2,
-        **extra,
-    )
-    from transformers import AutoModelForCausalLM
-
-    path = tmp_path_factory.mktemp("tiny") / "model"
-    AutoModelForCausalLM.from_config(cfg).save_pretrained(str(path))
-    return str(path)
-
-
-@pytest.fixture(scope="module")
-def tiny_path(tmp_path_factory):
-    from transformers import LlamaConfig
-
-    return _tiny(tmp_path_factory, LlamaConfig)
-
-
 def _learner(path, pack, **kw):
     base = dict(actor_learning_rate=1e-2, lr_warmup_ratio=0.0, total_steps=10, micro_batch_size=3)
     return TorchLearner(path, LearnerConfig(**{**base, **kw}, pack=pack), need_ref=False)
@@ -102,10 +72,10 @@ def test_grouped_eager_equals_causal_sdpa(n, heads, dtype, tol):
     assert got.shape == (1, n, h, 8) and (got.float() - want).abs().max() <= tol
 
 
-def test_sliding_window_shorter_than_a_sequence_is_refused(tmp_path_factory):
+def test_sliding_window_shorter_than_a_sequence_is_refused(tmp_path_factory, save_tiny):
     from transformers import MistralConfig
 
-    path = _tiny(tmp_path_factory, MistralConfig, sliding_window=4)
+    path = save_tiny(tmp_path_factory.mktemp("tiny") / "model", MistralConfig, sliding_window=4)
     learner = _learner(path, True)
     assert learner.packed
     learner.logprobs([[3, 4]], [[5]])  # 3 tokens: inside the window

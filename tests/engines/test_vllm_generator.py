@@ -36,7 +36,7 @@ def engine(smol_path):
 
 
 def test_generate_groups_and_weight_push(engine, smol_path, smol_tokenizer):
-    from serl.models.resolve import load_causal_lm
+    from serl.engines.causal_lm import load_causal_lm
 
     prompt = smol_tokenizer.apply_chat_template(
         [{"role": "user", "content": "What is 7 + 5?"}], add_generation_prompt=True, tokenize=False

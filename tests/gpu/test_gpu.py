@@ -89,8 +89,8 @@ def test_deepspeed_zero2_step_on_cuda(tmp_path, smol_path):
 def test_weight_push_into_vllm_on_gpu(smol_path):
     pytest.importorskip("vllm", reason="vllm not installed")
     from serl.engines.base import Sampling
+    from serl.engines.causal_lm import load_causal_lm
     from serl.engines.factory import make_generator
-    from serl.models.resolve import load_causal_lm
 
     gen = make_generator("vllm", smol_path, seed=0, max_model_len=512, gpu_memory_utilization=0.3)
     try:

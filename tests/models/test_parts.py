@@ -178,7 +178,8 @@ def test_the_packaged_qwen_loads_and_does_arithmetic():
     """Converted once into the serl cache (as a user's first run does), then greedy decoding."""
     import torch
 
-    from serl.models.resolve import load_causal_lm, load_tokenizer, resolve_model
+    from serl.engines.causal_lm import load_causal_lm
+    from serl.models.resolve import load_tokenizer, resolve_model
 
     path = resolve_model("qwen2.5-coder-0.5b")
     tok, model = load_tokenizer(path), load_causal_lm(path, dtype=torch.bfloat16)

@@ -198,7 +198,7 @@ def test_final_model_holds_weights_config_and_no_optimizer_state(tmp_path, monke
         generator=SimpleNamespace(load_weights=lambda w: None), learner=ln, checker=None, close=lambda: None
     )
     cfg = config_class("serl")(model=smol_path, steps=1, run_dir=str(tmp_path / "run"), progress="quiet")
-    run_dir = runner.run(cfg, engines=engines)
+    run_dir = runner.run(cfg, start_engines=lambda cfg, plan, model_path: engines)
     names = sorted(p.name for p in (run_dir / "model").iterdir())
     assert "config.json" in names and "model.safetensors" in names
     assert not [n for n in names if n.endswith(".pt")], names  # no learner_state.pt, no other state

@@ -10,9 +10,8 @@ pytestmark = pytest.mark.slow
 
 def test_two_steps_of_the_loop(tmp_path, smol_path, smol_tokenizer, monkeypatch):
     from serl.config.parser import parse_args
-    from serl.config.plan import plan_run
+    from serl.engines.causal_lm import load_causal_lm
     from serl.engines.factory import build_engines
-    from serl.models.resolve import load_causal_lm
     from serl.recipes.serl.recipe import SerlRecipe
     from serl.report.metrics import MetricsLogger
     from serl.run.context import RunContext
@@ -60,9 +59,10 @@ def test_two_steps_of_the_loop(tmp_path, smol_path, smol_tokenizer, monkeypatch)
             "quiet",
         ]
     )
-    seeds, model_path, _, run_dir = prepare(cfg)
+    p = prepare(cfg)
+    seeds, model_path, run_dir = p.data, p.model_path, p.run_dir
     run_dir.mkdir(parents=True)
-    engines = build_engines(cfg, plan_run(cfg), model_path, smol_tokenizer, make_checker(cfg))
+    engines = build_engines(cfg, p.plan, model_path, smol_tokenizer, make_checker(cfg))
     gen, learner = engines.generator, engines.learner
     logger = MetricsLogger(run_dir)
     ctx = RunContext(cfg, run_dir, model_path, smol_tokenizer, gen, learner, engines.checker, logger, "quiet")

@@ -321,38 +321,38 @@ def test_anchor_reuse_and_refusals(tmp_path):
         read_anchor(tmp_path / "x.jsonl", cfg_for(), "m", probe)
 
 
-def test_prepare_refuses_unsupported_recipes_and_missing_labels():
+def test_load_probe_refuses_unsupported_recipes_and_missing_labels():
     from serl.config.registry import config_class
-    from serl.run.guard import prepare
+    from serl.run.guard import load_probe
 
     cfg = cfg_for(collapse_guard="watch", recipe="spin", guard_labels=False, guard_anchor="", label_key="answer")
     with pytest.raises(ConfigError, match="recipe 'spin' does not support"):
-        prepare(cfg, config_class("spin").SPEC, [], "m")
+        load_probe(cfg, config_class("spin").SPEC, [], "m")
     seeds = [SimpleNamespace(text=f"q{i}", label=None) for i in range(5)]
     cfg.recipe, cfg.guard_labels = "serl", True
     with pytest.raises(ConfigError, match="has a 'answer' label"):
-        prepare(cfg, config_class("serl").SPEC, seeds, "m")
+        load_probe(cfg, config_class("serl").SPEC, seeds, "m")
     cfg.guard_labels = False
-    probe, anchor = prepare(cfg, config_class("serl").SPEC, seeds, "m")
+    probe, anchor = load_probe(cfg, config_class("serl").SPEC, seeds, "m")
     assert len(probe) == 3 and anchor is None
     cfg.collapse_guard = "off"
-    assert prepare(cfg, config_class("serl").SPEC, seeds, "m") is None
+    assert load_probe(cfg, config_class("serl").SPEC, seeds, "m") is None
 
 
 def test_probe_from_its_own_file(tmp_path):
     """--guard_probe_data: the probe comes from that file, read as the seeds are."""
     from serl import DataError
     from serl.config.registry import config_class
-    from serl.run.guard import prepare
+    from serl.run.guard import load_probe
 
     f = tmp_path / "probe.jsonl"
     f.write_text("".join(json.dumps({"problem": f"What is {i} + 1?"}) + "\n" for i in range(6)))
     cfg, _ = parse_args(["--collapse_guard", "watch", "--guard_probe", "4", "--guard_probe_data", str(f)])
-    probe, _ = prepare(cfg, config_class("serl").SPEC, [], "m")
+    probe, _ = load_probe(cfg, config_class("serl").SPEC, [], "m")
     assert probe == [(i, f"What is {i} + 1?", None) for i, _, _ in probe] and len(probe) == 4
     cfg.guard_probe_data = str(tmp_path / "missing.jsonl")
     with pytest.raises(DataError, match="missing.jsonl"):
-        prepare(cfg, config_class("serl").SPEC, [], "m")
+        load_probe(cfg, config_class("serl").SPEC, [], "m")
 
 
 @pytest.mark.parametrize(
@@ -490,7 +490,7 @@ def test_probe_calls_leave_the_runs_sampling_as_it_was():
 def test_a_resume_reads_the_runs_own_anchor_copy(tmp_path):
     """--guard_anchor's file may be gone when the run resumes: its copy in the run directory is read."""
     from serl.config.registry import config_class
-    from serl.run.guard import prepare
+    from serl.run.guard import load_probe
 
     seeds = [SimpleNamespace(text=f"q{i}", label=None) for i in range(5)]
     cfg = cfg_for(
@@ -504,9 +504,9 @@ def test_a_resume_reads_the_runs_own_anchor_copy(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     write_anchor(run / ANCHOR_FILE, anchor_header(cfg, "m"), probe, {i: "1" for i, _, _ in probe}, {})
-    assert prepare(cfg, config_class("serl").SPEC, seeds, "m", run)[1] == {i: "1" for i, _, _ in probe}
+    assert load_probe(cfg, config_class("serl").SPEC, seeds, "m", run)[1] == {i: "1" for i, _, _ in probe}
     with pytest.raises(ConfigError, match="cannot read"):
-        prepare(cfg, config_class("serl").SPEC, seeds, "m", tmp_path / "new_run")
+        load_probe(cfg, config_class("serl").SPEC, seeds, "m", tmp_path / "new_run")
 
 
 class ScriptedGenerator:

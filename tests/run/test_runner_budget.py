@@ -40,7 +40,7 @@ class FakeLearner:
         return []
 
 
-def fake_engines():
+def fake_engines(cfg, plan, model_path):
     return SimpleNamespace(
         generator=SimpleNamespace(load_weights=lambda w: None), learner=FakeLearner(), checker=None, close=lambda: None
     )
@@ -101,7 +101,7 @@ def ckpt_step(run_dir):
 def test_stops_after_the_step_that_reaches_the_budget(setup, secs, stop):
     make, cfg, run_dir = setup
     make(secs)
-    runner.run(cfg(max_minutes=1.0), engines=fake_engines())
+    runner.run(cfg(max_minutes=1.0), start_engines=fake_engines)
     r = rows(run_dir)
     assert [x["step"] for x in r] == list(range(1, stop + 1))
     assert [x[hooks.BUDGET_KEY] for x in r] == pytest.approx([secs * s / 60 for s in range(1, stop + 1)])
@@ -111,7 +111,7 @@ def test_stops_after_the_step_that_reaches_the_budget(setup, secs, stop):
 def test_no_budget_runs_every_step_and_logs_no_budget(setup):
     make, cfg, run_dir = setup
     make(1000)
-    runner.run(cfg(steps=4), engines=fake_engines())
+    runner.run(cfg(steps=4), start_engines=fake_engines)
     r = rows(run_dir)
     assert [x["step"] for x in r] == [1, 2, 3, 4] and not any(hooks.BUDGET_KEY in x for x in r)
     assert ckpt_step(run_dir) == 4
@@ -120,13 +120,13 @@ def test_no_budget_runs_every_step_and_logs_no_budget(setup):
 def test_resume_counts_the_minutes_used_before(setup):
     make, cfg, run_dir = setup
     loaded = make(20)
-    runner.run(cfg(max_minutes=1.0), engines=fake_engines())
+    runner.run(cfg(max_minutes=1.0), start_engines=fake_engines)
     assert ckpt_step(run_dir) == 3
     # budget spent: no further step
-    runner.run(cfg(max_minutes=1.0), resume_dir=run_dir, engines=fake_engines())
+    runner.run(cfg(max_minutes=1.0), resume_dir=run_dir, start_engines=fake_engines)
     assert [x["step"] for x in rows(run_dir)] == [1, 2, 3] and loaded == [{"step": 3}]
     # one more minute: three more 20 s steps
-    runner.run(cfg(max_minutes=2.0), resume_dir=run_dir, engines=fake_engines())
+    runner.run(cfg(max_minutes=2.0), resume_dir=run_dir, start_engines=fake_engines)
     r = rows(run_dir)
     assert [x["step"] for x in r] == [1, 2, 3, 4, 5, 6]
     assert [x[hooks.BUDGET_KEY] for x in r[3:]] == pytest.approx([4 / 3, 5 / 3, 2.0])
@@ -136,8 +136,8 @@ def test_resume_counts_the_minutes_used_before(setup):
 def test_resume_of_a_run_without_budget_counts_from_the_resume(setup, caplog):
     make, cfg, run_dir = setup
     make(30)
-    runner.run(cfg(steps=2), engines=fake_engines())
-    runner.run(cfg(max_minutes=1.0), resume_dir=run_dir, engines=fake_engines())
+    runner.run(cfg(steps=2), start_engines=fake_engines)
+    runner.run(cfg(max_minutes=1.0), resume_dir=run_dir, start_engines=fake_engines)
     assert [x["step"] for x in rows(run_dir)] == [1, 2, 3, 4]
     assert "counts from this resume" in caplog.text
 
@@ -166,8 +166,8 @@ def test_rows_prepare_skipped_as_too_long_are_counted_in_each_step(setup, monkey
             return Fitted()
 
     monkeypatch.setattr(serl.config.registry, "recipe_class", lambda name: Skipping)
-    runner.run(cfg(steps=2), engines=fake_engines())
+    runner.run(cfg(steps=2), start_engines=fake_engines)
     assert [x["data/skipped_long"] for x in rows(run_dir)] == [2, 2]
     monkeypatch.setattr(serl.config.registry, "recipe_class", lambda name: steps)
-    runner.run(cfg(steps=1, run_dir=str(run_dir.parent / "other")), engines=fake_engines())
+    runner.run(cfg(steps=1, run_dir=str(run_dir.parent / "other")), start_engines=fake_engines)
     assert "data/skipped_long" not in rows(run_dir.parent / "other")[0]

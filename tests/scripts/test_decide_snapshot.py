@@ -11,7 +11,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests/engines"))
-from test_lora import _batch, _cfg, _tiny  # noqa: E402
+from test_lora import _batch, _cfg  # noqa: E402
 
 
 @pytest.fixture()
@@ -25,11 +25,11 @@ def _weights(path):
     return dict(AutoModelForCausalLM.from_pretrained(str(path)).named_parameters())
 
 
-def test_snapshot_merges_a_checkpoint_newer_than_the_merged_model(tmp_path, run_mod):
+def test_snapshot_merges_a_checkpoint_newer_than_the_merged_model(tmp_path, run_mod, save_tiny):
     from serl.engines.torch_learner import TorchLearner
     from serl.run.checkpoint import save_checkpoint
 
-    base = _tiny(tmp_path / "base")
+    base = save_tiny(tmp_path / "base")
     run_dir = tmp_path / "run"
     ln = TorchLearner(base, _cfg(), need_ref=False)
     ln.step(_batch(ln, 0))
