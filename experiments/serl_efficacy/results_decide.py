@@ -1,6 +1,8 @@
-"""results.md and curves.png of the deciding run (issue 49), from its kept items alone.
+"""results.md and curves.png of the deciding run (issue 49) and of the fifth round (issue 62),
+from their kept items alone.
 
     python experiments/serl_efficacy/results_decide.py experiments/serl_efficacy/items/decide
+    python experiments/serl_efficacy/results_decide.py experiments/serl_efficacy/items/round5_gsm8k_2to3
 
 Primary metric, fixed before any run: held-out greedy pass@1 (last-number fallback). Every
 evaluation is paired with arm d evaluated on the same kind of machine (``machine`` in its file).
@@ -24,6 +26,16 @@ from serl.run.hooks import BUDGET_KEY  # noqa: E402
 
 NAMES = {"c": "seed labels", "a": "SeRL, guard acting", "a0": "SeRL, guard watching", "d": "no training"}
 TARGET_C, TARGET_A, TARGET_SHARE, TARGET_LO = 8.0, 4.0, 0.5, -2.0
+TARGET_SVAMP5 = -1.0  # the fifth round's SVAMP line: a - d's lower bound
+
+
+def fifth(s: dict) -> bool:
+    """The fifth round's items (round5.py): its targets, and its end is the step budget, not maj@K."""
+    return "extra_points" in s
+
+
+def is_end(r: dict, s: dict) -> bool:
+    return "maj_number" in r or (fifth(s) and r["step"] >= s["steps"])
 
 
 def load_all(items: Path) -> dict[str, dict]:
@@ -64,8 +76,9 @@ def report(items: Path) -> str:
     arms = [a for a in ("c", "a", "a0") if points(ev, a)]
     # an arm's end carries maj@K; before it, its newest point is shown but no target is judged
     latest = {a: points(ev, a)[-1] for a in arms}
-    ends = {a: r for a, r in latest.items() if "maj_number" in r}
-    lines = [f"# The deciding run: {s['model']}, task {s['task']}{' (SMOKE: pipeline check only)' if s['smoke'] else ''}",
+    ends = {a: r for a, r in latest.items() if is_end(r, s)}
+    title = "The fifth round" if fifth(s) else "The deciding run"
+    lines = [f"# {title}: {s['model']}, task {s['task']}{' (SMOKE: pipeline check only)' if s['smoke'] else ''}",
              "", f"Report written {time.strftime('%Y-%m-%d %H:%M %Z')} from `{items}` alone.", "",
              "Sessions (machine, date, commit): " + "; ".join(
                  f"{m['cpu']} ({m['cores']} cores, {m['mem_gib']} GiB), {m['date']}, {m['commit']}"
@@ -116,7 +129,10 @@ def report(items: Path) -> str:
                      f"{fin_delta(b, r)[0]} | {both_finished(b, r)} | {maj} | "
                      f"{delta(sb['correct_number'], sv['correct_number']) if sv and sb else '-'} | "
                      f"{fin_delta(sb, sv)[0] if sv and sb else '-'} |")
-    lines += ["", "## Targets (issue 49), judged at each arm's end", ""] + targets(ev, ends)
+    if fifth(s):
+        lines += ["", "## Targets (issue 62), judged at each arm's end", ""] + targets5(ev, ends, s)
+    else:
+        lines += ["", "## Targets (issue 49), judged at each arm's end", ""] + targets(ev, ends)
     lines += [f"- arm {a}: running, newest point step {r['step']}; not judged yet" for a, r in latest.items()
               if a not in ends]
     lines += ["", "## The collapse guard's decisions", ""] + guard_lines(items, arms)
@@ -159,6 +175,40 @@ def targets(ev: dict, ends: dict) -> list[str]:
         d, lo, hi = pts(sb["correct_number"], sv["correct_number"])
         out.append(f"- SVAMP (a) - (d) = {d:+.1f} [{lo:+.1f}, {hi:+.1f}], lower bound target >= {TARGET_LO:g}: "
                    f"{ok(lo >= TARGET_LO)}")
+    return out or ["- no trained arm has ended on a machine where arm d was evaluated"]
+
+
+def end_window(ev: dict, arm: str, s: dict) -> list[dict]:
+    """The arm's points from the first extra point on (steps 90, 95 and 100): its end, with the
+    checkpoint-to-checkpoint jitter averaged, all evaluated on one machine kind."""
+    return [r for r in points(ev, arm) if r["step"] >= min(s["extra_points"])]
+
+
+def targets5(ev: dict, ends: dict, s: dict) -> list[str]:
+    """Issue 62's lines: c - d >= +8 and a - d >= +4 over the end window (each problem's mean over
+    its points), intervals above 0; a never below d by more than 2 points (the lower bound at every
+    point); SVAMP a - d's lower bound >= -1."""
+    out, ok = [], lambda b: "**met**" if b else "**not met**"  # noqa: E731
+    for a, need in (("c", TARGET_C), ("a", TARGET_A)):
+        if a not in ends or not (b := base_for(ev, ends[a])):
+            continue
+        win = [r for r in end_window(ev, a, s) if r.get("machine") == ends[a].get("machine")]
+        mean = [sum(col) / len(col) for col in zip(*(r["correct_number"] for r in win))]
+        d, lo, hi = pts(b["correct_number"], mean)
+        e, elo, ehi = pts(b["correct_number"], ends[a]["correct_number"])
+        out.append(f"- ({a}) - (d), mean of steps {', '.join(str(r['step']) for r in win)} = {d:+.1f} [{lo:+.1f}, "
+                   f"{hi:+.1f}] points (step {ends[a]['step']} alone: {e:+.1f} [{elo:+.1f}, {ehi:+.1f}]), target >= "
+                   f"+{need:g} with the interval above 0: {ok(d >= need and lo > 0)}")
+    if "a" in ends:
+        lows = [(r["step"], pts(b["correct_number"], r["correct_number"])[1]) for r in points(ev, "a")
+                if (b := base_for(ev, r))]
+        step, low = min(lows, key=lambda x: x[1])
+        out.append(f"- (a) never below (d): lowest lower bound {low:+.1f} (step {step}), target >= {TARGET_LO:g}: "
+                   f"{ok(low >= TARGET_LO)}")
+        if (sv := ev.get(f"{ends['a']['tag']}_svamp")) and (sb := base_for(ev, ends["a"], True)):
+            d, lo, hi = pts(sb["correct_number"], sv["correct_number"])
+            out.append(f"- SVAMP (a) - (d) = {d:+.1f} [{lo:+.1f}, {hi:+.1f}], lower bound target >= {TARGET_SVAMP5:g}: "
+                       f"{ok(lo >= TARGET_SVAMP5)}")
     return out or ["- no trained arm has ended on a machine where arm d was evaluated"]
 
 

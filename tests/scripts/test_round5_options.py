@@ -57,3 +57,39 @@ def test_arm_a_refuses_to_start_without_the_probe(round5, tmp_path, monkeypatch)
     monkeypatch.setattr(round5, "PROBES", tmp_path)
     with pytest.raises(SystemExit, match="task probe"):
         round5.probe_items("gsm8k_2to3")
+
+
+def _ev(tag, step, correct, machine="amd"):
+    return {"tag": tag, "step": step, "correct_number": correct, "machine": machine}
+
+
+def test_fifth_round_targets_by_hand(experiment):
+    """Issue 62's lines over the end window (steps 90, 95, 100), worked by hand on 4 problems."""
+    rd = experiment("results_decide")
+    s = {"steps": 100, "extra_points": [90, 95]}
+    d = [0, 0, 1, 0]
+    ev = {
+        "d_amd": _ev("d", 0, d),
+        "d_amd_svamp": _ev("d", 0, [1, 0, 1, 1]),
+        "c_050": _ev("c_050", 50, [1, 0, 1, 0]),
+        "c_090": _ev("c_090", 90, [1, 1, 1, 0]),
+        "c_095": _ev("c_095", 95, [1, 0, 1, 0]),
+        "c_100": _ev("c_100", 100, [1, 1, 1, 1]),
+        "a_050": _ev("a_050", 50, [0, 0, 0, 0]),  # one problem lost: a's low point
+        "a_100": _ev("a_100", 100, [0, 0, 1, 0]),
+        "a_100_svamp": _ev("a_100_svamp", 100, [1, 0, 1, 1]),
+    }
+    assert rd.is_end(ev["c_100"], s) and not rd.is_end(ev["c_095"], s)
+    ends = {"c": ev["c_100"], "a": ev["a_100"]}
+    lines = rd.targets5(ev, ends, s)
+    # c: per-problem means over 90/95/100 = 1, 2/3, 1, 1/3 against d's 0, 0, 1, 0: (1 + 2/3 + 0 + 1/3) / 4 = +50
+    assert lines[0].startswith("- (c) - (d), mean of steps 90, 95, 100 = +50.0 [")
+    assert "(step 100 alone: +75.0 [" in lines[0] and lines[0].endswith("**met**")
+    # a: only step 100 is in its window, equal to d everywhere: +0, not met
+    assert lines[1].startswith("- (a) - (d), mean of steps 100 = +0.0 [+0.0, +0.0]") and lines[1].endswith(
+        "**not met**"
+    )
+    # at step 50 a lost problem 3 of 4: -25 with every resample at -25 or 0 -> lower bound -25 < -2
+    assert lines[2].startswith("- (a) never below (d): lowest lower bound") and "(step 50)" in lines[2]
+    assert lines[2].endswith("**not met**")
+    assert lines[3] == "- SVAMP (a) - (d) = +0.0 [+0.0, +0.0], lower bound target >= -1: **met**"
