@@ -139,17 +139,17 @@ def test_defaults_and_quickstart_resolve_outside_the_checkout(venv):
     py, _, env, outside = venv
     code = """
 import json
-from pathlib import Path
 from serl.config.parser import parse_args
 from serl.run.runner import prepare
 out = {}
 cfg, _ = parse_args(["--config", "configs/quickstart.yaml"])
-seeds, _, heldout, _ = prepare(cfg, Path("unused"))
-out["quickstart"] = [cfg.prompt_data, len(seeds), len(heldout)]
+p = prepare(cfg)
+out["quickstart"] = [cfg.prompt_data, len(p.data), len(p.eval_set)]
 cfg, _ = parse_args(["--recipe", "spin"])
-out["spin"] = [cfg.prompt_data, len(prepare(cfg, Path("unused"))[0])]
+out["spin"] = [cfg.prompt_data, len(prepare(cfg).data)]
 cfg, _ = parse_args(["--recipe", "spell", "--eval_qa_limit", "0", "--eval_verify_limit", "0"])
-corpus, _, held, _ = prepare(cfg, Path("unused"))
+p = prepare(cfg)
+corpus, held = p.data, p.eval_set
 out["spell"] = [cfg.corpus, len(corpus.clusters), len(held.qa), len(held.verify)]
 print(json.dumps(out))
 """
