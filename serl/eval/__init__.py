@@ -6,21 +6,27 @@ tokenizer and checker; its ``"metrics"`` are ``eval/<bench>/pass@1``,
 ``eval/<bench>/maj@K``, ``eval/<bench>/pass@K`` and ``eval/<bench>/mean@K``.
 """
 
-from serl.eval.data import DataError, MathProblem, MMLUQuestion, load_math_benchmark, load_mmlu_pro
-from serl.eval.math_bench import build_prompt, evaluate_math
-from serl.eval.metrics import pass_at_k
-from serl.eval.mmlu_pro import evaluate_mmlu_pro, extract_choice, stratified
+from importlib import import_module
 
-__all__ = [
-    "DataError",
-    "MMLUQuestion",
-    "MathProblem",
-    "build_prompt",
-    "evaluate_math",
-    "evaluate_mmlu_pro",
-    "extract_choice",
-    "load_math_benchmark",
-    "load_mmlu_pro",
-    "pass_at_k",
-    "stratified",
-]
+# Each public name and its module, imported on first use: serl.eval.stats (standard library only) is
+# read by the experiments' table scripts, which must run without torch (math_bench pulls in the engines).
+_WHERE = {
+    "DataError": "data",
+    "MMLUQuestion": "data",
+    "MathProblem": "data",
+    "load_math_benchmark": "data",
+    "load_mmlu_pro": "data",
+    "build_prompt": "math_bench",
+    "evaluate_math": "math_bench",
+    "pass_at_k": "metrics",
+    "evaluate_mmlu_pro": "mmlu_pro",
+    "extract_choice": "mmlu_pro",
+    "stratified": "mmlu_pro",
+}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str):
+    if name not in _WHERE:
+        raise AttributeError(f"module 'serl.eval' has no attribute {name!r}")
+    return getattr(import_module(f"serl.eval.{_WHERE[name]}"), name)
