@@ -12,7 +12,7 @@ from serl.config.options import option as _f
 from serl.config.plan import RecipeSpec
 from serl.report.panels import Report
 from serl.rewards.remote_options import RemoteRewardOptions
-from serl.run.guard import GUARD_OPTIONS, GuardOptions
+from serl.run.guard_options import GUARD_OPTIONS, GuardOptions
 
 
 @dataclass
