@@ -15,7 +15,7 @@ COMMANDS = {
     "instruct": ("serl.recipes.serl.instruct.cli", "cli_main", "generate new problems from a seed file"),
     "eval": ("serl.eval.cli", "cli_main", "evaluate a model on math benchmarks, MMLU-Pro or games"),
     "probe": ("serl.eval.probe", "cli_main", "before a label-free run: does the vote beat greedy on the seeds?"),
-    "serve-reward": ("serl.rewards.server", "cli_main", "serve rewards over HTTP (OpenRLHF protocol)"),
+    "serve-reward": ("serl.rewards.server_cli", "cli_main", "serve rewards over HTTP (OpenRLHF protocol)"),
     "report": ("serl.report.write", "cli_main", "plots and a summary of a run directory"),
     "info": ("serl.engines.info", "cli_main", "this machine, its precision choice and the stack (for bug reports)"),
 }

@@ -9,7 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from serl.rewards.server import RewardService, cli_main, make_server, response_text
+from serl.rewards.server import RewardService, make_server, response_text
+from serl.rewards.server_cli import cli_main
 
 PROMPT = "<|im_start|>user\nTom has 17 apples and gives away 5. How many are left?<|im_end|>\n<|im_start|>assistant\n"
 
