@@ -6,6 +6,8 @@
     python experiments/guard/real_runs.py improving --probe 256   # the setting chosen on the collapse
     python experiments/guard/real_runs.py collapse --probe 256 --seed 7   # a fresh collapse to test it on
     python experiments/guard/real_runs.py collapse --probe 512            # the setting that passes the simulation
+    python experiments/guard/real_runs.py collapse --probe 512 --every 1 --seed 7   # a check every step
+    python experiments/guard/real_runs.py collapse --probe 512 --mode rollback --lr_scale 1 --steps 24  # part 5
     python experiments/guard/real_runs.py --table             # rebuild real_runs.md from items/ (no torch)
 
 Both are the second round of ``experiments/serl_efficacy`` (Qwen2.5-Coder-0.5B, the shipped
@@ -28,6 +30,12 @@ candidates.py's line, after the second collapse) draws from ``dataset/arith_guar
 512 problems generated for it, disjoint from every other shipped file; its runs are
 ``<run>_p512``. Anchors are kept in ``items/anchors/`` so that no machine computes one twice.
 
+``--every N`` checks (and evaluates held-out) every N steps instead of 2; ``--mode stop`` or
+``rollback`` lets the guard act (part 5: ``--lr_scale`` and ``--lr_floor`` set the rollback's
+learning-rate cut; ``--steps`` lengthens the run so that what follows a rollback is seen). Each
+setting that differs from the first runs' adds to the name: ``_e1``, ``_rollback``, ``_lr1``,
+``_floor0.5``, ``_n24``.
+
 After a run its per-item files (metrics, guard checks with the probe's answers, the held-out
 answers with their texts) are copied to ``items/<run>/``, from which ``--table`` rebuilds
 ``real_runs.md`` with the standard library alone.
@@ -41,6 +49,7 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -57,9 +66,38 @@ PROBE_DATA = {256: "dataset/arith_spin_train.jsonl", 512: "dataset/arith_guard_p
 ANCHORS = ITEMS / "anchors"
 
 
-def name(run: str, probe: int, seed: int) -> str:
-    """The run directory's (and items/ folder's) name: the plain arm, or its probe and seed."""
-    return run + (f"_p{probe}" if probe != 64 else "") + (f"_s{seed}" if seed != 42 else "")
+@dataclass(frozen=True)
+class Setting:
+    """What a guard run varies; the defaults are the first runs' (watch mode, a check every 2 steps)."""
+
+    probe: int = 64
+    seed: int = 42
+    every: int = EVERY
+    mode: str = "watch"
+    lr_scale: float = 0.5
+    lr_floor: float = 0.0
+    steps: int = STEPS
+
+
+def name(run: str, probe: int, seed: int, s: Setting | None = None) -> str:
+    """The run directory's (and items/ folder's) name: the plain arm, its probe and seed, and what
+    else differs from the first runs."""
+    s = s or Setting(probe, seed)
+    tag = run + (f"_p{probe}" if probe != 64 else "") + (f"_s{seed}" if seed != 42 else "")
+    tag += f"_e{s.every}" if s.every != EVERY else ""
+    tag += f"_{s.mode}" if s.mode != "watch" else ""
+    tag += f"_lr{s.lr_scale:g}" if s.lr_scale != 0.5 else ""
+    tag += f"_floor{s.lr_floor:g}" if s.lr_floor else ""
+    return tag + (f"_n{s.steps}" if s.steps != STEPS else "")
+
+
+def setting_flags(s: Setting) -> list[str]:
+    """The flags that replace flags()'s check schedule, mode and length (argparse: the last wins)."""
+    if s == Setting(s.probe, s.seed):
+        return []
+    every = str(s.every)
+    return ["--steps", str(s.steps), "--collapse_guard", s.mode, "--guard_every", every, "--eval_steps", every,
+            "--save_steps", every, "--guard_lr_scale", f"{s.lr_scale:g}", "--guard_lr_floor", f"{s.lr_floor:g}"]
 
 
 def probe_flags(probe: int, seed: int) -> list[str]:
@@ -111,8 +149,9 @@ def keep_anchor(run_dir: Path, kept: Path) -> None:
         shutil.copyfile(run_dir / ANCHOR, kept)
 
 
-def train(run: str, out: Path, resume: bool, probe: int = 64, seed: int = 42) -> None:
-    tag = name(run, probe, seed)
+def train(run: str, out: Path, resume: bool, probe: int = 64, seed: int = 42, s: Setting | None = None) -> None:
+    s = s or Setting(probe, seed)
+    tag = name(run, probe, seed, s)
     run_dir = out / tag
     if run_dir.exists() and not resume:
         sys.exit(f"{run_dir} exists; add --resume to continue it, or choose another --out")
@@ -130,6 +169,7 @@ def train(run: str, out: Path, resume: bool, probe: int = 64, seed: int = 42) ->
         else [
             *flags(run),
             *probe_flags(probe, seed),
+            *setting_flags(s),
             *(["--guard_anchor", str(anchor)] if anchor else []),
             "--run_dir",
             str(run_dir),
@@ -164,12 +204,18 @@ def main(argv=None) -> int:
     ap.add_argument("--table", action="store_true", help="rebuild real_runs.md from items/ and print it")
     ap.add_argument("--probe", type=int, default=64, choices=(64, 256, 512), help="probe size (256 or 512: with margin 0)")
     ap.add_argument("--seed", type=int, default=42, help="the run's seed (another one for a fresh run)")
+    ap.add_argument("--every", type=int, default=EVERY, help="check the guard and evaluate held-out every N steps")
+    ap.add_argument("--mode", default="watch", choices=("watch", "stop", "rollback"), help="what the guard may do")
+    ap.add_argument("--lr_scale", type=float, default=0.5, help="rollback: the learning rate's factor at each rollback")
+    ap.add_argument("--lr_floor", type=float, default=0.0, help="rollback: the cumulative factor's floor (0: none)")
+    ap.add_argument("--steps", type=int, default=STEPS, help="optimizer steps of the run")
     a = ap.parse_args(argv)
+    s = Setting(a.probe, a.seed, a.every, a.mode, a.lr_scale, a.lr_floor, a.steps)
     if a.run and a.export:
-        tag = name(a.run, a.probe, a.seed)
+        tag = name(a.run, a.probe, a.seed, s)
         export(tag, Path(a.out) / tag)
     elif a.run:
-        train(a.run, Path(a.out), a.resume, a.probe, a.seed)
+        train(a.run, Path(a.out), a.resume, a.probe, a.seed, s)
     if a.table or a.run:
         from real_table import write_table  # noqa: PLC0415
 

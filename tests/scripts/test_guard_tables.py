@@ -149,3 +149,34 @@ def test_mcnemar_worked_by_hand():
     assert p == pytest.approx(next(r["guard/drop_p"] for r in logged if r["step"] == 12 and "guard/drop_p" in r))
     # 0.0112 is above the spent level 0.05 / 9 = 0.0056: not a bad check, even with margin 0
     assert p > Rule(margin=0.0, checks=9).level() == pytest.approx(0.05 / 9)
+
+
+@pytest.mark.parametrize(
+    ("setting", "tag", "flags"),
+    [
+        ({}, "collapse_p512", []),
+        ({"seed": 7, "every": 1}, "collapse_p512_s7_e1", ["--steps", "16", "--collapse_guard", "watch"]),
+        (
+            {"mode": "rollback", "lr_scale": 1.0, "steps": 24},
+            "collapse_p512_rollback_lr1_n24",
+            ["--steps", "24", "--collapse_guard", "rollback", "--guard_every", "2", "--eval_steps", "2"],
+        ),
+        ({"mode": "rollback", "lr_floor": 0.5}, "collapse_p512_rollback_floor0.5", ["--guard_lr_floor", "0.5"]),
+    ],
+)
+def test_real_runs_names_each_setting_and_its_flags_win(guard_module, tmp_path, setting, tag, flags):
+    """Each setting beyond the first runs' is in the run's name, and its flags come after the round's
+    (argparse and real_table.settings both keep the last of a repeated flag)."""
+    real_runs, real_table = guard_module("real_runs"), guard_module("real_table")
+    s = real_runs.Setting(probe=512, **setting)
+    assert real_runs.name("collapse", 512, s.seed, s) == tag
+    extra = real_runs.setting_flags(s)
+    assert " ".join(flags) in " ".join(extra)
+    assert (extra == []) == (setting == {})
+    # real_table reads a run's exported command as serl's parser does: the last of a repeated flag
+    run = tmp_path / tag
+    run.mkdir()
+    (run / "flags.json").write_text(json.dumps(["--steps", "16", "--guard_every", "2", "--seed", str(s.seed), *extra]))
+    kept = real_table.settings(tag, run)
+    assert (kept["steps"], kept["guard_every"], kept["seed"]) == (s.steps, s.every, s.seed)
+    assert kept["guard_margin"] == 0.0  # the name's _p512: real_runs.py's margin 0
