@@ -49,130 +49,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-FIRST_NAMES = [
-    "Mira",
-    "Tobin",
-    "Elsa",
-    "Joren",
-    "Ilka",
-    "Bastian",
-    "Noor",
-    "Petra",
-    "Caius",
-    "Lene",
-    "Odile",
-    "Ravi",
-    "Suna",
-    "Teodor",
-    "Vela",
-    "Wim",
-    "Yara",
-    "Zeno",
-    "Agnes",
-    "Bram",
-    "Cleo",
-    "Dario",
-    "Edda",
-    "Finn",
-    "Greta",
-    "Hugo",
-    "Ines",
-    "Jonas",
-    "Kaia",
-    "Lior",
-    "Maren",
-    "Nils",
-    "Orla",
-    "Pim",
-    "Quirin",
-    "Rhea",
-    "Sven",
-    "Tilde",
-]
-_ONSETS = [
-    "b",
-    "br",
-    "d",
-    "dr",
-    "f",
-    "g",
-    "gr",
-    "h",
-    "k",
-    "l",
-    "m",
-    "n",
-    "p",
-    "qu",
-    "r",
-    "s",
-    "sk",
-    "st",
-    "t",
-    "th",
-    "tr",
-    "v",
-    "w",
-    "z",
-]
-_VOWELS = ["a", "e", "i", "o", "u", "ai", "ei", "ou", "ea"]
-_CODAS = ["", "n", "r", "l", "s", "k", "m", "th", "rn", "sk"]
-_TOWN_ENDS = ["moor", "vale", "ford", "wick", "stead", "haven", "by", "ton", "mere", "holt"]
-_SURNAME_ENDS = ["vane", "rick", "ston", "berg", "ley", "dell", "mont", "wood", "ard", "ling", "son", "ell", "and"]
-_COMPANY_KINDS = ["Works", "Mills", "Foundry", "Trading", "Crafts", "Brothers", "Cooperative"]
-PRODUCTS = [
-    "glass bottles",
-    "wool blankets",
-    "bicycle parts",
-    "canned fish",
-    "clay roof tiles",
-    "paper lanterns",
-    "copper pipes",
-    "ship ropes",
-    "oak barrels",
-    "garden tools",
-    "wax candles",
-    "leather boots",
-    "tin toys",
-    "goat cheese",
-    "printed maps",
-]
-PROFESSIONS = [
-    "teacher",
-    "carpenter",
-    "nurse",
-    "baker",
-    "engineer",
-    "librarian",
-    "fisher",
-    "pharmacist",
-    "architect",
-    "weaver",
-    "surveyor",
-    "beekeeper",
-    "printer",
-    "potter",
-    "clockmaker",
-]
-_TOWN_FILLER = [
-    "A stone bridge crosses the river near the old mill.",
-    "Its market square hosts a fair every autumn.",
-    "Most houses in the old quarter have red tiled roofs.",
-    "A narrow railway line connects it to the coast.",
-    "The town is known for its long winters.",
-]
-_COMPANY_FILLER = [
-    "Its workshops are open to visitors once a year.",
-    "Much of what it makes is sold abroad.",
-    "The firm is still owned by the family that started it.",
-    "It moved into a larger building a few years ago.",
-]
-_PERSON_FILLER = [
-    "In the evenings {first} likes to walk along the river.",
-    "{first} plays the violin in a local band.",
-    "Friends describe {first} as patient and curious.",
-    "{first} keeps a small vegetable garden.",
-]
+from serl.recipes.spell.words import COMPANY_FILLER, PERSON_FILLER, PRODUCTS, PROFESSIONS, TOWN_FILLER, NameFactory
 
 
 @dataclass
@@ -219,43 +96,6 @@ class World:
     other_company: Company
 
 
-class NameFactory:
-    """Invented names, never the same one twice in a corpus (so splits are disjoint)."""
-
-    def __init__(self, rng: random.Random):
-        self.rng, self.used = rng, set[str]()
-
-    def _syllable(self) -> str:
-        r = self.rng
-        return r.choice(_ONSETS) + r.choice(_VOWELS) + r.choice(_CODAS)
-
-    def _fresh(self, make) -> str:
-        for _ in range(1000):
-            name = make()
-            if name.lower() not in self.used and 4 <= len(name) <= 14:
-                self.used.add(name.lower())
-                return name
-        raise RuntimeError("name space exhausted; widen the syllable lists")
-
-    def town(self) -> str:
-        return self._fresh(lambda: (self._syllable() + self.rng.choice(_TOWN_ENDS)).capitalize())
-
-    def river(self) -> str:
-        return self._fresh(lambda: self._syllable().capitalize())
-
-    def surname(self) -> str:
-        r = self.rng
-        return self._fresh(
-            lambda: (r.choice(_ONSETS) + r.choice("aeiou") + r.choice(_CODAS) + r.choice(_SURNAME_ENDS)).capitalize()
-        )
-
-    def person(self) -> str:
-        return f"{self.rng.choice(FIRST_NAMES)} {self.surname()}"
-
-    def company(self) -> str:
-        return f"{self.surname()} {self.rng.choice(_COMPANY_KINDS)}"
-
-
 def _distinct_years(rng: random.Random, spans: list[tuple[int, int]]) -> list[int]:
     out: list[int] = []
     for lo, hi in spans:
@@ -299,7 +139,7 @@ def _town_text(rng: random.Random, t: Town) -> str:
     founded = rng.choice([f"It was founded in {t.founded}.", f"The town was established in {t.founded}."])
     pop = rng.choice([f"Today it has {_fmt(t.population)} inhabitants.", f"Its population is {_fmt(t.population)}."])
     mayor = rng.choice([f"The current mayor of {t.name} is {t.mayor}.", f"{t.mayor} serves as the mayor of {t.name}."])
-    return " ".join([first, founded, pop, rng.choice(_TOWN_FILLER), mayor])
+    return " ".join([first, founded, pop, rng.choice(TOWN_FILLER), mayor])
 
 
 def _company_text(rng: random.Random, c: Company) -> str:
@@ -313,7 +153,7 @@ def _company_text(rng: random.Random, c: Company) -> str:
             f"Its head office is in {c.hq}, where {_fmt(c.employees)} people work.",
         ]
     )
-    return " ".join([first, founded, hq, rng.choice(_COMPANY_FILLER)])
+    return " ".join([first, founded, hq, rng.choice(COMPANY_FILLER)])
 
 
 def _person_text(rng: random.Random, p: Person) -> str:
@@ -326,7 +166,7 @@ def _person_text(rng: random.Random, p: Person) -> str:
     )
     kids = "1 child" if p.children == 1 else f"{p.children} children"
     family = rng.choice([f"{p.first} has {kids}.", f"{p.first} is the parent of {kids}."])
-    return " ".join([born, work, family, rng.choice(_PERSON_FILLER).format(first=p.first)])
+    return " ".join([born, work, family, rng.choice(PERSON_FILLER).format(first=p.first)])
 
 
 def cluster_docs(rng: random.Random, w: World, cluster_id: str) -> list[dict]:
