@@ -18,14 +18,7 @@ one pipe round trip.
 
 Failing loudly:
 
-* Workers never re-import the user's ``__main__``.  multiprocessing's
-  forkserver and spawn starts normally re-run the parent's main script (or read
-  ``<stdin>``) in every child, so a plain script that uses the checker at module
-  level, with no ``if __name__ == "__main__":`` guard, made every worker die at
-  start.  The worker target lives in this package and needs nothing from
-  ``__main__``, so our own starts drop the main-module entries from the child's
-  preparation data (multiprocessing has no public switch for this; the filter
-  is scoped to this thread's worker starts and leaves every other use alone).
+* Workers never re-import the user's ``__main__`` (:mod:`serl.rewards.worker_slot`).
 * A worker says "ready" once it is up.  A worker that dies (or is silent for
   ``start_timeout`` s) before that is a start failure; ``max_start_failures``
   of them in a row raise :class:`WorkerStartError` instead of restarting
@@ -44,10 +37,10 @@ import sys
 import threading
 import time
 from collections import deque
-from multiprocessing import spawn
 from multiprocessing.connection import wait
 
 from serl.rewards.normalize import cheap_compare
+from serl.rewards.worker_slot import Slot
 
 _STAT_KEYS = (
     "calls",
@@ -86,80 +79,6 @@ class WorkerStartError(RewardPoolError):
 
 class OverBudget(RewardPoolError):
     """A batch ran past its ``time_budget``; its workers were killed (the next call restarts them)."""
-
-
-def _worker_entry(*args) -> None:
-    """Process target; imports math-verify only in the worker (the forkserver
-    has it preloaded), never in the parent."""
-    from serl.rewards._worker import worker_main
-
-    worker_main(*args)
-
-
-_starting = threading.local()  # set while this thread starts one of our workers
-
-
-def _without_main(get_preparation_data):
-    def wrapper(name):
-        data = get_preparation_data(name)
-        if getattr(_starting, "worker", False):  # our worker needs nothing from __main__
-            data.pop("init_main_from_path", None)
-            data.pop("init_main_from_name", None)
-        return data
-
-    wrapper.serl_without_main = True
-    return wrapper
-
-
-def start_without_main(proc) -> None:
-    """``proc.start()`` without the child re-running the parent's main script."""
-    if not getattr(spawn.get_preparation_data, "serl_without_main", False):
-        spawn.get_preparation_data = _without_main(spawn.get_preparation_data)
-    _starting.worker = True
-    try:
-        proc.start()
-    finally:
-        _starting.worker = False
-
-
-class _Slot:
-    """One worker process and its pipe and progress array."""
-
-    def __init__(self, ctx, args):
-        self.ctx, self.args = ctx, args
-        self.progress = ctx.Array("d", 4, lock=False)
-        self.start()
-
-    def start(self):
-        for k in range(4):
-            self.progress[k] = 0.0
-        self.conn, child = self.ctx.Pipe(duplex=True)
-        self.proc = self.ctx.Process(target=_worker_entry, args=(child, self.progress, *self.args), daemon=True)
-        start_without_main(self.proc)
-        child.close()
-        self.job: int | None = None
-        self.ready = False  # until the worker's READY message arrives
-        self.started_at = time.monotonic()
-
-    def kill(self):
-        if self.proc.is_alive():
-            self.proc.kill()
-        self.proc.join(5)
-        try:
-            self.conn.close()
-        except OSError:  # a reader in another thread closed it already (SIGTERM mid-job: EBADF)
-            pass
-
-    def stop(self):
-        try:
-            self.conn.send(None)
-        except (OSError, ValueError):
-            pass
-        self.proc.join(1)
-        if self.proc.is_alive():
-            self.proc.kill()
-            self.proc.join(1)
-        self.conn.close()
 
 
 class EquivalenceChecker:
@@ -209,7 +128,7 @@ class EquivalenceChecker:
         self.start_timeout = float(start_timeout)
         self._start_failures = 0  # in a row
         self.stats: dict[str, int] = {k: 0 for k in _STAT_KEYS}
-        self._slots: list[_Slot] = []
+        self._slots: list[Slot] = []
         self._lock = threading.Lock()
         self._closed = False
         self.busy_since: float | None = None  # time.monotonic() when the running batch started
@@ -225,7 +144,7 @@ class EquivalenceChecker:
             ctx.set_forkserver_preload(["serl.rewards._worker"])
         soft = 0.8 * self.timeout if self.soft_timeout else None
         args = (soft, self.max_answer_chars, self.max_memory_mb)
-        self._slots = [_Slot(ctx, args) for _ in range(self.workers)]
+        self._slots = [Slot(ctx, args) for _ in range(self.workers)]
 
     def close(self) -> None:
         with self._lock:
@@ -357,7 +276,7 @@ class EquivalenceChecker:
     def _dispatch(self, jobs: list[dict], deadline: float | None = None) -> list:
         results: list = [None] * len(jobs)
         pending = deque(range(len(jobs)))
-        busy: dict[int, _Slot] = {}  # job index -> slot
+        busy: dict[int, Slot] = {}  # job index -> slot
         while pending or busy:
             if self._closed:
                 raise RewardPoolError("the reward pool was shut down; no reward was computed")
@@ -432,7 +351,7 @@ class EquivalenceChecker:
                     pending.appendleft(j)
         return results
 
-    def _start_failed(self, slot: _Slot, why: str | None = None) -> None:
+    def _start_failed(self, slot: Slot, why: str | None = None) -> None:
         """A worker died before it was ready: restart it, or raise after too many in a row."""
         slot.kill()
         why = why or f"it exited with code {slot.proc.exitcode} before it was ready"
@@ -459,7 +378,7 @@ class EquivalenceChecker:
                 wake = min(wake, max(0.0, started + self.timeout - now) + 0.001)
         return wake
 
-    def _on_stuck(self, slot: _Slot, job: dict, crashed: bool, seen_start: float = 0.0) -> None:
+    def _on_stuck(self, slot: Slot, job: dict, crashed: bool, seen_start: float = 0.0) -> None:
         """Kill the worker, mark the check it was on as bad, start a new one."""
         slot.kill()
         started, kind, i, j = (slot.progress[k] for k in range(4))
@@ -486,14 +405,14 @@ class EquivalenceChecker:
             job["_crashes"] = job.get("_crashes", 0) + 1
         self._replace(slot, crashed=False, already_killed=True)
 
-    def _replace(self, slot: _Slot, crashed: bool, already_killed: bool = False) -> None:
+    def _replace(self, slot: Slot, crashed: bool, already_killed: bool = False) -> None:
         if not already_killed:
             slot.kill()
             if crashed:
                 self.stats["crashes"] += 1
         self._restart(slot)
 
-    def _restart(self, slot: _Slot) -> None:
+    def _restart(self, slot: Slot) -> None:
         if self._closed:  # terminate() ran meanwhile: start nothing that would outlive the server
             raise RewardPoolError("the reward pool was shut down; no reward was computed")
         slot.start()

@@ -172,7 +172,7 @@ class FileReward:
     most ``timeout`` seconds."""
 
     def __init__(self, path: str, timeout: float = 60.0):
-        from serl.rewards.equivalence import start_without_main
+        from serl.rewards.worker_slot import start_without_main
 
         self.path, self.shown, self.timeout = Path(path).resolve(), str(path), float(timeout)
         ctx = mp.get_context("spawn")
