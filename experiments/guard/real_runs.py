@@ -28,7 +28,9 @@ problems, disjoint from the seeds and the held-out set: the 200 seeds are too fe
 ``<run>_p256`` (and ``_s<seed>`` for another seed). ``--probe 512`` (the one setting that passed
 candidates.py's line, after the second collapse) draws from ``dataset/arith_guard_probe.jsonl``,
 512 problems generated for it, disjoint from every other shipped file; its runs are
-``<run>_p512``. Anchors are kept in ``items/anchors/`` so that no machine computes one twice.
+``<run>_p512``. Anchors are kept in ``items/anchors/`` so that no machine computes one twice; a
+512-item probe is the whole file for every seed, so a run with another seed reuses the kept anchor
+(the untrained model's vote is the model's, not the run's; serl checks the probe's prompts match).
 
 ``--every N`` checks (and evaluates held-out) every N steps instead of 2; ``--mode stop`` or
 ``rollback`` lets the guard act (part 5: ``--lr_scale`` and ``--lr_floor`` set the rollback's
@@ -162,6 +164,8 @@ def train(run: str, out: Path, resume: bool, probe: int = 64, seed: int = 42, s:
         shutil.rmtree(run_dir)
     # an anchor kept in items/ or --out for this probe (64 prompts x 8 samples: 11 min on AVX2)
     mine = [kept] if probe != 64 or seed != 42 else [kept, out / ANCHOR, *(out / n / ANCHOR for n in RUNS)]
+    if probe == 512:  # the probe is the whole file whatever the seed, so any seed's anchor is this one's
+        mine += sorted(ANCHORS.glob("probe512_seed*.jsonl"))
     anchor = next((p for p in mine if p.is_file()), None)
     args = (
         ["--resume", str(run_dir)]
@@ -177,7 +181,8 @@ def train(run: str, out: Path, resume: bool, probe: int = 64, seed: int = 42, s:
     )
     env = {**os.environ, "MALLOC_ARENA_MAX": "2"}  # round two's memory setting (its arm c's OOM)
     r = subprocess.run([sys.executable, "-m", "serl.cli", "train", *args], cwd=ROOT, env=env)
-    keep_anchor(run_dir, kept)
+    if anchor is None or anchor.parent != ANCHORS:  # a kept anchor is not kept twice
+        keep_anchor(run_dir, kept)
     if r.returncode != 0:
         sys.exit(f"serl train failed ({r.returncode}) in {run_dir}; fix it and rerun with --resume")
     export(tag, run_dir, args)
