@@ -35,11 +35,22 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from export_items import export  # noqa: E402
-from run import (ROOT, TASK_FULL, TASK_SMOKE, Timings, budget_used, check_eval_settings, guard_pick,  # noqa: E402
-                 log, machine, snapshot, train_flags)
-
 from arms import ARMS  # noqa: E402
+from export_items import export  # noqa: E402
+
+from run import (  # noqa: E402
+    ROOT,
+    TASK_FULL,
+    TASK_SMOKE,
+    Timings,
+    budget_used,
+    check_eval_settings,
+    guard_pick,
+    log,
+    machine,
+    snapshot,
+    train_flags,
+)
 
 TASK = "gsm8k_2step"
 STEP_FLAGS = ["--init_kl_coef", "0", "--vllm_enforce_eager", "false"]  # issue 46 (bench/README.md)
@@ -262,6 +273,7 @@ def start_evaluation(args, out: Path, files: dict, cfg, texts: bool = False):
     """The held-out and SVAMP evaluators, and arm d evaluated on this machine's kind (what every
     evaluation made here is paired with; maj@K is added when an arm ends here), kept at once."""
     from heldout import Evaluator
+
     from serl.data.seeds import read_seeds
     from serl.models.resolve import resolve_model
 

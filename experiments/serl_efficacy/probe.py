@@ -33,7 +33,6 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     from run import SEEDS, length_flags
-
     from serl.config.parser import parse_args
     from serl.data.seeds import read_seeds
     from serl.engines.base import Sampling

@@ -60,8 +60,9 @@ def pool(task: str) -> list[dict]:
             {"problem": r["problem"], "answer": r["answer"], "source": f"dataset/arith_seed.jsonl:{i}"}
             for i, r in enumerate(rows, 1)
         ]
-    from serl.data.seeds import gsm8k_final_answer
     from tasks import GSM8K
+
+    from serl.data.seeds import gsm8k_final_answer
 
     out = []
     path = GSM8K / "train.jsonl"

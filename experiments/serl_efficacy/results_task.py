@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from results import delta, finish, load, pct, rate, share_of_gain, train_panels, train_rows
+
 from serl.eval.stats import mcnemar_p, paired_bootstrap, paired_ratio_bootstrap, wilson
 
 TARGET_PTS, TARGET_SHARE, TARGET_SVAMP_LO = 5.0, 0.8, -2.0

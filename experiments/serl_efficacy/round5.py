@@ -31,6 +31,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import decide  # noqa: E402
 from arms import ARMS  # noqa: E402
+
 from run import TASK_FULL, TASK_SMOKE, log, machine, train_flags  # noqa: E402
 
 PROBES = HERE / "items" / "probe5"

@@ -45,12 +45,11 @@ def main(argv=None) -> int:
 def run(args) -> dict:
     """The probe's counts (and up to 5 parsed examples) for the parsed arguments."""
 
-    from serl.eval.stats import wilson
-
-    from serl.recipes.spell.corpus import read_corpus, sample_evidence
     from serl.engines.base import Sampling
     from serl.engines.factory import make_generator
+    from serl.eval.stats import wilson
     from serl.models.resolve import load_tokenizer, resolve_model
+    from serl.recipes.spell.corpus import read_corpus, sample_evidence
     from serl.recipes.spell.episode import parse_questioner
     from serl.recipes.spell.prompts import QUESTIONER_PREFILL, questioner_prompt
 

@@ -69,14 +69,13 @@ def calibration(got: list[int], rule: list[float]) -> dict:
 
 def probe(args) -> list[dict]:
 
-    from serl.eval.stats import wilson
-
-    from serl.recipes.spell.docs import make_corpus
     from serl.engines.base import Sampling
     from serl.engines.factory import make_generator
+    from serl.eval.stats import wilson
     from serl.models.resolve import load_tokenizer, resolve_model
-    from serl.recipes.spell.prompts import verifier_prompt
+    from serl.recipes.spell.docs import make_corpus
     from serl.recipes.spell.judge import parse_judgment
+    from serl.recipes.spell.prompts import verifier_prompt
     from serl.recipes.spell.qa import cover_em_many
 
     path = resolve_model(args.model)

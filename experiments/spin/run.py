@@ -249,8 +249,8 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
 
-    from serl.data.seeds import read_seeds
     from serl.config.registry import config_class
+    from serl.data.seeds import read_seeds
     from serl.recipes.spin.config import iteration_steps
 
     heldout = read_seeds(HELDOUT, "problem", "answer", limit=args.heldout, output_key="solution")

@@ -57,10 +57,10 @@ def evaluate_model(model: str, base: str, out: Path, *, games: list[str], n_game
     if out.exists():
         return json.loads(out.read_text())
     from serl.engines.base import Sampling
-    from serl.recipes.spiral.snapshots import CURRENT, WeightSwitcher, load_snapshot
+    from serl.models.resolve import resolve_model
     from serl.recipes.spiral.games.actions import parser_options
     from serl.recipes.spiral.games.lockstep import RandomPolicy, text_policy
-    from serl.models.resolve import resolve_model
+    from serl.recipes.spiral.snapshots import CURRENT, WeightSwitcher, load_snapshot
 
     t0 = time.perf_counter()
     tok, gen = open_generator(model, generator, seed=cfg["seed"], max_model_len=1024 + cfg["generate_max_len"])

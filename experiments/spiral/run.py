@@ -220,7 +220,7 @@ def table(results: dict[str, dict[int, dict]]) -> str:
              "[95% CI] | invalid-move rate | strict parser |", "|---|---|---|---|---|---|---|"]
     for arm, by_step in results.items():
         for step, e in sorted(by_step.items()):
-            g = lambda k: e.get(k, float("nan"))  # noqa: E731
+            g = lambda k, e=e: e.get(k, float("nan"))  # noqa: E731
             lines.append(f"| {arm} | {step} | {g('exploitability'):.3f} | {g('vs_random/payoff'):+.3f} "
                          f"[{g('vs_random/payoff_lo'):+.3f}, {g('vs_random/payoff_hi'):+.3f}] | "
                          f"{g('vs_random/win_rate'):.3f} [{g('vs_random/win_lo'):.3f}, {g('vs_random/win_hi'):.3f}] | "
