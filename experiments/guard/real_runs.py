@@ -81,11 +81,10 @@ class Setting:
     steps: int = STEPS
 
 
-def name(run: str, probe: int, seed: int, s: Setting | None = None) -> str:
+def name(run: str, s: Setting) -> str:
     """The run directory's (and items/ folder's) name: the plain arm, its probe and seed, and what
     else differs from the first runs."""
-    s = s or Setting(probe, seed)
-    tag = run + (f"_p{probe}" if probe != 64 else "") + (f"_s{seed}" if seed != 42 else "")
+    tag = run + (f"_p{s.probe}" if s.probe != 64 else "") + (f"_s{s.seed}" if s.seed != 42 else "")
     tag += f"_e{s.every}" if s.every != EVERY else ""
     tag += f"_{s.mode}" if s.mode != "watch" else ""
     tag += f"_lr{s.lr_scale:g}" if s.lr_scale != 0.5 else ""
@@ -151,9 +150,9 @@ def keep_anchor(run_dir: Path, kept: Path) -> None:
         shutil.copyfile(run_dir / ANCHOR, kept)
 
 
-def train(run: str, out: Path, resume: bool, probe: int = 64, seed: int = 42, s: Setting | None = None) -> None:
-    s = s or Setting(probe, seed)
-    tag = name(run, probe, seed, s)
+def train(run: str, out: Path, resume: bool, s: Setting) -> None:
+    probe, seed = s.probe, s.seed
+    tag = name(run, s)
     run_dir = out / tag
     if run_dir.exists() and not resume:
         sys.exit(f"{run_dir} exists; add --resume to continue it, or choose another --out")
@@ -217,10 +216,10 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     s = Setting(a.probe, a.seed, a.every, a.mode, a.lr_scale, a.lr_floor, a.steps)
     if a.run and a.export:
-        tag = name(a.run, a.probe, a.seed, s)
+        tag = name(a.run, s)
         export(tag, Path(a.out) / tag)
     elif a.run:
-        train(a.run, Path(a.out), a.resume, a.probe, a.seed, s)
+        train(a.run, Path(a.out), a.resume, s)
     if a.table or a.run:
         from real_table import write_table  # noqa: PLC0415
 

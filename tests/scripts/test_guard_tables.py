@@ -169,7 +169,7 @@ def test_real_runs_names_each_setting_and_its_flags_win(guard_module, tmp_path, 
     (argparse and real_table.settings both keep the last of a repeated flag)."""
     real_runs, real_table = guard_module("real_runs"), guard_module("real_table")
     s = real_runs.Setting(probe=512, **setting)
-    assert real_runs.name("collapse", 512, s.seed, s) == tag
+    assert real_runs.name("collapse", s) == tag
     extra = real_runs.setting_flags(s)
     assert " ".join(flags) in " ".join(extra)
     assert (extra == []) == (setting == {})
