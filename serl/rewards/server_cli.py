@@ -12,7 +12,6 @@ from serl.rewards import server as _server
 from serl.rewards.equivalence import EquivalenceChecker
 from serl.rewards.extract import FALLBACKS
 from serl.rewards.lanes import Lanes
-from serl.rewards.server import RewardService, make_server
 from serl.rewards.vote import MODES
 
 
@@ -174,7 +173,7 @@ def cli_main(argv: list[str] | None = None) -> int:
         EquivalenceChecker(timeout=args.timeout, workers=args.workers),
         EquivalenceChecker(timeout=args.timeout, workers=max(1, args.workers // 2)),
     )
-    service = RewardService(
+    service = _server.RewardService(
         checker,
         args.mode,
         args.fallback,
@@ -187,7 +186,7 @@ def cli_main(argv: list[str] | None = None) -> int:
         max_waiting=args.max_waiting,
     )
     try:
-        server = make_server(
+        server = _server.make_server(
             service,
             args.host,
             args.port,
